@@ -1,0 +1,70 @@
+"""Domain exceptions. The HTTP layer maps each class to a status code in one place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ShortlistError(Exception):
+    """Base class of every error the domain raises on purpose."""
+
+    error_type = "internal"
+
+    def __init__(self, message: str, details: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+
+class NotFound(ShortlistError):
+    error_type = "not_found"
+
+
+class RegistryNotFound(NotFound):
+    def __init__(self, registry: str) -> None:
+        super().__init__(f"registry {registry!r} does not exist", {"registry": registry})
+
+
+class ToolNotFound(NotFound):
+    def __init__(self, registry: str, name: str) -> None:
+        super().__init__(
+            f"tool {name!r} does not exist in registry {registry!r}",
+            {"registry": registry, "tool": name},
+        )
+
+
+class ValidationFailed(ShortlistError):
+    """Input is well-formed JSON but breaks a rule; ``details`` lists every problem."""
+
+    error_type = "validation"
+
+
+class InvalidToolDefinition(ValidationFailed):
+    """One or more uploaded tools are invalid.
+
+    ``details`` is a list of ``{"index": int | None, "tool": str | None, "field": str, "message": str}``.
+    """
+
+
+class InvalidRegistryName(ValidationFailed):
+    pass
+
+
+class PayloadTooLarge(ShortlistError):
+    error_type = "payload_too_large"
+
+
+class PolicySchemaMismatch(ShortlistError):
+    """A depth-policy artifact was built for another feature schema: refuse to serve it."""
+
+    error_type = "configuration"
+
+
+class ArtifactError(ShortlistError):
+    """A model artifact (embedder, policy) is missing or unreadable."""
+
+    error_type = "configuration"
+
+
+class StoreUnavailable(ShortlistError):
+    error_type = "unavailable"

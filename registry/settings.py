@@ -1,0 +1,63 @@
+"""The one settings class. Built once at start-up and passed down; nothing reads the environment elsewhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# Artifacts ship beside the packages (models/, examples/); settings can point elsewhere.
+_PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+class Settings(BaseSettings):
+    """Service configuration, read from ``SHORTLIST_*`` environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="SHORTLIST_", extra="ignore")
+
+    host: str = Field("127.0.0.1", description="Address the HTTP server binds.")
+    port: int = Field(8080, ge=1, le=65535, description="Port the HTTP server listens on.")
+    data_dir: Path = Field(Path("./data"), description="Where registries and caches live.")
+    policy_dir: Path = Field(
+        _PROJECT_ROOT / "models" / "default",
+        description="Directory of the 'bor' depth policy (manifest.json + policy.onnx).",
+    )
+    embedder_cache_dir: Path | None = Field(
+        None,
+        description="Where the exported MiniLM ONNX file is cached (default: <data_dir>/cache/embedder).",
+    )
+    demo_registry: Path | None = Field(
+        _PROJECT_ROOT / "examples" / "demo_tools.json",
+        description="Tool JSON loaded as registry 'demo' at start-up if it does not exist; "
+        "empty to disable.",
+    )
+
+    default_policy: str = Field("bor", description="Depth policy used when a request names none.")
+    default_scorer: str = Field("hybrid", description="Scorer used when a request names none.")
+    default_max_k: int = Field(20, ge=1, le=1000, description="Cap on the policy's depth.")
+    fixed_k: int = Field(5, ge=1, le=1000, description="Depth of the 'fixed' policy when no k is sent.")
+    threshold: float = Field(0.35, description="Score cut-off of the 'threshold' policy.")
+
+    hnsw_min_tools: int = Field(
+        20_000, ge=1, description="Registries with at least this many tools use an HNSW index."
+    )
+    embed_threads: int = Field(1, ge=1, description="ONNX Runtime intra-op threads per request.")
+
+    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Largest request body.")
+    max_tools_per_registry: int = Field(50_000, ge=1, description="Most tools in one registry.")
+    max_tool_bytes: int = Field(
+        256 * 1024, ge=256, description="Largest JSON size of one tool definition."
+    )
+    max_description_chars: int = Field(
+        32_768, ge=16, description="Longest tool description."
+    )
+    max_query_chars: int = Field(4096, ge=16, description="Longest query string.")
+
+    @field_validator("demo_registry", "embedder_cache_dir", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        return None if value == "" else value
+
+    def resolved_embedder_cache(self) -> Path:
+        return self.embedder_cache_dir or (self.data_dir / "cache" / "embedder")
