@@ -1,0 +1,487 @@
+"""Tool model and parsers for OpenAI, Anthropic, MCP and plain (BFCL) tool definitions.
+
+A payload is a JSON array of tools or an object ``{"tools": [...]}``; the format of each
+tool is detected on its own, so one payload may mix formats. Validation collects every
+problem before raising, so a client can fix an upload in one round trip.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from registry.errors import InvalidRegistryName, InvalidToolDefinition, PayloadTooLarge
+
+ToolFormat = Literal["openai", "plain", "anthropic", "mcp"]
+TOOL_FORMATS: Final[tuple[str, ...]] = ("openai", "plain", "anthropic", "mcp")
+
+MAX_TEXT_CHARS: Final = 8_000
+"""Cap on the index text of one tool (the embedder truncates far earlier anyway)."""
+
+MAX_REGISTRY_NAME_CHARS: Final = 128
+
+_MESSAGE_PROBLEMS: Final = 10  # problems spelled out in the summary message; details has all
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_SEPARATORS = re.compile(r"[\W_]+")
+_REGISTRY_NAME = re.compile(r"[A-Za-z0-9._-]+")
+_REGISTRY_BAD_CHAR = re.compile(r"[^A-Za-z0-9._-]")
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """One tool of a registry.
+
+    Attributes:
+        name: Opaque, non-empty identifier (dots, slashes and Unicode allowed).
+        description: What the tool does; ``""`` when the upload had none.
+        parameters: JSON schema of the arguments; ``{}`` when none.
+        definition: The tool object exactly as uploaded, returned to clients unchanged.
+            It shares objects with the parsed payload: treat it as read-only.
+        format: Which format the tool was uploaded in.
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    definition: dict[str, Any]
+    format: ToolFormat
+    _text: str = field(init=False, repr=False, compare=False)
+    _hash: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        text = tool_text(self.name, self.description, self.parameters)
+        object.__setattr__(self, "_text", text)
+        object.__setattr__(self, "_hash", hashlib.sha256(text.encode("utf-8")).hexdigest())
+
+    def text(self) -> str:
+        """Return the text that the dense and lexical indexes see (computed once)."""
+        return self._text
+
+    def content_hash(self) -> str:
+        """Return the hex SHA-256 of :meth:`text`, the embedding-cache key."""
+        return self._hash
+
+
+@dataclass(frozen=True, slots=True)
+class ToolLimits:
+    """Size limits applied by :func:`parse_tools`."""
+
+    max_tools: int = 50_000
+    max_tool_bytes: int = 256 * 1024  # compact JSON size of one definition, UTF-8
+    max_description_chars: int = 32_768
+    max_name_chars: int = 256
+
+
+class _Problems:
+    """Accumulates ``InvalidToolDefinition`` details."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+
+    def add(self, index: int | None, tool: str | None, field_: str, message: str) -> None:
+        self.items.append({"index": index, "tool": tool, "field": field_, "message": message})
+
+    def raise_if_any(self) -> None:
+        if not self.items:
+            return
+        n = len(self.items)
+        tools = len({p["index"] for p in self.items if p["index"] is not None})
+        head = f"{n} problem{'s' if n != 1 else ''}"
+        if tools:
+            head += f" in {tools} tool{'s' if tools != 1 else ''}"
+        shown = "; ".join(
+            f"{_path(p['index'], p['field'])}: {p['message']}"
+            for p in self.items[:_MESSAGE_PROBLEMS]
+        )
+        more = f"; ... and {n - _MESSAGE_PROBLEMS} more" if n > _MESSAGE_PROBLEMS else ""
+        raise InvalidToolDefinition(f"{head}: {shown}{more}", details=self.items)
+
+
+def _path(index: int | None, field_: str) -> str:
+    if index is None:
+        return field_ or "payload"
+    return f"tools[{index}]" + (f".{field_}" if field_ else "")
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _label(item: dict[str, Any], limits: ToolLimits) -> str | None:
+    """The tool's name for error details, if it has a usable one."""
+    function = item.get("function")
+    name = function.get("name") if isinstance(function, dict) else item.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    return name if len(name) <= limits.max_name_chars else name[: limits.max_name_chars] + "…"
+
+
+def parse_tools(payload: Any, limits: ToolLimits = ToolLimits()) -> list[Tool]:
+    """Parse and validate an uploaded list of tools.
+
+    Args:
+        payload: Decoded JSON: an array of tools, or an object whose ``"tools"`` key holds
+            one (other keys are ignored). Each tool is in OpenAI, Anthropic, MCP or plain form.
+        limits: Size limits.
+
+    Returns:
+        The tools in upload order.
+
+    Raises:
+        PayloadTooLarge: More than ``limits.max_tools`` tools.
+        InvalidToolDefinition: Anything else is wrong; ``details`` lists every problem.
+    """
+    problems = _Problems()
+    if isinstance(payload, dict) and "tools" in payload:
+        items = payload["tools"]
+        if not isinstance(items, list):
+            problems.add(None, None, "tools", f"must be an array, got {_json_type(items)}")
+    elif isinstance(payload, list):
+        items = payload
+    else:
+        got = _json_type(payload) + (' without a "tools" key' if isinstance(payload, dict) else "")
+        problems.add(
+            None,
+            None,
+            "tools",
+            f'payload must be an array of tools or an object with a "tools" array, got {got}',
+        )
+    problems.raise_if_any()
+
+    if len(items) > limits.max_tools:
+        raise PayloadTooLarge(
+            f"{len(items)} tools exceed the limit of {limits.max_tools} tools per registry",
+            {"count": len(items), "limit": limits.max_tools},
+        )
+
+    tools: list[Tool] = []
+    first_index: dict[str, int] = {}
+    for i, item in enumerate(items):
+        tool, name = _parse_one(i, item, limits, problems)
+        if name is not None:
+            # Checked even when the tool has other problems, so one round trip shows them all.
+            first = first_index.setdefault(name, i)
+            if first != i:
+                problems.add(
+                    i,
+                    _label(item, limits),
+                    _name_field(item),
+                    f"duplicate name {name!r}, first used by tools[{first}]",
+                )
+                continue
+        if tool is not None:
+            tools.append(tool)
+    problems.raise_if_any()
+    return tools
+
+
+def _name_field(item: dict[str, Any]) -> str:
+    return "function.name" if "function" in item else "name"
+
+
+def _parse_one(
+    i: int, item: Any, limits: ToolLimits, problems: _Problems
+) -> tuple[Tool | None, str | None]:
+    """Validate one tool.
+
+    Returns:
+        The tool (``None`` if it has problems, which are recorded) and its name if valid.
+    """
+    if not isinstance(item, dict):
+        problems.add(i, None, "", f"must be an object, got {_json_type(item)}")
+        return None, None
+    before = len(problems.items)
+    label = _label(item, limits)
+    _check_size(i, label, item, limits, problems)
+
+    detected = _detect_format(i, label, item, problems)
+    if detected is None:
+        return None, None
+    fmt, body, prefix, schema_key = detected
+
+    name = _check_name(i, label, body, prefix, limits, problems)
+    description = _check_description(i, label, body, prefix, limits, problems)
+    parameters = body.get(schema_key)
+    if parameters is None:
+        parameters = {}
+    elif not isinstance(parameters, dict):
+        problems.add(
+            i,
+            label,
+            prefix + schema_key,
+            f"must be a JSON object (a JSON schema), got {_json_type(parameters)}",
+        )
+    if len(problems.items) > before or name is None or description is None:
+        return None, name
+    return Tool(name, description, parameters, item, fmt), name
+
+
+def _detect_format(
+    i: int, label: str | None, item: dict[str, Any], problems: _Problems
+) -> tuple[ToolFormat, dict[str, Any], str, str] | None:
+    """Find a tool's format, its fields' object, their path prefix and its schema key.
+
+    Returns ``None`` (after recording why) when the fields cannot be found at all.
+    """
+    kind = item.get("type")
+    if "function" in item or kind == "function":
+        if "type" in item and kind != "function":
+            problems.add(i, label, "type", f'must be "function", got {kind!r}')
+        if "function" not in item and "name" in item:
+            return "openai", item, "", "parameters"  # flat form of the OpenAI Responses API
+        function = item.get("function")
+        if not isinstance(function, dict):
+            got = "missing" if "function" not in item else _json_type(function)
+            problems.add(
+                i,
+                label,
+                "function",
+                f"must be an object with name, description and parameters, got {got}",
+            )
+            return None
+        return "openai", function, "function.", "parameters"
+
+    fmt: ToolFormat
+    if "inputSchema" in item:
+        fmt, schema_key = "mcp", "inputSchema"
+    elif "input_schema" in item:
+        fmt, schema_key = "anthropic", "input_schema"
+    else:
+        fmt, schema_key = "plain", "parameters"
+    # Anthropic client tools may say type "custom"; any other type is not a function tool.
+    if "type" in item and not (fmt == "anthropic" and kind == "custom"):
+        problems.add(i, label, "type", f'must be "function", got {kind!r}')
+    return fmt, item, "", schema_key
+
+
+def _check_size(
+    i: int, label: str | None, item: dict[str, Any], limits: ToolLimits, problems: _Problems
+) -> None:
+    try:
+        encoded = json.dumps(item, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        size = len(encoded.encode("utf-8"))
+    except UnicodeEncodeError:
+        problems.add(i, label, "", "contains invalid Unicode (a lone surrogate)")
+        return
+    except (TypeError, ValueError, RecursionError):
+        problems.add(
+            i, label, "", "must contain only JSON values (no NaN, Infinity or other types)"
+        )
+        return
+    if size > limits.max_tool_bytes:
+        problems.add(
+            i,
+            label,
+            "",
+            f"is {size} bytes as JSON, more than the limit of {limits.max_tool_bytes} bytes",
+        )
+
+
+def _check_name(
+    i: int,
+    label: str | None,
+    body: dict[str, Any],
+    prefix: str,
+    limits: ToolLimits,
+    problems: _Problems,
+) -> str | None:
+    where = prefix + "name"
+    if "name" not in body:
+        problems.add(i, label, where, "is required (a non-empty string)")
+        return None
+    name = body["name"]
+    if not isinstance(name, str) or not name:
+        got = "an empty string" if name == "" else _json_type(name)
+        problems.add(i, label, where, f"must be a non-empty string, got {got}")
+        return None
+    ok = True
+    if len(name) > limits.max_name_chars:
+        problems.add(
+            i,
+            label,
+            where,
+            f"must be at most {limits.max_name_chars} characters, got {len(name)}",
+        )
+        ok = False
+    bad = _CONTROL.search(name)
+    if bad:
+        problems.add(
+            i,
+            label,
+            where,
+            f"must not contain control characters, found U+{ord(bad.group()):04X} "
+            f"at position {bad.start()}",
+        )
+        ok = False
+    return name if ok else None
+
+
+def _check_description(
+    i: int,
+    label: str | None,
+    body: dict[str, Any],
+    prefix: str,
+    limits: ToolLimits,
+    problems: _Problems,
+) -> str | None:
+    where = prefix + "description"
+    description = body.get("description")
+    if description is None:
+        return ""
+    if not isinstance(description, str):
+        problems.add(i, label, where, f"must be a string, got {_json_type(description)}")
+        return None
+    if len(description) > limits.max_description_chars:
+        problems.add(
+            i,
+            label,
+            where,
+            f"must be at most {limits.max_description_chars} characters, got {len(description)}",
+        )
+        return None
+    return description
+
+
+def validate_registry_name(name: str) -> str:
+    """Check a registry name: 1-128 of ``A-Z a-z 0-9 . _ -``, and not ``.`` or ``..``.
+
+    Args:
+        name: The proposed name.
+
+    Returns:
+        The name, unchanged.
+
+    Raises:
+        InvalidRegistryName: The name breaks a rule; the message says which.
+    """
+    problem: str | None = None
+    if not isinstance(name, str):
+        problem = f"registry name must be a string, got {_json_type(name)}"
+    elif not name:
+        problem = "registry name must not be empty"
+    elif len(name) > MAX_REGISTRY_NAME_CHARS:
+        problem = (
+            f"registry name must be at most {MAX_REGISTRY_NAME_CHARS} characters, got {len(name)}"
+        )
+    elif not _REGISTRY_NAME.fullmatch(name):
+        bad = _REGISTRY_BAD_CHAR.search(name)
+        char = bad.group() if bad else "?"
+        problem = (
+            f"registry name {name!r} contains {char!r}: "
+            "only letters A-Z a-z, digits, '.', '_' and '-' are allowed"
+        )
+    elif name in (".", ".."):
+        problem = f"registry name {name!r} is reserved"
+    if problem is not None:
+        raise InvalidRegistryName(problem, [{"field": "registry", "message": problem}])
+    return name
+
+
+def _char_class(c: str) -> str:
+    if c.isdigit():
+        return "D"
+    if c.isupper():
+        return "U"
+    if c.islower():
+        return "L"
+    if c.isalpha():
+        return "O"  # caseless letter (CJK, ...)
+    return "M"  # combining marks and the like stay with their neighbours
+
+
+def split_identifier(name: str) -> list[str]:
+    """Split an identifier into lowercase words.
+
+    Splits on every non-alphanumeric character (``_ . / -`` ...), at lower-to-upper case
+    changes, before the last capital of an acronym (``HTTPResponse`` -> ``http response``)
+    and between digits and non-digits.
+
+    Args:
+        name: An identifier in snake_case, camelCase, dotted, slashed or dashed form.
+
+    Returns:
+        The words, lowercased; ``[]`` when the name has no letters or digits.
+    """
+    words: list[str] = []
+    for chunk in _SEPARATORS.split(unicodedata.normalize("NFC", name)):
+        if not chunk:
+            continue
+        classes = [_char_class(c) for c in chunk]
+        start = 0
+        for j in range(1, len(chunk)):
+            prev, cur = classes[j - 1], classes[j]
+            boundary = (
+                ((cur == "D") != (prev == "D"))
+                or (cur == "U" and prev == "L")
+                or ((cur == "O") != (prev == "O") and "M" not in (cur, prev))
+                or (cur == "U" and prev == "U" and j + 1 < len(chunk) and classes[j + 1] == "L")
+            )
+            if boundary:
+                words.append(chunk[start:j].lower())
+                start = j
+        words.append(chunk[start:].lower())
+    return words
+
+
+def _squash(text: str) -> str:
+    return " ".join(text.split())
+
+
+def tool_text(name: str, description: str, parameters: Any) -> str:
+    """Build the text that represents a tool in the dense and lexical indexes.
+
+    Lines: the name; its words (:func:`split_identifier`) unless identical to the name; the
+    description; then ``Parameters: a: desc; b`` over the top-level ``properties`` of the
+    schema, in order, each named by its words. Whitespace is collapsed, lone surrogates
+    become U+FFFD, and the result is capped at :data:`MAX_TEXT_CHARS`. Odd schemas are
+    tolerated: anything that is not a dict is ignored.
+
+    Args:
+        name: Tool name.
+        description: Tool description.
+        parameters: JSON schema of the arguments.
+
+    Returns:
+        The index text, deterministic for the same inputs.
+    """
+    lines = [name]
+    words = " ".join(split_identifier(name))
+    if words and words != name:
+        lines.append(words)
+    if isinstance(description, str) and description.strip():
+        lines.append(_squash(description))
+
+    properties = parameters.get("properties") if isinstance(parameters, dict) else None
+    if isinstance(properties, dict) and properties:
+        parts: list[str] = []
+        size = sum(len(line) + 1 for line in lines)
+        for key, spec in properties.items():
+            key = str(key)
+            label = " ".join(split_identifier(key)) or key
+            desc = spec.get("description") if isinstance(spec, dict) else None
+            part = f"{label}: {_squash(desc)}" if isinstance(desc, str) and desc.strip() else label
+            parts.append(part)
+            size += len(part) + 2
+            if size > MAX_TEXT_CHARS:
+                break
+        lines.append("Parameters: " + "; ".join(parts))
+
+    text = "\n".join(lines)[:MAX_TEXT_CHARS]
+    return _SURROGATE.sub("\ufffd", text)
