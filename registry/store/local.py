@@ -1,0 +1,192 @@
+"""Embedded default store: one directory per registry, one JSON file per version.
+
+Layout under ``root``::
+
+    registries/<name>/v00000007.json   newest complete version wins; older ones are pruned
+    embeddings/<model-key>.bin         append-only records: 32-byte content hash + float32 vector
+
+Every version is written to a temporary file, fsynced, renamed into place and the directory
+fsynced, so an acknowledged write survives a crash and a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from registry.store.base import RegistryRecord
+
+_VERSION_FILE = re.compile(r"^v(\d{8,})\.json$")
+_KEEP_VERSIONS = 2
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a crash leaves the old file or the new one, never a mix."""
+    tmp = path.with_name(f".tmp-{path.name}-{uuid.uuid4().hex}")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+class LocalStore:
+    """Registries and embeddings in a local directory (the embedded default)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._registries = self.root / "registries"
+        self._embeddings = self.root / "embeddings"
+        self._registries.mkdir(parents=True, exist_ok=True)
+        self._embeddings.mkdir(parents=True, exist_ok=True)
+        self._emb_lock = threading.Lock()
+        self._emb_cache: dict[str, dict[bytes, np.ndarray]] = {}
+        self._remove_leftovers()
+
+    # -- registries ---------------------------------------------------------------------------
+
+    def list_registries(self) -> list[str]:
+        return sorted(
+            entry.name
+            for entry in self._registries.iterdir()
+            if entry.is_dir() and not entry.name.startswith(".") and self._versions(entry)
+        )
+
+    def load(self, registry: str) -> RegistryRecord | None:
+        directory = self._registries / registry
+        if not directory.is_dir():
+            return None
+        for _, path in reversed(self._versions(directory)):
+            try:
+                return RegistryRecord.from_json(json.loads(path.read_bytes()))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # renames are atomic, so this is disk damage: fall back to the older one
+        return None
+
+    def save(self, record: RegistryRecord) -> None:
+        directory = self._registries / record.registry
+        created = not directory.exists()
+        directory.mkdir(parents=True, exist_ok=True)
+        if created:
+            _fsync_dir(self._registries)
+        payload = json.dumps(record.to_json(), ensure_ascii=False, separators=(",", ":"))
+        atomic_write_bytes(directory / f"v{record.version:08d}.json", payload.encode("utf-8"))
+        for _, old in self._versions(directory)[:-_KEEP_VERSIONS]:
+            old.unlink(missing_ok=True)
+
+    def delete(self, registry: str) -> bool:
+        directory = self._registries / registry
+        if not directory.is_dir():
+            return False
+        # One atomic rename makes the delete durable; the slow removal happens after.
+        trash = self._registries / f".deleted-{registry}-{uuid.uuid4().hex}"
+        os.replace(directory, trash)
+        _fsync_dir(self._registries)
+        shutil.rmtree(trash, ignore_errors=True)
+        return True
+
+    @staticmethod
+    def _versions(directory: Path) -> list[tuple[int, Path]]:
+        found = []
+        for entry in directory.iterdir():
+            match = _VERSION_FILE.match(entry.name)
+            if match:
+                found.append((int(match.group(1)), entry))
+        return sorted(found)
+
+    def _remove_leftovers(self) -> None:
+        for entry in self._registries.iterdir():
+            if entry.name.startswith(".deleted-"):
+                shutil.rmtree(entry, ignore_errors=True)
+            elif entry.is_dir():
+                for tmp in entry.glob(".tmp-*"):
+                    tmp.unlink(missing_ok=True)
+
+    # -- embedding cache ----------------------------------------------------------------------
+
+    def get_embeddings(self, model_id: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        with self._emb_lock:
+            cache = self._embedding_table(model_id)
+            found = {}
+            for content_hash in hashes:
+                vector = cache.get(bytes.fromhex(content_hash))
+                if vector is not None:
+                    found[content_hash] = vector
+            return found
+
+    def put_embeddings(self, model_id: str, vectors: Mapping[str, np.ndarray]) -> None:
+        if not vectors:
+            return
+        with self._emb_lock:
+            cache = self._embedding_table(model_id)
+            fresh = {bytes.fromhex(h): np.asarray(v, dtype=np.float32) for h, v in vectors.items()}
+            fresh = {k: v for k, v in fresh.items() if k not in cache}
+            if not fresh:
+                return
+            blob = b"".join(key + vector.tobytes() for key, vector in fresh.items())
+            path = self._embedding_file(model_id)
+            if not path.exists() or path.stat().st_size < 4:
+                dim = next(iter(fresh.values())).shape[0]
+                blob = dim.to_bytes(4, "little") + blob
+                with open(path, "wb"):
+                    pass  # start over: a file shorter than its header holds nothing
+            with open(path, "ab") as handle:
+                handle.write(blob)
+                handle.flush()
+                os.fsync(handle.fileno())
+            cache.update(fresh)
+
+    def _embedding_file(self, model_id: str) -> Path:
+        key = hashlib.sha256(model_id.encode("utf-8")).hexdigest()[:24]
+        return self._embeddings / f"{key}.bin"
+
+    def _embedding_table(self, model_id: str) -> dict[bytes, np.ndarray]:
+        table = self._emb_cache.get(model_id)
+        if table is not None:
+            return table
+        table = {}
+        path = self._embedding_file(model_id)
+        if path.exists():
+            raw = path.read_bytes()
+            table = _decode_records(raw, path)
+        self._emb_cache[model_id] = table
+        return table
+
+
+def _decode_records(raw: bytes, path: Path) -> dict[bytes, np.ndarray]:
+    """Parse the append-only embedding log; a torn tail from a crash mid-append is cut off."""
+    if len(raw) < 4:
+        return {}
+    # The vector size is recorded implicitly: every record is hash(32) + dim*4 bytes, and the
+    # file starts with a 4-byte little-endian dim header.
+    dim = int.from_bytes(raw[:4], "little")
+    record = 32 + 4 * dim
+    body = raw[4:]
+    whole = len(body) // record
+    if whole * record != len(body):
+        with open(path, "r+b") as handle:  # drop the torn record so later appends line up
+            handle.truncate(4 + whole * record)
+    table: dict[bytes, np.ndarray] = {}
+    for i in range(whole):
+        start = i * record
+        key = body[start : start + 32]
+        table[key] = np.frombuffer(body[start + 32 : start + record], dtype=np.float32).copy()
+    return table
