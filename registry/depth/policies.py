@@ -1,0 +1,254 @@
+"""Depth policies: how many of the ranked tools to put on the shortlist.
+
+Every policy takes the candidates' scores (descending), the registry size and a cap, and
+returns a depth ``k`` with ``1 <= k <= min(max_k, n_tools, len(scores))`` (0 only when there
+is nothing to show). The learned ``bor`` policy runs as ONNX through onnxruntime; this module
+never imports torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from registry.depth.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, depth_features
+from registry.errors import ArtifactError, PolicySchemaMismatch
+
+__all__ = [
+    "DepthPolicy",
+    "FixedPolicy",
+    "GapPolicy",
+    "ThresholdPolicy",
+    "OnnxDepthPolicy",
+    "MANIFEST_NAME",
+    "INPUT_NAME",
+    "OUTPUT_NAME",
+]
+
+MANIFEST_NAME = "manifest.json"
+INPUT_NAME = "features"
+OUTPUT_NAME = "q_values"  # (batch, 2) = [Q_stop, Q_continue]
+
+
+@runtime_checkable
+class DepthPolicy(Protocol):
+    """Chooses a shortlist depth from a ranked score list."""
+
+    name: str
+
+    def choose_depth(self, scores: np.ndarray, n_tools: int, max_k: int) -> int:
+        """Depth ``k``, ``1 <= k <= min(max_k, n_tools, len(scores))`` whenever ``n_tools >= 1``."""
+        ...
+
+
+def _upper(scores: np.ndarray, n_tools: int, max_k: int) -> int:
+    """The largest depth a policy may return (0: nothing can be shown)."""
+    return max(0, min(int(max_k), int(n_tools), len(scores)))
+
+
+class FixedPolicy:
+    """Always ``k`` tools (capped): the classic top-K."""
+
+    name = "fixed"
+
+    def __init__(self, k: int) -> None:
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        self.k = int(k)
+
+    def choose_depth(self, scores: np.ndarray, n_tools: int, max_k: int) -> int:
+        return min(self.k, _upper(scores, n_tools, max_k))
+
+    def __repr__(self) -> str:
+        return f"FixedPolicy(k={self.k})"
+
+
+class GapPolicy:
+    """Cut at the largest drop between consecutive scores.
+
+    Looks at the first ``u = min(max_k, n_tools, len(scores))`` candidates plus the next score
+    (when there is one) and stops just before the largest drop ``s_i - s_{i+1}``, i.e. at depth
+    ``i + 1``. Ties go to the shallowest cut; ``u <= 1`` returns ``u``.
+    """
+
+    name = "gap"
+
+    def choose_depth(self, scores: np.ndarray, n_tools: int, max_k: int) -> int:
+        u = _upper(scores, n_tools, max_k)
+        if u <= 1:
+            return u
+        s = np.asarray(scores, dtype=np.float64)[: min(u + 1, len(scores))]
+        drops = s[:-1] - s[1:]
+        if not np.isfinite(drops).all():
+            drops = np.nan_to_num(drops, nan=-np.inf, posinf=np.inf, neginf=-np.inf)
+        return int(np.argmax(drops)) + 1
+
+    def __repr__(self) -> str:
+        return "GapPolicy()"
+
+
+class ThresholdPolicy:
+    """Keep the tools scoring at least ``threshold`` (at least one, at most the cap)."""
+
+    name = "threshold"
+
+    def __init__(self, threshold: float) -> None:
+        if not math.isfinite(threshold):
+            raise ValueError(f"threshold must be finite, got {threshold}")
+        self.threshold = float(threshold)
+
+    def choose_depth(self, scores: np.ndarray, n_tools: int, max_k: int) -> int:
+        u = _upper(scores, n_tools, max_k)
+        if u == 0:
+            return 0
+        # scores are descending, so this is the length of the prefix above the threshold
+        above = int(np.count_nonzero(np.asarray(scores)[:u] >= self.threshold))
+        return max(1, above)
+
+    def __repr__(self) -> str:
+        return f"ThresholdPolicy(threshold={self.threshold})"
+
+
+def _load_manifest(directory: Path) -> dict[str, Any]:
+    path = directory / MANIFEST_NAME
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ArtifactError(f"depth policy manifest {path} not found", {"path": str(path)}) from exc
+    except (OSError, ValueError) as exc:
+        raise ArtifactError(f"cannot read depth policy manifest {path}: {exc}", {"path": str(path)}) from exc
+    if not isinstance(manifest, dict):
+        raise ArtifactError(f"{path}: manifest is not a JSON object", {"path": str(path)})
+    missing = [
+        key
+        for key in ("feature_schema_version", "feature_names", "onnx_file", "sha256")
+        if key not in manifest
+    ]
+    if missing:
+        raise ArtifactError(f"{path}: manifest lacks {missing}", {"path": str(path), "missing": missing})
+    return manifest
+
+
+class OnnxDepthPolicy:
+    """The learned BoR depth policy, served from an ONNX Q-network.
+
+    The network maps :func:`depth_features` rows to ``[Q_stop, Q_continue]``. One
+    ``session.run`` scores all ``D`` states of a request; the depth is the first ``k`` whose
+    ``Q_stop >= Q_continue``, else ``D``. ``D`` is also capped by the ``max_depth`` the
+    policy was trained with (deeper states were never seen in training).
+
+    Build with :meth:`from_dir`, which refuses artifacts built for another feature schema
+    (:class:`PolicySchemaMismatch`) and files whose sha256 differs from the manifest
+    (:class:`ArtifactError`).
+    """
+
+    def __init__(self, session: Any, manifest: dict[str, Any], name: str = "bor") -> None:
+        self._session = session
+        self.manifest = manifest
+        self.name = name
+        self.max_depth = int(manifest.get("max_depth") or 10**9)
+
+    @classmethod
+    def from_dir(cls, path: Path | str, *, threads: int = 1) -> OnnxDepthPolicy:
+        """Load ``<path>/manifest.json`` and the ONNX file it names.
+
+        Args:
+            path: artifact directory.
+            threads: onnxruntime intra-op threads (one request is ~1 µs of maths; keep 1).
+
+        Raises:
+            PolicySchemaMismatch: the manifest's feature schema differs from this code's.
+            ArtifactError: files missing or unreadable, sha256 mismatch, unexpected graph.
+        """
+        directory = Path(path)
+        manifest = _load_manifest(directory)
+        version = str(manifest["feature_schema_version"])
+        if version != FEATURE_SCHEMA_VERSION:
+            raise PolicySchemaMismatch(
+                f"depth policy in {directory} was trained on feature schema {version!r}, "
+                f"this build computes schema {FEATURE_SCHEMA_VERSION!r}; retrain or re-export it",
+                {"artifact": version, "expected": FEATURE_SCHEMA_VERSION, "path": str(directory)},
+            )
+        if tuple(manifest["feature_names"]) != FEATURE_NAMES:
+            raise PolicySchemaMismatch(
+                f"depth policy in {directory} lists other feature names than schema "
+                f"{FEATURE_SCHEMA_VERSION!r} defines",
+                {"artifact": manifest["feature_names"], "expected": list(FEATURE_NAMES)},
+            )
+        onnx_path = directory / str(manifest["onnx_file"])
+        if onnx_path.resolve().parent != directory.resolve():
+            raise ArtifactError(f"onnx_file {manifest['onnx_file']!r} must lie inside {directory}")
+        try:
+            blob = onnx_path.read_bytes()
+        except OSError as exc:
+            raise ArtifactError(f"cannot read {onnx_path}: {exc}", {"path": str(onnx_path)}) from exc
+        digest = hashlib.sha256(blob).hexdigest()
+        if digest != str(manifest["sha256"]).lower():
+            raise ArtifactError(
+                f"{onnx_path} sha256 {digest} does not match the manifest's {manifest['sha256']}",
+                {"path": str(onnx_path), "expected": manifest["sha256"], "actual": digest},
+            )
+        session = _make_session(blob, threads, onnx_path)
+        return cls(session, manifest, name=str(manifest.get("name", "bor")))
+
+    def q_values(self, scores: np.ndarray, n_tools: int, max_k: int) -> np.ndarray:
+        """``(D, 2)`` float32 ``[Q_stop, Q_continue]`` per depth (``D = 0``: empty)."""
+        d = min(_upper(scores, n_tools, max_k), self.max_depth)
+        if d == 0:
+            return np.zeros((0, 2), dtype=np.float32)
+        feats = depth_features(np.asarray(scores), n_tools, d)
+        (q,) = self._session.run([OUTPUT_NAME], {INPUT_NAME: feats})
+        return np.asarray(q)
+
+    def choose_depth(self, scores: np.ndarray, n_tools: int, max_k: int) -> int:
+        q = self.q_values(scores, n_tools, max_k)
+        d = q.shape[0]
+        if d == 0:
+            return 0
+        stop = np.flatnonzero(q[:, 0] >= q[:, 1])
+        return int(stop[0]) + 1 if stop.size else d
+
+    def __repr__(self) -> str:
+        return f"OnnxDepthPolicy(name={self.name!r}, sha256={str(self.manifest.get('sha256'))[:12]})"
+
+
+def _make_session(blob: bytes, threads: int, origin: Path) -> Any:
+    try:
+        import onnxruntime as ort
+    except ImportError as exc:  # pragma: no cover - onnxruntime is a core dependency
+        raise ArtifactError("onnxruntime is not installed; install tool-shortlist") from exc
+    available = ort.get_available_providers()
+    if "CPUExecutionProvider" not in available:
+        raise ArtifactError(
+            f"onnxruntime offers no CPUExecutionProvider (has {available}); "
+            "install the 'onnxruntime' CPU wheel"
+        )
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    try:
+        session = ort.InferenceSession(blob, sess_options=opts, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own opaque exception types
+        raise ArtifactError(f"onnxruntime cannot load {origin}: {exc}", {"path": str(origin)}) from exc
+    inputs = {i.name: i for i in session.get_inputs()}
+    outputs = {o.name for o in session.get_outputs()}
+    if INPUT_NAME not in inputs or OUTPUT_NAME not in outputs:
+        raise ArtifactError(
+            f"{origin}: graph must have input {INPUT_NAME!r} and output {OUTPUT_NAME!r}, "
+            f"has {sorted(inputs)} -> {sorted(outputs)}",
+            {"path": str(origin)},
+        )
+    shape = inputs[INPUT_NAME].shape
+    if len(shape) != 2 or (isinstance(shape[1], int) and shape[1] != len(FEATURE_NAMES)):
+        raise ArtifactError(
+            f"{origin}: input {INPUT_NAME!r} has shape {shape}, expected (batch, {len(FEATURE_NAMES)})",
+            {"path": str(origin)},
+        )
+    return session
