@@ -45,7 +45,13 @@ def fused_ranks(snapshot, queries, vectors, alpha: float) -> list[int]:
     out = []
     n = snapshot.n_tools
     for i, q in enumerate(queries):
-        scores = fuse(snapshot.dense.embeddings @ vectors[i], snapshot.lexical.scores(tokenize(q.query)), alpha)
+        tokens = tokenize(q.query)
+        lexical = snapshot.lexical.scores(tokens)
+        if alpha < 0:  # the max-normalised variant, for comparison: cos + |alpha| * bm25 / max bm25
+            peak = float(lexical.max())
+            scores = snapshot.dense.embeddings @ vectors[i] + (-alpha / peak if peak > 0 else 0.0) * lexical
+        else:
+            scores = fuse(snapshot.dense.embeddings @ vectors[i], lexical, snapshot.lexical.ceiling(tokens), alpha)
         ids, _ = top_k(scores, n)
         pos = np.empty(n, dtype=np.int64)
         pos[ids] = np.arange(n)
@@ -57,7 +63,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("data", nargs="+", type=Path)
     parser.add_argument("--max-queries", type=int, default=2000)
-    parser.add_argument("--alphas", default="0.05,0.1,0.2,0.3,0.5")
+    parser.add_argument(
+        "--alphas", default="0.4,0.8,1.2,-0.2",
+        help="hybrid weights; a negative value -a means the max-normalised variant with weight a",
+    )
     parser.add_argument("--cache", type=Path, default=Path("data/cache/embedder"))
     args = parser.parse_args()
     embedder = load_minilm(args.cache)
@@ -77,7 +86,8 @@ def main() -> None:
             episodes = rank_queries(snapshot, queries, embedder, scorer, depth=1)
             rows[scorer] = [e.first_gold_rank for e in episodes]
         for alpha in alphas:
-            rows[f"hybrid alpha={alpha}"] = fused_ranks(snapshot, queries, vectors, alpha)
+            label = f"hybrid alpha={alpha}" if alpha >= 0 else f"max-normalised alpha={-alpha}"
+            rows[label] = fused_ranks(snapshot, queries, vectors, alpha)
         rows["rrf c=60"] = rrf_ranks(snapshot, queries, vectors)
         for name, ranks in rows.items():
             print(

@@ -52,7 +52,7 @@ class Settings(BaseSettings):
     max_description_chars: int = Field(
         32_768, ge=16, description="Longest tool description."
     )
-    max_query_chars: int = Field(4096, ge=16, description="Longest query string.")
+    max_query_chars: int = Field(16_384, ge=16, description="Longest query string.")
 
     @field_validator("demo_registry", "embedder_cache_dir", mode="before")
     @classmethod

@@ -1,12 +1,14 @@
 """BM25 over tool text, with identifier-aware tokenisation (bm25s, Lucene variant).
 
-score(q, d) = sum over query terms t of IDF(t) * tf(t, d) * (k1 + 1) / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl))
+score(q, d) = sum over query terms t of IDF(t) * tf(t, d) / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl))
 with k1 = 1.5, b = 0.75 and IDF(t) = ln(1 + (N - df + 0.5) / (df + 0.5)).
 """
 
 from __future__ import annotations
 
+import math
 import re
+from collections import Counter
 from collections.abc import Sequence
 
 import bm25s
@@ -36,8 +38,17 @@ class LexicalIndex:
     def __init__(self, texts: Sequence[str]) -> None:
         self._n = len(texts)
         self._bm25 = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
+        corpus = [tokenize(text) for text in texts]
+        document_frequency: Counter[str] = Counter()
+        for tokens in corpus:
+            document_frequency.update(set(tokens))
+        # Lucene's tf part tf / (tf + k1 * (...)) is below 1, so sum(idf) bounds a query's score.
+        self._idf = {
+            term: math.log(1.0 + (self._n - df + 0.5) / (df + 0.5))
+            for term, df in document_frequency.items()
+        }
         if self._n:
-            self._bm25.index([tokenize(text) for text in texts], show_progress=False)
+            self._bm25.index(corpus, show_progress=False)
 
     def __len__(self) -> int:
         return self._n
@@ -47,6 +58,10 @@ class LexicalIndex:
         if not self._n or not query_tokens:
             return np.zeros(self._n, dtype=np.float32)
         return np.asarray(self._bm25.get_scores(list(query_tokens)), dtype=np.float32)
+
+    def ceiling(self, query_tokens: Sequence[str]) -> float:
+        """Upper bound of any tool's score for this query: the sum of its terms' IDF."""
+        return sum(self._idf.get(token, 0.0) for token in query_tokens)
 
     def search(self, query_tokens: Sequence[str], depth: int) -> tuple[np.ndarray, np.ndarray]:
         """Return ``(ids, scores)`` of the ``depth`` best tools, best first (ties by position)."""

@@ -1,0 +1,37 @@
+# The two commands: `make run` serves on the embedded default, `make test` runs every test.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: run test install install-test export-embedder bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# torch (CPU build, pinned) is only used once, to export MiniLM to ONNX; serving never imports it.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[train]'
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+
+run: install
+	$(BIN)/shortlist serve
+
+test: install-test
+	$(BIN)/python -m pytest -q
+
+bench: install
+	$(BIN)/python bench/latency.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,107 @@
+"""Does the shipped `bor` policy work on a registry it never saw? Measured over HTTP.
+
+    python bench/unseen_registry.py --data ../shared/data/toolbench_stable [--max-queries 765]
+
+Starts the real server, uploads the data set's tools.json as a registry, and for every query
+asks POST /shortlist twice: with the default policy, and with k=50 to learn where the gold tool
+ranks (which gives the found rate of every fixed K from the same ranking). Prints the policy's
+found rate, mean K and K distribution next to fixed K = 1, 3, 5, 10 and the fixed depth
+interpolated to the policy's mean K.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, required=True)
+    parser.add_argument("--max-queries", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-k", type=int, default=None)
+    parser.add_argument("--embedder-cache", type=Path, default=ROOT / "data" / "cache" / "embedder")
+    args = parser.parse_args()
+
+    tools = json.loads((args.data / "tools.json").read_text())
+    queries = [json.loads(line) for line in open(args.data / "queries.jsonl") if line.strip()]
+    if len(queries) > args.max_queries:
+        queries = random.Random(args.seed).sample(queries, args.max_queries)
+
+    port = free_port()
+    with tempfile.TemporaryDirectory() as data_dir:
+        env = dict(
+            os.environ, SHORTLIST_PORT=str(port), SHORTLIST_DATA_DIR=data_dir,
+            SHORTLIST_EMBEDDER_CACHE_DIR=str(args.embedder_cache), SHORTLIST_DEMO_REGISTRY="",
+            HF_HUB_OFFLINE="1",
+        )
+        server = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "serve", "--log-level", "warning"], env=env, cwd=ROOT
+        )
+        try:
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=300) as client:
+                for _ in range(600):
+                    try:
+                        if client.get("/readyz").status_code == 200:
+                            break
+                    except httpx.TransportError:
+                        pass
+                    time.sleep(0.2)
+                info = client.put("/registries/unseen", json=tools).raise_for_status().json()
+                ks, found, first_rank, rejected = [], [], [], []
+                for q in queries:
+                    body = {"registry": "unseen", "query": q["query"]}
+                    if args.max_k:
+                        body["max_k"] = args.max_k
+                    response = client.post("/shortlist", json=body)
+                    if response.status_code == 422:  # e.g. a query above SHORTLIST_MAX_QUERY_CHARS
+                        rejected.append(response.json()["error"]["message"])
+                        continue
+                    shown = response.raise_for_status().json()
+                    names = {t["name"] for t in shown["tools"]}
+                    ks.append(shown["k"])
+                    found.append(bool(names & set(q["gold"])))
+                    deep = client.post("/shortlist", json={**body, "k": 50}).raise_for_status().json()
+                    ranks = [t["rank"] for t in deep["tools"] if t["name"] in q["gold"]]
+                    first_rank.append(min(ranks) if ranks else 10**9)
+        finally:
+            server.terminate()
+            server.wait(30)
+
+    ks_arr, first = np.array(ks), np.array(first_rank)
+    fixed = {k: float(np.mean(first <= k)) for k in range(1, 51)}
+    mean_k = float(ks_arr.mean())
+    at_mean = float(np.interp(mean_k, list(fixed), list(fixed.values())))
+    dist = collections.Counter(ks)
+    print(f"registry {args.data.name}: N={info['tools']}, {len(ks)} queries (never trained on); "
+          f"{len(rejected)} rejected with 422: {collections.Counter(rejected).most_common(2)}")
+    print(f"bor      found {100 * np.mean(found):.1f}%  mean K {mean_k:.2f}  K std {ks_arr.std():.2f}  "
+          f"distinct K {len(dist)}: {dict(sorted(dist.items()))}")
+    print(f"fixed K at the same mean K (interpolated): found {100 * at_mean:.1f}%")
+    for k in (1, 3, 5, 10, 20):
+        print(f"fixed K={k:<3} found {100 * fixed[k]:.1f}%")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""Labelled benchmark data in the common format, and rankings of it under a scorer.
+
+A data directory holds ``tools.json`` (any tool JSON the service accepts) and ``queries.jsonl``
+with one ``{"id", "query", "gold": [names], "gold_alternatives"?: [[names]]}`` per line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from registry.depth.episodes import Episode
+from registry.index.embed import Embedder
+from registry.index.hybrid import HYBRID_ALPHA, Query, rank
+from registry.index.lexical import tokenize
+from registry.snapshot import Snapshot, build_snapshot
+from registry.store.memory import MemoryStore
+from registry.tools import Tool, ToolLimits, parse_tools
+
+
+@dataclass(frozen=True, slots=True)
+class LabelledQuery:
+    id: str
+    query: str
+    gold: tuple[str, ...]
+    gold_alternatives: tuple[tuple[str, ...], ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True, slots=True)
+class Dataset:
+    name: str
+    tools: list[Tool]
+    queries: list[LabelledQuery]
+
+
+def load_dataset(directory: Path, *, queries_file: str = "queries.jsonl") -> Dataset:
+    """Read ``tools.json`` and ``queries.jsonl``; queries whose gold is not in the registry are dropped."""
+    directory = Path(directory)
+    tools = parse_tools(json.loads((directory / "tools.json").read_text()), ToolLimits(max_tools=10**7))
+    names = {tool.name for tool in tools}
+    queries = []
+    with open(directory / queries_file, encoding="utf-8") as handle:
+        for line in handle:
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            gold = tuple(g for g in row["gold"] if g in names)
+            if not gold:
+                continue
+            alternatives = tuple(tuple(group) for group in row.get("gold_alternatives", []))
+            queries.append(LabelledQuery(str(row["id"]), row["query"], gold, alternatives))
+    return Dataset(directory.name, tools, queries)
+
+
+def index_dataset(tools: Sequence[Tool], embedder: Embedder, *, hnsw_min_tools: int = 10**9) -> Snapshot:
+    return build_snapshot("eval", 1, tools, embedder, MemoryStore(), hnsw_min_tools=hnsw_min_tools)
+
+
+def rank_queries(
+    snapshot: Snapshot,
+    queries: Sequence[LabelledQuery],
+    embedder: Embedder | None,
+    scorer: str,
+    *,
+    depth: int = 60,
+    alpha: float = HYBRID_ALPHA,
+    batch_size: int = 64,
+) -> list[Episode]:
+    """Rank every query and return one Episode each: top scores and the full ranks of its gold."""
+    vectors: np.ndarray | None = None
+    if scorer != "bm25":
+        assert embedder is not None
+        vectors = embedder.embed_documents([q.query for q in queries], batch_size=batch_size)
+    n = snapshot.n_tools
+    episodes = []
+    for i, labelled in enumerate(queries):
+        prepared = Query(
+            vector=None if vectors is None else vectors[i],
+            tokens=tokenize(labelled.query) if scorer != "dense" else [],
+        )
+        ids, scores = rank(scorer, prepared, snapshot.dense, snapshot.lexical, n, alpha)
+        position = np.empty(n, dtype=np.int64)
+        position[ids] = np.arange(ids.shape[0])
+        gold_ranks = np.array(
+            sorted(int(position[snapshot.by_name[g]]) for g in labelled.gold), dtype=np.int64
+        )
+        episodes.append(
+            Episode(
+                scores=scores[:depth].astype(np.float32),
+                gold_ranks=gold_ranks,
+                n_tools=n,
+                query_id=labelled.id,
+            )
+        )
+    return episodes
+
+
+def found_at(episodes: Sequence[Episode], k: int) -> float:
+    """Fraction of episodes with a gold tool in the top ``k``."""
+    if not episodes:
+        return 0.0
+    return float(np.mean([int(e.gold_ranks.min()) < k for e in episodes]))
+
+
+def dataset_episodes(
+    directory: Path,
+    embedder: Embedder | None,
+    scorer: str,
+    *,
+    max_queries: int | None = None,
+    seed: int = 0,
+    depth: int = 60,
+) -> tuple[list[Episode], dict[str, object]]:
+    """Rank a data directory's queries under ``scorer``; returns episodes and provenance."""
+    import hashlib
+    import random
+
+    data = load_dataset(directory)
+    queries = data.queries
+    if max_queries is not None and len(queries) > max_queries:
+        queries = random.Random(seed).sample(queries, max_queries)
+    snapshot = index_dataset(data.tools, embedder) if embedder else _lexical_only(data.tools)
+    episodes = rank_queries(snapshot, queries, embedder, scorer, depth=depth)
+    digest = hashlib.sha256((Path(directory) / "queries.jsonl").read_bytes()).hexdigest()
+    meta: dict[str, object] = {
+        "dataset": data.name,
+        "path": str(directory),
+        "queries_sha256": digest,
+        "scorer": scorer,
+        "n_tools": snapshot.n_tools,
+        "n_queries": len(episodes),
+        "sample_seed": seed,
+        "embedder": getattr(embedder, "model_id", None),
+    }
+    return episodes, meta
+
+
+def _lexical_only(tools: Sequence[Tool]) -> Snapshot:
+    from registry.index.embed import HashingEmbedder
+
+    return index_dataset(tools, HashingEmbedder())

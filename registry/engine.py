@@ -1,0 +1,332 @@
+"""The shortlist engine: registries in, adaptive shortlists out. No HTTP in here."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from registry import bor
+from registry.depth.features import FEATURE_WINDOW
+from registry.depth.policies import DepthPolicy, FixedPolicy, GapPolicy, ThresholdPolicy
+from registry.errors import PayloadTooLarge, RegistryNotFound, ToolNotFound, ValidationFailed
+from registry.index.embed import Embedder
+from registry.index.hybrid import SCORERS, Query, rank
+from registry.index.lexical import tokenize
+from registry.settings import Settings
+from registry.snapshot import Snapshot, build_snapshot
+from registry.store.base import RegistryRecord, Store
+from registry.tools import Tool, ToolLimits, parse_tools, validate_registry_name
+
+log = logging.getLogger(__name__)
+
+POLICIES: tuple[str, ...] = ("bor", "fixed", "gap", "threshold")
+MAX_K = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryInfo:
+    registry: str
+    version: int
+    tools: int
+
+
+@dataclass(frozen=True, slots=True)
+class ShortlistItem:
+    name: str
+    rank: int
+    score: float
+    definition: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Shortlist:
+    shortlist_id: str
+    registry: str
+    version: int
+    policy: str
+    scorer: str
+    k: int
+    n_tools: int
+    p_rand: float
+    bor_max_bits: float
+    tools: list[ShortlistItem]
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class ShortlistEngine:
+    """Owns the registry snapshots and answers shortlist queries.
+
+    Reads take the current snapshot reference once and never lock; writes to one registry are
+    serialised, build a new snapshot off to the side, persist it, then swap the reference.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        embedder: Embedder,
+        bor_policy: DepthPolicy,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.embedder = embedder
+        self.bor_policy = bor_policy
+        self.limits = ToolLimits(
+            max_tools=settings.max_tools_per_registry,
+            max_tool_bytes=settings.max_tool_bytes,
+            max_description_chars=settings.max_description_chars,
+        )
+        self._snapshots: dict[str, Snapshot] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        self._gap = GapPolicy()
+        self._threshold = ThresholdPolicy(settings.threshold)
+
+    # -- loading ------------------------------------------------------------------------------
+
+    def load_all(self) -> int:
+        """Load every stored registry (latest version) into memory; returns how many."""
+        for name in self.store.list_registries():
+            record = self.store.load(name)
+            if record is None:
+                continue
+            tools = parse_tools(record.tools, self.limits)
+            self._install(self._build(name, record.version, tools, record.equivalents))
+        return len(self._snapshots)
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def list_registries(self) -> list[RegistryInfo]:
+        snapshots = self._snapshots
+        return [
+            RegistryInfo(s.registry, s.version, s.n_tools)
+            for s in sorted(snapshots.values(), key=lambda s: s.registry)
+        ]
+
+    def snapshot(self, registry: str) -> Snapshot:
+        snap = self._snapshots.get(registry)
+        if snap is None:
+            raise RegistryNotFound(registry)
+        return snap
+
+    def has_registry(self, registry: str) -> bool:
+        return registry in self._snapshots
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def put_registry(self, registry: str, payload: Any) -> RegistryInfo:
+        """Replace the registry's tools (creating it if needed); the version increases."""
+        validate_registry_name(registry)
+        tools = parse_tools(payload, self.limits)
+        with self._lock(registry):
+            current = self._snapshots.get(registry)
+            version = self._next_version(registry, current)
+            return self._commit(registry, version, tools, ())
+
+    def upsert_tools(self, registry: str, payload: Any) -> RegistryInfo:
+        """Add or replace tools by name, keeping the others; creates the registry if missing."""
+        validate_registry_name(registry)
+        incoming = parse_tools(payload, self.limits)
+        with self._lock(registry):
+            current = self._snapshots.get(registry)
+            merged: dict[str, Tool] = {t.name: t for t in current.tools} if current else {}
+            for tool in incoming:
+                merged[tool.name] = tool
+            tools = list(merged.values())
+            if len(tools) > self.limits.max_tools:
+                raise PayloadTooLarge(
+                    f"registry {registry!r} would hold {len(tools)} tools; "
+                    f"the limit is {self.limits.max_tools}",
+                    {"tools": len(tools), "limit": self.limits.max_tools},
+                )
+            version = self._next_version(registry, current)
+            equivalents = current.equivalents if current else ()
+            return self._commit(registry, version, tools, equivalents)
+
+    def delete_registry(self, registry: str) -> None:
+        with self._lock(registry):
+            if registry not in self._snapshots:
+                raise RegistryNotFound(registry)
+            self.store.delete(registry)
+            snapshots = dict(self._snapshots)
+            snapshots.pop(registry, None)
+            self._snapshots = snapshots
+
+    def delete_tool(self, registry: str, name: str) -> RegistryInfo:
+        with self._lock(registry):
+            current = self.snapshot(registry)
+            if name not in current.by_name:
+                raise ToolNotFound(registry, name)
+            tools = [t for t in current.tools if t.name != name]
+            equivalents = tuple(
+                kept
+                for group in current.equivalents
+                if len(kept := tuple(n for n in group if n != name)) > 1
+            )
+            return self._commit(registry, current.version + 1, tools, equivalents)
+
+    # -- queries --------------------------------------------------------------------------------
+
+    def shortlist(
+        self,
+        registry: str,
+        query: str,
+        *,
+        k: int | None = None,
+        max_k: int | None = None,
+        policy: str | None = None,
+        scorer: str | None = None,
+    ) -> Shortlist:
+        """Rank the registry's tools for ``query`` and cut the list where the policy says."""
+        started = time.perf_counter()
+        policy_name, scorer_name, cap = self._check_query(query, k, max_k, policy, scorer)
+        snap = self.snapshot(registry)
+        n = snap.n_tools
+        if k is not None:
+            policy_name = "fixed"
+        timings: dict[str, float] = {}
+
+        t0 = time.perf_counter()
+        vector = self.embedder.embed_query(query) if scorer_name != "bm25" else None
+        prepared = Query(vector=vector, tokens=tokenize(query) if scorer_name != "dense" else [])
+        t1 = time.perf_counter()
+        timings["embed"] = t1 - t0
+
+        wanted = k if k is not None else max(cap, FEATURE_WINDOW)
+        ids, scores = rank(scorer_name, prepared, snap.dense, snap.lexical, min(wanted, n))
+        t2 = time.perf_counter()
+        timings["search"] = t2 - t1
+
+        depth = self._choose_depth(policy_name, scores, n, k, cap)
+        t3 = time.perf_counter()
+        timings["policy"] = t3 - t2
+
+        items = [
+            ShortlistItem(
+                name=snap.tools[int(i)].name,
+                rank=r + 1,
+                score=float(s),
+                definition=snap.tools[int(i)].definition,
+            )
+            for r, (i, s) in enumerate(zip(ids[:depth], scores[:depth]))
+        ]
+        p_rand = bor.p_rand(n, 1, depth) if n and depth else 0.0
+        timings["total"] = time.perf_counter() - started
+        return Shortlist(
+            shortlist_id=uuid.uuid4().hex,
+            registry=registry,
+            version=snap.version,
+            policy=policy_name,
+            scorer=scorer_name,
+            k=len(items),
+            n_tools=n,
+            p_rand=p_rand,
+            bor_max_bits=bor.bor_max_bits(n, 1, depth) if n and depth else 0.0,
+            tools=items,
+            timings=timings,
+        )
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _check_query(
+        self, query: str, k: int | None, max_k: int | None, policy: str | None, scorer: str | None
+    ) -> tuple[str, str, int]:
+        problems = []
+        if not query.strip():
+            problems.append({"field": "query", "message": "must not be empty"})
+        elif len(query) > self.settings.max_query_chars:
+            problems.append(
+                {
+                    "field": "query",
+                    "message": f"is {len(query)} characters; the limit is "
+                    f"{self.settings.max_query_chars}",
+                }
+            )
+        for field_name, value in (("k", k), ("max_k", max_k)):
+            if value is not None and not 1 <= value <= MAX_K:
+                problems.append(
+                    {"field": field_name, "message": f"must be between 1 and {MAX_K}, got {value}"}
+                )
+        policy_name = policy or self.settings.default_policy
+        scorer_name = scorer or self.settings.default_scorer
+        if policy_name not in POLICIES:
+            problems.append(
+                {"field": "policy", "message": f"unknown policy {policy_name!r}; use one of {list(POLICIES)}"}
+            )
+        if scorer_name not in SCORERS:
+            problems.append(
+                {"field": "scorer", "message": f"unknown scorer {scorer_name!r}; use one of {list(SCORERS)}"}
+            )
+        if problems:
+            summary = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
+            raise ValidationFailed(f"invalid shortlist request: {summary}", problems)
+        return policy_name, scorer_name, max_k or self.settings.default_max_k
+
+    def _choose_depth(
+        self, policy: str, scores: np.ndarray, n: int, k: int | None, cap: int
+    ) -> int:
+        available = int(scores.shape[0])
+        if available == 0:
+            return 0
+        if k is not None:
+            return min(k, available)
+        chosen: DepthPolicy
+        if policy == "bor":
+            chosen = self.bor_policy
+        elif policy == "gap":
+            chosen = self._gap
+        elif policy == "threshold":
+            chosen = self._threshold
+        else:
+            chosen = FixedPolicy(self.settings.fixed_k)
+        return min(chosen.choose_depth(scores, n, cap), cap, available)
+
+    def _lock(self, registry: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(registry, threading.Lock())
+
+    def _next_version(self, registry: str, current: Snapshot | None) -> int:
+        if current is not None:
+            return current.version + 1
+        stored = self.store.load(registry)
+        return stored.version + 1 if stored else 1
+
+    def _build(
+        self, registry: str, version: int, tools: list[Tool], equivalents: Any
+    ) -> Snapshot:
+        return build_snapshot(
+            registry,
+            version,
+            tools,
+            self.embedder,
+            self.store,
+            hnsw_min_tools=self.settings.hnsw_min_tools,
+            equivalents=equivalents,
+        )
+
+    def _commit(
+        self, registry: str, version: int, tools: list[Tool], equivalents: Any
+    ) -> RegistryInfo:
+        snap = self._build(registry, version, tools, equivalents)
+        self.store.save(
+            RegistryRecord(
+                registry=registry,
+                version=version,
+                tools=[t.definition for t in tools],
+                equivalents=[list(g) for g in equivalents],
+            )
+        )
+        self._install(snap)
+        return RegistryInfo(registry, version, len(tools))
+
+    def _install(self, snap: Snapshot) -> None:
+        snapshots = dict(self._snapshots)
+        snapshots[snap.registry] = snap
+        self._snapshots = snapshots  # one reference swap: readers see old or new, never half
+

@@ -1,0 +1,77 @@
+"""Immutable registry snapshots: tools, embeddings, FAISS and BM25 indexes of one version."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from registry.index.dense import DenseIndex
+from registry.index.embed import Embedder
+from registry.index.lexical import LexicalIndex
+from registry.store.base import Store
+from registry.tools import Tool
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """One registry version, ready to serve. Never mutated: updates build a new snapshot."""
+
+    registry: str
+    version: int
+    tools: tuple[Tool, ...]
+    by_name: dict[str, int]
+    dense: DenseIndex
+    lexical: LexicalIndex
+    equivalents: tuple[tuple[str, ...], ...] = field(default_factory=tuple)
+
+    @property
+    def n_tools(self) -> int:
+        return len(self.tools)
+
+    def definitions(self) -> list[dict[str, Any]]:
+        return [tool.definition for tool in self.tools]
+
+
+def embed_tools(tools: Sequence[Tool], embedder: Embedder, store: Store) -> np.ndarray:
+    """Embeddings of ``tools`` in order, reusing the store's cache keyed by content hash."""
+    hashes = [tool.content_hash() for tool in tools]
+    cached = store.get_embeddings(embedder.model_id, list(dict.fromkeys(hashes)))
+    missing: dict[str, str] = {}
+    for tool, content_hash in zip(tools, hashes):
+        if content_hash not in cached and content_hash not in missing:
+            missing[content_hash] = tool.text()
+    if missing:
+        vectors = embedder.embed_documents(list(missing.values()))
+        fresh = dict(zip(missing.keys(), vectors))
+        store.put_embeddings(embedder.model_id, fresh)
+        cached.update(fresh)
+    matrix = np.empty((len(tools), embedder.dim), dtype=np.float32)
+    for row, content_hash in enumerate(hashes):
+        matrix[row] = cached[content_hash]
+    return matrix
+
+
+def build_snapshot(
+    registry: str,
+    version: int,
+    tools: Sequence[Tool],
+    embedder: Embedder,
+    store: Store,
+    *,
+    hnsw_min_tools: int,
+    equivalents: Sequence[Sequence[str]] = (),
+) -> Snapshot:
+    """Embed (through the cache) and index ``tools`` into a servable snapshot."""
+    embeddings = embed_tools(tools, embedder, store)
+    return Snapshot(
+        registry=registry,
+        version=version,
+        tools=tuple(tools),
+        by_name={tool.name: i for i, tool in enumerate(tools)},
+        dense=DenseIndex(embeddings, hnsw_min_tools=hnsw_min_tools),
+        lexical=LexicalIndex([tool.text() for tool in tools]),
+        equivalents=tuple(tuple(group) for group in equivalents),
+    )

@@ -1,0 +1,91 @@
+"""The ``shortlist`` command: ``serve`` now; training and evaluation commands join it later."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from registry.errors import ShortlistError
+    from registry.settings import Settings
+    from service.app import create_app
+
+    overrides = {
+        key: value
+        for key, value in (("host", args.host), ("port", args.port), ("data_dir", args.data_dir))
+        if value is not None
+    }
+    settings = Settings(**overrides)
+    try:
+        app = create_app(settings)
+    except ShortlistError as exc:
+        logging.getLogger("shortlist").error("cannot start: %s", exc.message)
+        return 2
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level)
+    return 0
+
+
+def _episodes(args: argparse.Namespace) -> int:
+    from registry.datasets import dataset_episodes
+    from registry.depth.episodes import save_episodes
+    from registry.index.embed import load_minilm
+    from registry.settings import Settings
+
+    embedder = None if args.scorer == "bm25" else load_minilm(Settings().resolved_embedder_cache())
+    episodes, meta = dataset_episodes(
+        args.data, embedder, args.scorer, max_queries=args.max_queries, seed=args.seed
+    )
+    save_episodes(args.out, episodes, meta)
+    print(f"{len(episodes)} episodes ({meta['dataset']}, N={meta['n_tools']}, {args.scorer}) -> {args.out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="shortlist", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the HTTP service")
+    serve.add_argument("--host", default=None, help="bind address (SHORTLIST_HOST)")
+    serve.add_argument("--port", type=int, default=None, help="port (SHORTLIST_PORT)")
+    serve.add_argument("--data-dir", type=Path, default=None, help="data directory (SHORTLIST_DATA_DIR)")
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.set_defaults(handler=_serve)
+
+    episodes = commands.add_parser(
+        "episodes", help="rank a labelled data set (tools.json + queries.jsonl) into training episodes"
+    )
+    episodes.add_argument("--data", type=Path, required=True)
+    episodes.add_argument("--scorer", default="hybrid", choices=["dense", "bm25", "hybrid"])
+    episodes.add_argument("--max-queries", type=int, default=None)
+    episodes.add_argument("--seed", type=int, default=0)
+    episodes.add_argument("--out", type=Path, required=True)
+    episodes.set_defaults(handler=_episodes)
+
+    # `train` hands its arguments to the trainer's own parser (see `shortlist train --help`).
+    commands.add_parser("train", help="train a DQN depth policy on episode files", add_help=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["train"]:
+        from registry.depth.train import main as train_main
+
+        return train_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    return int(args.handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

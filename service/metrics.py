@@ -1,0 +1,83 @@
+"""Prometheus metrics. Labels are bounded: registry names are admin-controlled, never queries."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from registry.engine import Shortlist
+
+LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.007, 0.008, 0.01, 0.0125, 0.015,
+    0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5,
+)
+K_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50, 100, 1000)
+STAGES = ("embed", "search", "policy", "total")
+
+
+class Metrics:
+    """All service metrics, in a registry of their own so that apps in one process don't clash."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.stage_seconds = Histogram(
+            "shortlist_request_duration_seconds",
+            "Time spent answering POST /shortlist, per stage.",
+            ["stage"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.requests = Counter(
+            "shortlist_requests",
+            "Shortlists served.",
+            ["registry", "policy"],
+            registry=self.registry,
+        )
+        self.k = Histogram(
+            "shortlist_k",
+            "Length of the shortlists served.",
+            ["registry"],
+            buckets=K_BUCKETS,
+            registry=self.registry,
+        )
+        self.registry_tools = Gauge(
+            "shortlist_registry_tools",
+            "Tools in each registry's current version.",
+            ["registry"],
+            registry=self.registry,
+        )
+        self.registry_version = Gauge(
+            "shortlist_registry_version",
+            "Current version of each registry.",
+            ["registry"],
+            registry=self.registry,
+        )
+        self.http_requests = Counter(
+            "shortlist_http_requests",
+            "HTTP requests by route template and status code.",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.ready = Gauge(
+            "shortlist_ready", "1 once models, policy and registries are loaded.",
+            registry=self.registry,
+        )
+        for stage in STAGES:  # export every series from the start, at zero
+            self.stage_seconds.labels(stage)
+
+    def observe_shortlist(self, result: Shortlist) -> None:
+        for stage in STAGES:
+            if stage in result.timings:
+                self.stage_seconds.labels(stage).observe(result.timings[stage])
+        self.requests.labels(result.registry, result.policy).inc()
+        self.k.labels(result.registry).observe(result.k)
+
+    def set_registry(self, registry: str, version: int, tools: int) -> None:
+        self.registry_tools.labels(registry).set(tools)
+        self.registry_version.labels(registry).set(version)
+
+    def drop_registry(self, registry: str) -> None:
+        for gauge in (self.registry_tools, self.registry_version):
+            try:
+                gauge.remove(registry)
+            except KeyError:
+                pass

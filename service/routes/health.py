@@ -1,0 +1,33 @@
+"""Liveness, readiness and Prometheus metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from service.deps import StateDep
+from service.errors import error_response
+from service.schemas import ErrorResponse, Health
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz", response_model=Health)
+def healthz() -> Health:
+    """Liveness: the process is up and answering."""
+    return Health(status="ok")
+
+
+@router.get("/readyz", response_model=Health, responses={503: {"model": ErrorResponse}})
+def readyz(state: StateDep) -> Response | Health:
+    """Readiness: 200 once the model, the policy and every registry are loaded, else 503."""
+    if state.ready:
+        return Health(status="ready")
+    reason = state.load_error or "models and registries are still loading"
+    return error_response(503, "unhealthy", f"not ready: {reason}")
+
+
+@router.get("/metrics", response_class=Response)
+def metrics(state: StateDep) -> Response:
+    """Prometheus metrics in the text exposition format."""
+    return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,98 @@
+"""Shared fixtures. Nothing here reads ../shared: tests carry their own small data."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+POLICY_DIR = ROOT / "models" / "default"
+
+
+class CountingEmbedder:
+    """Wraps an embedder and counts the documents it embeds (to test the embedding cache)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.dim = inner.dim
+        self.documents = 0
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.inner.embed_query(text)
+
+    def embed_documents(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
+        self.documents += len(texts)
+        return self.inner.embed_documents(texts, batch_size)
+
+
+@pytest.fixture
+def hashing_embedder():
+    from registry.index.embed import HashingEmbedder
+
+    return CountingEmbedder(HashingEmbedder())
+
+
+@pytest.fixture(scope="session")
+def bor_policy():
+    from registry.depth.policies import OnnxDepthPolicy
+
+    return OnnxDepthPolicy.from_dir(POLICY_DIR)
+
+
+@pytest.fixture
+def settings(tmp_path: Path):
+    from registry.settings import Settings
+
+    return Settings(data_dir=tmp_path / "data", demo_registry=None)
+
+
+@pytest.fixture(scope="session")
+def minilm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real MiniLM ONNX export per test session (about 5 s)."""
+    from registry.index.embed import ensure_minilm_onnx
+
+    cache = tmp_path_factory.mktemp("embedder")
+    ensure_minilm_onnx(cache)
+    return cache
+
+
+@pytest.fixture(scope="session")
+def minilm(minilm_cache: Path):
+    from registry.index.embed import load_minilm
+
+    return load_minilm(minilm_cache)
+
+
+def weather_tools() -> list[dict]:
+    return [
+        {"name": "get_weather", "description": "Current weather for a city.",
+         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
+        {"type": "function", "function": {"name": "send_email", "description": "Send an email.",
+         "parameters": {"type": "object", "properties": {"to": {"type": "string"}}}}},
+        {"name": "convert_currency", "description": "Convert money between currencies.",
+         "input_schema": {"type": "object", "properties": {"amount": {"type": "number"}}}},
+        {"name": "fs/read_file", "description": "Read a file from disk.",
+         "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}}},
+    ]
+
+
+@pytest.fixture
+def tools_payload() -> list[dict]:
+    return weather_tools()
+
+
+@pytest.fixture
+def engine(settings, hashing_embedder, bor_policy) -> Iterator:
+    from registry.engine import ShortlistEngine
+    from registry.store.local import LocalStore
+
+    yield ShortlistEngine(settings, LocalStore(settings.data_dir), hashing_embedder, bor_policy)

@@ -1,0 +1,142 @@
+"""The engine with a fast fake embedder: writes, versions, cache reuse, shortlist rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from registry.engine import ShortlistEngine
+from registry.errors import (
+    InvalidRegistryName,
+    InvalidToolDefinition,
+    PayloadTooLarge,
+    RegistryNotFound,
+    ToolNotFound,
+    ValidationFailed,
+)
+from registry.store.local import LocalStore
+
+
+def test_put_creates_and_versions_increase(engine, tools_payload):
+    first = engine.put_registry("r", tools_payload)
+    second = engine.put_registry("r", {"tools": tools_payload[:2]})
+    assert (first.version, first.tools) == (1, 4)
+    assert (second.version, second.tools) == (2, 2)
+    assert [i.registry for i in engine.list_registries()] == ["r"]
+
+
+def test_invalid_upload_changes_nothing(engine, tools_payload):
+    engine.put_registry("r", tools_payload)
+    bad = tools_payload + [{"name": ""}, {"description": 3}]
+    with pytest.raises(InvalidToolDefinition) as err:
+        engine.put_registry("r", bad)
+    assert {d["index"] for d in err.value.details} == {4, 5}
+    snap = engine.snapshot("r")
+    assert snap.version == 1 and snap.n_tools == 4
+    assert engine.store.load("r").version == 1
+
+
+def test_bad_registry_name(engine, tools_payload):
+    with pytest.raises(InvalidRegistryName):
+        engine.put_registry("../etc", tools_payload)
+
+
+def test_upsert_merges_by_name_and_keeps_definitions(engine, tools_payload):
+    engine.put_registry("r", tools_payload[:2])
+    changed = {"name": "get_weather", "description": "Weather now and later.", "x-extra": [1]}
+    info = engine.upsert_tools("r", [changed, tools_payload[3]])
+    assert (info.version, info.tools) == (2, 3)
+    definitions = engine.snapshot("r").definitions()
+    assert changed in definitions and tools_payload[1] in definitions
+
+
+def test_upsert_creates_missing_registry_and_respects_the_tool_limit(settings, hashing_embedder, bor_policy, tools_payload):
+    small = settings.model_copy(update={"max_tools_per_registry": 4})
+    engine = ShortlistEngine(small, LocalStore(small.data_dir), hashing_embedder, bor_policy)
+    assert engine.upsert_tools("new", tools_payload[:3]).version == 1
+    with pytest.raises(PayloadTooLarge):
+        engine.upsert_tools("new", [{"name": "x"}, {"name": "y"}])
+    assert engine.snapshot("new").n_tools == 3
+
+
+def test_deletes(engine, tools_payload):
+    engine.put_registry("r", tools_payload)
+    engine.delete_tool("r", "fs/read_file")
+    assert "fs/read_file" not in engine.snapshot("r").by_name
+    with pytest.raises(ToolNotFound):
+        engine.delete_tool("r", "fs/read_file")
+    engine.delete_registry("r")
+    with pytest.raises(RegistryNotFound):
+        engine.snapshot("r")
+    with pytest.raises(RegistryNotFound):
+        engine.delete_registry("r")
+
+
+def test_reupload_reuses_cached_embeddings_across_restarts(settings, hashing_embedder, bor_policy, tools_payload):
+    engine = ShortlistEngine(settings, LocalStore(settings.data_dir), hashing_embedder, bor_policy)
+    engine.put_registry("r", tools_payload)
+    assert hashing_embedder.documents == 4
+    engine.put_registry("r", tools_payload)
+    assert hashing_embedder.documents == 4
+    restarted = ShortlistEngine(settings, LocalStore(settings.data_dir), hashing_embedder, bor_policy)
+    assert restarted.load_all() == 1
+    assert hashing_embedder.documents == 4
+    assert restarted.snapshot("r").version == 2
+    restarted.upsert_tools("r", [{"name": "new_tool", "description": "Brand new."}])
+    assert hashing_embedder.documents == 5
+
+
+def test_shortlist_shape_and_rules(engine, tools_payload):
+    engine.put_registry("r", tools_payload)
+    result = engine.shortlist("r", "what is the weather in Paris")
+    assert result.k == len(result.tools) >= 1
+    assert result.tools[0].name == "get_weather"
+    assert [t.rank for t in result.tools] == list(range(1, result.k + 1))
+    assert result.p_rand == pytest.approx(result.k / 4)
+    assert set(result.timings) == {"embed", "search", "policy", "total"}
+
+    fixed = engine.shortlist("r", "weather", k=3)
+    assert (fixed.policy, fixed.k) == ("fixed", 3)
+    everything = engine.shortlist("r", "weather", k=1000)
+    assert everything.k == 4  # k above the registry size returns the whole registry
+    scores = [t.score for t in everything.tools]
+    assert scores == sorted(scores, reverse=True)
+
+
+@pytest.mark.parametrize("scorer", ["dense", "bm25", "hybrid"])
+@pytest.mark.parametrize("policy", ["bor", "fixed", "gap", "threshold"])
+def test_every_policy_and_scorer_stays_within_bounds(engine, tools_payload, scorer, policy):
+    engine.put_registry("r", tools_payload)
+    result = engine.shortlist("r", "read a file", policy=policy, scorer=scorer, max_k=2)
+    assert 1 <= result.k <= 2
+    assert (result.policy, result.scorer) == (policy, scorer)
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"query": "  "}, "query"),
+        ({"query": "x" * 20_000}, "query"),
+        ({"query": "q", "k": 0}, "k"),
+        ({"query": "q", "k": 1001}, "k"),
+        ({"query": "q", "max_k": 0}, "max_k"),
+        ({"query": "q", "policy": "magic"}, "policy"),
+        ({"query": "q", "scorer": "magic"}, "scorer"),
+    ],
+)
+def test_bad_shortlist_requests_name_the_field(engine, tools_payload, kwargs, field):
+    engine.put_registry("r", tools_payload)
+    query = kwargs.pop("query")
+    with pytest.raises(ValidationFailed) as err:
+        engine.shortlist("r", query, **kwargs)
+    assert [d["field"] for d in err.value.details] == [field]
+
+
+def test_empty_registry_gives_an_empty_shortlist(engine):
+    engine.put_registry("empty", [])
+    result = engine.shortlist("empty", "anything")
+    assert result.k == 0 and result.tools == [] and result.n_tools == 0
+
+
+def test_unknown_registry(engine):
+    with pytest.raises(RegistryNotFound):
+        engine.shortlist("nope", "q")
