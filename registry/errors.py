@@ -33,6 +33,16 @@ class ToolNotFound(NotFound):
         )
 
 
+class ShortlistNotFound(NotFound):
+    """Feedback quotes a shortlist id the service never served or no longer remembers."""
+
+    def __init__(self, shortlist_id: str) -> None:
+        super().__init__(
+            f"shortlist {shortlist_id!r} is unknown or has expired",
+            {"shortlist_id": shortlist_id},
+        )
+
+
 class ValidationFailed(ShortlistError):
     """Input is well-formed JSON but breaks a rule; ``details`` lists every problem."""
 
