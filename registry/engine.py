@@ -15,6 +15,7 @@ from registry import bor
 from registry.depth.features import FEATURE_WINDOW
 from registry.depth.policies import DepthPolicy, FixedPolicy, GapPolicy, ThresholdPolicy
 from registry.errors import PayloadTooLarge, RegistryNotFound, ToolNotFound, ValidationFailed
+from registry.feedback import validate_equivalents
 from registry.index.embed import Embedder
 from registry.index.hybrid import SCORERS, Query, rank
 from registry.index.lexical import tokenize
@@ -57,6 +58,10 @@ class Shortlist:
     bor_max_bits: float
     tools: list[ShortlistItem]
     timings: dict[str, float] = field(default_factory=dict)
+
+
+def _equivalents_field(payload: Any) -> Any:
+    return payload.get("equivalents") if isinstance(payload, dict) else None
 
 
 class ShortlistEngine:
@@ -115,22 +120,34 @@ class ShortlistEngine:
             raise RegistryNotFound(registry)
         return snap
 
+    def current(self, registry: str) -> Snapshot | None:
+        """The registry's current snapshot, or None."""
+        return self._snapshots.get(registry)
+
     def has_registry(self, registry: str) -> bool:
         return registry in self._snapshots
 
     # -- writes ---------------------------------------------------------------------------------
 
     def put_registry(self, registry: str, payload: Any) -> RegistryInfo:
-        """Replace the registry's tools (creating it if needed); the version increases."""
+        """Replace the registry's tools and equivalents (creating it if needed).
+
+        ``payload`` is a tool array or ``{"tools": [...], "equivalents": [[names], ...]}``;
+        the version increases.
+        """
         validate_registry_name(registry)
         tools = parse_tools(payload, self.limits)
+        equivalents = validate_equivalents(_equivalents_field(payload), {t.name for t in tools})
         with self._lock(registry):
             current = self._snapshots.get(registry)
             version = self._next_version(registry, current)
-            return self._commit(registry, version, tools, ())
+            return self._commit(registry, version, tools, equivalents)
 
     def upsert_tools(self, registry: str, payload: Any) -> RegistryInfo:
-        """Add or replace tools by name, keeping the others; creates the registry if missing."""
+        """Add or replace tools by name, keeping the others; creates the registry if missing.
+
+        Existing equivalence groups are kept; groups in the payload are merged into them.
+        """
         validate_registry_name(registry)
         incoming = parse_tools(payload, self.limits)
         with self._lock(registry):
@@ -139,6 +156,7 @@ class ShortlistEngine:
             for tool in incoming:
                 merged[tool.name] = tool
             tools = list(merged.values())
+            added = validate_equivalents(_equivalents_field(payload), merged)
             if len(tools) > self.limits.max_tools:
                 raise PayloadTooLarge(
                     f"registry {registry!r} would hold {len(tools)} tools; "
@@ -146,7 +164,8 @@ class ShortlistEngine:
                     {"tools": len(tools), "limit": self.limits.max_tools},
                 )
             version = self._next_version(registry, current)
-            equivalents = current.equivalents if current else ()
+            kept = [list(g) for g in current.equivalents] if current else []
+            equivalents = validate_equivalents(kept + added, merged) if added else kept
             return self._commit(registry, version, tools, equivalents)
 
     def delete_registry(self, registry: str) -> None:

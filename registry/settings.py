@@ -39,6 +39,22 @@ class Settings(BaseSettings):
     fixed_k: int = Field(5, ge=1, le=1000, description="Depth of the 'fixed' policy when no k is sent.")
     threshold: float = Field(0.35, description="Score cut-off of the 'threshold' policy.")
 
+    feedback_retention_seconds: float = Field(
+        3600.0, gt=0, description="How long a shortlist id accepts feedback."
+    )
+    max_remembered_shortlists: int = Field(
+        200_000, ge=1, description="Most shortlists remembered for feedback (oldest evicted)."
+    )
+    live_window_seconds: float = Field(
+        3600.0, gt=0, description="Sliding window of the live presentation-rate and BoR gauges."
+    )
+    prune_min_calls: int = Field(
+        5, ge=1, description="Calls before a tool with utility <= 0 becomes a prune candidate."
+    )
+    prune_min_shown: int = Field(
+        20, ge=1, description="Times shown (with feedback) before a never-used tool is a prune candidate."
+    )
+
     hnsw_min_tools: int = Field(
         20_000, ge=1, description="Registries with at least this many tools use an HNSW index."
     )

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from registry.feedback import EquivalenceClasses
 from registry.index.dense import DenseIndex
 from registry.index.embed import Embedder
 from registry.index.lexical import LexicalIndex
@@ -26,6 +27,7 @@ class Snapshot:
     dense: DenseIndex
     lexical: LexicalIndex
     equivalents: tuple[tuple[str, ...], ...] = field(default_factory=tuple)
+    equivalence: EquivalenceClasses = field(default_factory=EquivalenceClasses)
 
     @property
     def n_tools(self) -> int:
@@ -74,4 +76,5 @@ def build_snapshot(
         dense=DenseIndex(embeddings, hnsw_min_tools=hnsw_min_tools),
         lexical=LexicalIndex([tool.text() for tool in tools]),
         equivalents=tuple(tuple(group) for group in equivalents),
+        equivalence=EquivalenceClasses(equivalents),
     )

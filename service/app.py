@@ -11,7 +11,7 @@ from registry.depth.policies import DepthPolicy
 from registry.settings import Settings
 from service.errors import install_error_handlers
 from service.middleware import BodyLimitMiddleware, HttpMetricsMiddleware
-from service.routes import health, registries, shortlist
+from service.routes import feedback, health, registries, shortlist
 from service.state import EmbedderFactory, ServiceState, default_embedder
 
 DESCRIPTION = """Per-query tool shortlists for LLM agents. Upload tool registries, ask
@@ -45,6 +45,7 @@ def create_app(
     app.state.service = state
     install_error_handlers(app)
     app.include_router(shortlist.router)
+    app.include_router(feedback.router)
     app.include_router(registries.router)
     app.include_router(health.router)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)

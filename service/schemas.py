@@ -90,6 +90,79 @@ class RegistryOut(BaseModel):
     registry: str
     version: int
     tools: list[dict[str, Any]] = Field(description="Tool definitions exactly as uploaded.")
+    equivalents: list[list[str]] = Field(
+        default_factory=list, description="Groups of tools that can do the same job."
+    )
+
+
+class ToolUsage(BaseModel):
+    name: str
+    shown: int = Field(description="Feedback events whose shortlist showed this tool.")
+    used: int = Field(description="Feedback events that reported this tool as used.")
+    useful_calls: int
+    useless_calls: int
+    aggregate_utility: int = Field(description="useful_calls - useless_calls (sum of signs).")
+    efficiency: float | None = Field(description="useful_calls / calls; null without calls.")
+
+
+class ToolReport(BaseModel):
+    registry: str
+    events: int = Field(description="Feedback events counted.")
+    mean_trajectory_efficiency: float | None = Field(
+        description="Mean over events with calls of useful calls / calls; null without calls."
+    )
+    prune_candidates: list[str] = Field(
+        description="Tools with aggregate utility <= 0 over enough calls, or shown often and never used."
+    )
+    tools: list[ToolUsage]
+
+
+class ToolCallIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tool: str = Field(description="Name of the tool the agent called.")
+    useful: bool = Field(description="Did this call move the task forward?")
+
+
+class FeedbackRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "shortlist_id": "5c0e6f3a9b2d4e7f8a1b2c3d4e5f6a7b",
+                    "used": ["get_weather"],
+                    "success": True,
+                    "calls": [{"tool": "get_weather", "useful": True}],
+                }
+            ]
+        },
+    )
+
+    shortlist_id: str = Field(min_length=1, max_length=128)
+    used: list[str] = Field(description="Tools the agent actually needed or called.")
+    success: bool | None = Field(None, description="Did the agent complete the task?")
+    calls: list[ToolCallIn] | None = Field(
+        None, description="Each tool call of the trajectory with whether it helped."
+    )
+
+
+class MatchFlags(BaseModel):
+    exact: bool
+    equivalent: bool
+
+
+class MatchValues(BaseModel):
+    exact: float
+    equivalent: float
+
+
+class FeedbackResponse(BaseModel):
+    shortlist_id: str
+    registry: str
+    duplicate: bool = Field(description="True on a resend: nothing was counted again.")
+    presented: MatchFlags = Field(description="Was a used tool (or an equivalent) in the shortlist?")
+    p_rand: MatchValues = Field(description="Chance a random list of the same length would have been.")
 
 
 class ShortlistRequest(BaseModel):

@@ -10,11 +10,19 @@ from pathlib import Path
 from registry.depth.policies import DepthPolicy, OnnxDepthPolicy
 from registry.engine import ShortlistEngine
 from registry.errors import ShortlistError
+from registry.feedback import (
+    FeedbackRecorder,
+    LiveWindow,
+    LocalFeedbackLog,
+    ShortlistMemory,
+    ToolEfficiency,
+)
 from registry.index.embed import Embedder, load_minilm
 from registry.settings import Settings
 from registry.store.base import Store
 from registry.store.local import LocalStore
 from registry.tools import ToolLimits, parse_tools
+from service.feedback_metrics import FeedbackMetrics
 from service.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -46,6 +54,15 @@ class ServiceState:
         # The policy is checked synchronously so that a schema mismatch stops start-up loudly.
         self.bor_policy = bor_policy or OnnxDepthPolicy.from_dir(settings.policy_dir)
         self.store = store or LocalStore(settings.data_dir)
+        window = LiveWindow(settings.live_window_seconds)
+        self.feedback = FeedbackRecorder(
+            ShortlistMemory(settings.feedback_retention_seconds, settings.max_remembered_shortlists),
+            LocalFeedbackLog.in_data_dir(settings.data_dir),
+            window,
+            ToolEfficiency(),
+        )
+        self.feedback_metrics = FeedbackMetrics(self.metrics.registry, window)
+        self.feedback.add_listener(self.feedback_metrics.observe)
         self._thread: threading.Thread | None = None
 
     @property
@@ -72,8 +89,10 @@ class ServiceState:
             count = engine.load_all()
             log.info("loaded %d registries", count)
             self._load_demo(engine)
+            restored = self.feedback.restore()
+            log.info("restored %d feedback events from the log", restored)
             for info in engine.list_registries():
-                self.metrics.set_registry(info.registry, info.version, info.tools)
+                self.registry_changed(info.registry, info.version, info.tools)
             self.engine = engine
             self.metrics.ready.set(1)
         except ShortlistError as exc:
@@ -82,6 +101,13 @@ class ServiceState:
         except Exception as exc:  # keep serving /healthz and report the failure on /readyz
             self.load_error = f"{type(exc).__name__}: {exc}"
             log.exception("start-up failed")
+
+    def registry_changed(self, registry: str, version: int, tools: int) -> None:
+        self.metrics.set_registry(registry, version, tools)
+        self.feedback_metrics.touch(registry)
+
+    def registry_deleted(self, registry: str) -> None:
+        self.metrics.drop_registry(registry)
 
     def _load_demo(self, engine: ShortlistEngine) -> None:
         path: Path | None = self.settings.demo_registry

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -96,3 +97,21 @@ def engine(settings, hashing_embedder, bor_policy) -> Iterator:
     from registry.store.local import LocalStore
 
     yield ShortlistEngine(settings, LocalStore(settings.data_dir), hashing_embedder, bor_policy)
+
+
+@pytest.fixture
+def server_factory(tmp_path, minilm_cache):
+    """Start real server processes sharing one data dir; all are killed at teardown."""
+    from tests.server import Server
+
+    servers: list[Server] = []
+
+    def start(**settings: str) -> Server:
+        server = Server(tmp_path / "data", minilm_cache, **settings)
+        servers.append(server)
+        server.wait_ready()
+        return server
+
+    yield start
+    for server in servers:
+        server.stop(signal.SIGKILL)

@@ -177,3 +177,58 @@ def test_demo_registry_is_loaded(make_client):
         registries = client.get("/registries").json()["registries"]
         assert [r["registry"] for r in registries] == [DEMO_REGISTRY]
         assert registries[0]["tools"] >= 20
+
+
+def test_every_metric_the_dashboards_use_is_exported(client, tools_payload):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.test_deploy import EXPORTED_METRICS
+
+    client.put("/registries/r", json=tools_payload)
+    sl = client.post("/shortlist", json={"registry": "r", "query": "weather in Oslo"}).json()
+    used = sl["tools"][0]["name"]
+    r = client.post("/feedback", json={"shortlist_id": sl["shortlist_id"], "used": [used]})
+    assert r.status_code == 200, r.text
+    exported = {
+        sample.name
+        for family in text_string_to_metric_families(client.get("/metrics").text)
+        for sample in family.samples
+    }
+    assert set(EXPORTED_METRICS) <= exported, set(EXPORTED_METRICS) - exported
+
+
+def test_feedback_validation_through_the_api(client, tools_payload):
+    client.put("/registries/r", json={"tools": tools_payload, "equivalents": [["get_weather", "fs/read_file"]]})
+    sl = client.post("/shortlist", json={"registry": "r", "query": "weather"}).json()
+    assert_error(client.post("/feedback", json={"shortlist_id": "nope", "used": ["x"]}), 404, "not_found")
+    error = assert_error(
+        client.post("/feedback", json={"shortlist_id": sl["shortlist_id"], "used": ["get_weather", "ghost"]}),
+        422, "validation",
+    )
+    assert "ghost" in json.dumps(error["details"])
+    error = assert_error(
+        client.post("/feedback", json={"shortlist_id": sl["shortlist_id"], "used": ["get_weather"],
+                                       "calls": [{"tool": "get_weather"}]}),
+        422, "validation",
+    )
+    assert "calls.0.useful" in json.dumps(error["details"])
+    ok = client.post("/feedback", json={"shortlist_id": sl["shortlist_id"], "used": ["fs/read_file"]})
+    assert ok.status_code == 200 and ok.json()["duplicate"] is False
+
+
+def test_equivalents_are_validated_and_kept_on_upsert(client, tools_payload):
+    error = assert_error(
+        client.put("/registries/r", json={"tools": tools_payload, "equivalents": [["get_weather", "ghost"]]}),
+        422, "validation",
+    )
+    assert error["details"][0]["field"] == "equivalents[0][1]"
+    assert_error(client.get("/registries/r"), 404, "not_found")  # nothing stored
+    client.put("/registries/r", json={"tools": tools_payload, "equivalents": [["get_weather", "send_email"]]})
+    client.post("/registries/r/tools", json=[{"name": "new_tool", "description": "new"}])
+    assert client.get("/registries/r").json()["equivalents"] == [["get_weather", "send_email"]]
+    client.post("/registries/r/tools", json={"tools": [], "equivalents": [["new_tool", "fs/read_file"]]})
+    assert client.get("/registries/r").json()["equivalents"] == [
+        ["fs/read_file", "new_tool"], ["get_weather", "send_email"]
+    ]
+    client.delete("/registries/r/tools/send_email")
+    assert client.get("/registries/r").json()["equivalents"] == [["fs/read_file", "new_tool"]]

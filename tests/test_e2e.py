@@ -3,13 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -28,62 +22,6 @@ KNOWN = {
     "open a GitHub issue about the login crash": "github.create_issue",
     "tell the #general Slack channel that the deploy is done": "slack.post_message",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Server:
-    def __init__(self, data_dir: Path, embedder_cache: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(
-            os.environ,
-            SHORTLIST_PORT=str(self.port),
-            SHORTLIST_DATA_DIR=str(data_dir),
-            SHORTLIST_EMBEDDER_CACHE_DIR=str(embedder_cache),
-            SHORTLIST_DEMO_REGISTRY="",
-        )
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve", "--log-level", "warning"],
-            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )
-
-    def wait_ready(self, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {self.proc.stdout.read().decode()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError("server not ready")
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            self.proc.wait(30)
-
-
-@pytest.fixture
-def server_factory(tmp_path, minilm_cache):
-    servers: list[Server] = []
-
-    def start() -> Server:
-        server = Server(tmp_path / "data", minilm_cache)
-        servers.append(server)
-        server.wait_ready()
-        return server
-
-    yield start
-    for server in servers:
-        server.stop(signal.SIGKILL)
 
 
 def test_real_server_finds_known_tools_and_survives_a_restart(server_factory):

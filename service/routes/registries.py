@@ -10,13 +10,14 @@ from fastapi.concurrency import run_in_threadpool
 
 from registry.engine import RegistryInfo
 from registry.errors import ValidationFailed
-from service.deps import EngineDep, MetricsDep
+from service.deps import EngineDep, StateDep
 from service.schemas import (
     TOOLS_BODY_OPENAPI,
     ErrorResponse,
     RegistryInfoOut,
     RegistryList,
     RegistryOut,
+    ToolReport,
 )
 
 router = APIRouter(prefix="/registries", tags=["registries"])
@@ -50,12 +51,12 @@ def _out(info: RegistryInfo) -> RegistryInfoOut:
     openapi_extra=TOOLS_BODY_OPENAPI,
 )
 async def put_registry(
-    registry: str, request: Request, engine: EngineDep, metrics: MetricsDep
+    registry: str, request: Request, engine: EngineDep, state: StateDep
 ) -> RegistryInfoOut:
     """Replace a registry's tools (creating it if needed); the version increases."""
     payload = await _json_body(request)
     info = await run_in_threadpool(engine.put_registry, registry, payload)
-    metrics.set_registry(info.registry, info.version, info.tools)
+    state.registry_changed(info.registry, info.version, info.tools)
     return _out(info)
 
 
@@ -66,12 +67,12 @@ async def put_registry(
     openapi_extra=TOOLS_BODY_OPENAPI,
 )
 async def upsert_tools(
-    registry: str, request: Request, engine: EngineDep, metrics: MetricsDep
+    registry: str, request: Request, engine: EngineDep, state: StateDep
 ) -> RegistryInfoOut:
     """Add or replace tools by name, keeping the rest; creates the registry if missing."""
     payload = await _json_body(request)
     info = await run_in_threadpool(engine.upsert_tools, registry, payload)
-    metrics.set_registry(info.registry, info.version, info.tools)
+    state.registry_changed(info.registry, info.version, info.tools)
     return _out(info)
 
 
@@ -85,22 +86,41 @@ def list_registries(engine: EngineDep) -> RegistryList:
 def get_registry(registry: str, engine: EngineDep) -> RegistryOut:
     """Return a registry's current version with its tool definitions as uploaded."""
     snap = engine.snapshot(registry)
-    return RegistryOut(registry=snap.registry, version=snap.version, tools=snap.definitions())
+    return RegistryOut(
+        registry=snap.registry,
+        version=snap.version,
+        tools=snap.definitions(),
+        equivalents=[list(group) for group in snap.equivalents],
+    )
+
+
+@router.get("/{registry}/report", response_model=ToolReport, responses=ERRORS)
+def report(registry: str, engine: EngineDep, state: StateDep) -> ToolReport:
+    """Tool efficiency from agents' feedback: per-tool utility and the tools worth pruning."""
+    snap = engine.snapshot(registry)
+    settings = state.settings
+    data = state.feedback.efficiency.report(
+        registry,
+        tools=list(snap.by_name),
+        min_calls=settings.prune_min_calls,
+        min_shown=settings.prune_min_shown,
+    )
+    return ToolReport.model_validate(data)
 
 
 @router.delete("/{registry}", status_code=204, responses=ERRORS)
-def delete_registry(registry: str, engine: EngineDep, metrics: MetricsDep) -> Response:
+def delete_registry(registry: str, engine: EngineDep, state: StateDep) -> Response:
     """Delete a registry and all its versions."""
     engine.delete_registry(registry)
-    metrics.drop_registry(registry)
+    state.registry_deleted(registry)
     return Response(status_code=204)
 
 
 @router.delete("/{registry}/tools/{name:path}", status_code=204, responses=ERRORS)
-def delete_tool(registry: str, name: str, engine: EngineDep, metrics: MetricsDep) -> Response:
+def delete_tool(registry: str, name: str, engine: EngineDep, state: StateDep) -> Response:
     """Remove one tool (the name may contain slashes); the version increases."""
     info = engine.delete_tool(registry, name)
-    metrics.set_registry(info.registry, info.version, info.tools)
+    state.registry_changed(info.registry, info.version, info.tools)
     return Response(status_code=204)
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 from fastapi import APIRouter
 
-from service.deps import EngineDep, MetricsDep
+from registry.feedback import ShownShortlist
+from service.deps import EngineDep, StateDep
 from service.routes.registries import ERRORS
 from service.schemas import ShortlistRequest, ShortlistResponse, ShortlistTool
 
@@ -12,7 +15,7 @@ router = APIRouter(tags=["shortlist"])
 
 
 @router.post("/shortlist", response_model=ShortlistResponse, responses=ERRORS)
-def shortlist(body: ShortlistRequest, engine: EngineDep, metrics: MetricsDep) -> ShortlistResponse:
+def shortlist(body: ShortlistRequest, engine: EngineDep, state: StateDep) -> ShortlistResponse:
     """Rank a registry's tools for a query and return the shortlist the depth policy chose."""
     result = engine.shortlist(
         body.registry,
@@ -22,7 +25,18 @@ def shortlist(body: ShortlistRequest, engine: EngineDep, metrics: MetricsDep) ->
         policy=body.policy,
         scorer=body.scorer,
     )
-    metrics.observe_shortlist(result)
+    state.metrics.observe_shortlist(result)
+    state.feedback.remember(
+        ShownShortlist(
+            shortlist_id=result.shortlist_id,
+            registry=result.registry,
+            version=result.version,
+            n_tools=result.n_tools,
+            k=result.k,
+            shown=tuple(t.name for t in result.tools),
+            created=time.time(),
+        )
+    )
     return ShortlistResponse(
         shortlist_id=result.shortlist_id,
         registry=result.registry,

@@ -1,0 +1,62 @@
+"""A real `shortlist serve` process on a free loopback port, for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """Starts `python -m service.cli serve`; extra keyword arguments become SHORTLIST_* settings."""
+
+    def __init__(self, data_dir: Path, embedder_cache: Path, **settings: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = dict(
+            os.environ,
+            SHORTLIST_PORT=str(self.port),
+            SHORTLIST_DATA_DIR=str(data_dir),
+            SHORTLIST_EMBEDDER_CACHE_DIR=str(embedder_cache),
+            SHORTLIST_DEMO_REGISTRY="",
+            **{f"SHORTLIST_{key.upper()}": value for key, value in settings.items()},
+        )
+        self.log_path = Path(data_dir).parent / f"server-{self.port}.log"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "wb") as log:  # a file, not a pipe: a full pipe would block the server
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "service.cli", "serve", "--log-level", "warning"],
+                env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+            )
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.log_path.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError("server not ready")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(30)
