@@ -366,6 +366,10 @@ def _make_session(path: Path, threads: int) -> ort.InferenceSession:
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.log_severity_level = 3  # errors only; ORT warns about unused initializers on load
+    # The arena keeps the peak of every batch ever run: embedding a registry in batches of
+    # 32 x 256 tokens left ~450 MB resident for good. Without it RSS stays ~240 MB and the
+    # query latency is unchanged (measured p50 4.2 ms either way, bench/embed_latency.py).
+    opts.enable_cpu_mem_arena = False
     try:
         return ort.InferenceSession(
             str(path), sess_options=opts, providers=["CPUExecutionProvider"]

@@ -1,0 +1,247 @@
+"""Latency, throughput, per-stage time and RSS of the real server (issue: fast and hard to break).
+
+    python bench/perf.py --data-root ../shared/data [--sizes 500,4000,100000] [--duration 20]
+
+For each registry size N it starts `shortlist serve` on a free loopback port with a fresh data
+directory, uploads a registry (real tools from BFCL, MetaTool and StableToolBench, topped up
+with synthetic tools for large N), times the initial indexing, a re-upload of the same tools
+and a one-tool upsert, then drives POST /shortlist with wrk (a bounded, fixed-duration load
+generator from Debian's `wrk` package) at concurrency 1 and 8 with real queries. It prints
+p50/p95/p99, requests/s and errors from wrk, the mean time per stage (embed/search/policy/total)
+from the service's own histograms, and the server's RSS. In the same run it measures the
+embed-only floor (the ONNX embedder called in-process on the same queries) and prints
+p50(/shortlist) / p50(embed-only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
+
+ROOT = Path(__file__).resolve().parent.parent
+VERBS = "get list create update delete search find fetch compute convert send schedule cancel export import validate summarize translate track book".split()
+NOUNS = "invoice order customer ticket flight hotel payment report user account shipment forecast quote document image video playlist contract lead campaign recipe".split()
+DOMAINS = "acme globex initech umbrella hooli stark wayne wonka tyrell cyberdyne soylent vandelay".split()
+QUALIFIERS = "status history details summary metrics balance schedule owner tags comments".split()
+
+
+def synthetic_tools(n: int, seed: int = 0) -> list[dict]:
+    rng = random.Random(seed)
+    tools = []
+    for i in range(n):
+        verb, noun, domain, qual = rng.choice(VERBS), rng.choice(NOUNS), rng.choice(DOMAINS), rng.choice(QUALIFIERS)
+        tools.append({
+            "name": f"{verb}_{noun}_{qual}_{domain}_{i}",
+            "description": f"{verb.capitalize()} the {qual} of a {noun} in the {domain.capitalize()} system. "
+                           f"Returns the {noun} {qual} as JSON.",
+            "parameters": {"type": "object", "properties": {
+                f"{noun}_id": {"type": "string", "description": f"Identifier of the {noun}."},
+                "limit": {"type": "integer", "description": "Maximum number of results."}}},
+        })
+    return tools
+
+
+def real_tools(data_root: Path) -> list[dict]:
+    seen, tools = set(), []
+    for name in ("toolbench_stable", "bfcl_simple", "metatool"):
+        for tool in json.loads((data_root / name / "tools.json").read_text()):
+            if tool["name"] not in seen:
+                seen.add(tool["name"])
+                tools.append(tool)
+    return tools
+
+
+def real_queries(data_root: Path, limit: int = 500) -> list[str]:
+    queries = []
+    for name in ("bfcl_simple", "toolbench_stable", "metatool"):
+        with open(data_root / name / "queries.jsonl") as handle:
+            queries += [json.loads(line)["query"] for line in handle][:limit // 3 + 1]
+    random.Random(0).shuffle(queries)
+    return queries[:limit]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def stage_means(before: str, after: str) -> dict[str, float]:
+    def totals(text: str) -> dict[tuple[str, str], float]:
+        out = {}
+        for family in text_string_to_metric_families(text):
+            if family.name == "shortlist_request_duration_seconds":
+                for s in family.samples:
+                    if s.name.endswith(("_sum", "_count")):
+                        out[(s.labels["stage"], s.name.rsplit("_", 1)[1])] = s.value
+        return out
+
+    b, a = totals(before), totals(after)
+    means = {}
+    for stage in ("embed", "search", "policy", "total"):
+        count = a.get((stage, "count"), 0) - b.get((stage, "count"), 0)
+        total = a.get((stage, "sum"), 0) - b.get((stage, "sum"), 0)
+        means[stage] = 1000 * total / count if count else float("nan")
+    return means
+
+
+WRK_SCRIPT = textwrap.dedent("""
+    local bodies = {}
+    local i = 0
+    init = function(args)
+      for line in io.lines(args[1]) do bodies[#bodies + 1] = line end
+    end
+    request = function()
+      i = i % #bodies + 1
+      return wrk.format("POST", "/shortlist", {["Content-Type"] = "application/json"}, bodies[i])
+    end
+    done = function(summary, latency, requests)
+      local errors = summary.errors.connect + summary.errors.read + summary.errors.write
+        + summary.errors.status + summary.errors.timeout
+      io.write(string.format("RESULT %d %d %.1f %.1f %.1f %.1f\\n", summary.requests, errors,
+        latency:percentile(50), latency:percentile(95), latency:percentile(99),
+        summary.requests / (summary.duration / 1e6)))
+    end
+""")
+
+
+def run_wrk(url: str, bodies: Path, script: Path, concurrency: int, duration: int) -> dict[str, float]:
+    out = subprocess.run(
+        ["wrk", "-t", str(min(concurrency, 2)), "-c", str(concurrency), "-d", f"{duration}s",
+         "--timeout", "5s", "-s", str(script), url, "--", str(bodies)],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    match = re.search(r"RESULT (\d+) (\d+) ([\d.]+) ([\d.]+) ([\d.]+) ([\d.]+)", out)
+    assert match, out
+    n, errors, p50, p95, p99, rps = match.groups()
+    return {"requests": int(n), "errors": int(errors), "p50": float(p50) / 1000, "p95": float(p95) / 1000,
+            "p99": float(p99) / 1000, "rps": float(rps)}
+
+
+def embed_floor(queries: list[str], cache: Path, n: int = 600) -> float:
+    from registry.index.embed import load_minilm
+
+    embedder = load_minilm(cache)
+    for q in queries[:50]:
+        embedder.embed_query(q)
+    times = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        embedder.embed_query(queries[i % len(queries)])
+        times.append(time.perf_counter() - t0)
+    return float(np.percentile(times, 50) * 1000)
+
+
+def bench_size(n_tools: int, tools: list[dict], queries: list[str], args, workdir: Path) -> dict:
+    port = free_port()
+    data_dir = workdir / f"data-{n_tools}"
+    env = dict(os.environ, SHORTLIST_PORT=str(port), SHORTLIST_DATA_DIR=str(data_dir),
+               SHORTLIST_EMBEDDER_CACHE_DIR=str(args.embedder_cache), SHORTLIST_DEMO_REGISTRY="",
+               HF_HUB_OFFLINE="1")
+    server = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--log-level", "warning"],
+                              env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    result: dict = {"n": n_tools}
+    try:
+        with httpx.Client(base_url=url, timeout=3600) as client:
+            for _ in range(600):
+                try:
+                    if client.get("/readyz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.2)
+            t0 = time.perf_counter()
+            client.put("/registries/bench", json=tools).raise_for_status()
+            result["index_s"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            client.put("/registries/bench", json=tools).raise_for_status()
+            result["reupload_s"] = time.perf_counter() - t0
+            one = {"name": "bench_upserted_tool", "description": "A tool added by the benchmark to time upserts."}
+            t0 = time.perf_counter()
+            client.post("/registries/bench/tools", json=[one]).raise_for_status()
+            result["upsert_s"] = time.perf_counter() - t0
+            bodies = workdir / "bodies.jsonl"
+            bodies.write_text("".join(json.dumps({"registry": "bench", "query": q}) + "\n" for q in queries))
+            script = workdir / "shortlist.lua"
+            script.write_text(WRK_SCRIPT)
+            for q in queries[:100]:  # warm-up
+                client.post("/shortlist", json={"registry": "bench", "query": q}).raise_for_status()
+            for concurrency in args.concurrency:
+                before = client.get("/metrics").text
+                load = run_wrk(url, bodies, script, concurrency, args.duration)
+                after = client.get("/metrics").text
+                result[f"c{concurrency}"] = {**load, "stages": stage_means(before, after)}
+            result["rss_mb"] = rss_mb(server.pid)
+    finally:
+        server.terminate()
+        server.wait(30)
+    shutil.rmtree(data_dir, ignore_errors=True)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-root", type=Path, default=ROOT.parent / "shared" / "data")
+    parser.add_argument("--sizes", default="500,4000,100000")
+    parser.add_argument("--concurrency", default="1,8")
+    parser.add_argument("--duration", type=int, default=20, help="seconds of load per concurrency")
+    parser.add_argument("--embedder-cache", type=Path, default=ROOT / "data" / "cache" / "embedder")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    args.concurrency = [int(c) for c in args.concurrency.split(",")]
+    if not shutil.which("wrk"):
+        sys.exit("wrk is needed: apt-get install -y wrk")
+
+    queries = real_queries(args.data_root)
+    floor = embed_floor(queries, args.embedder_cache)
+    pool = real_tools(args.data_root)
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in [int(s) for s in args.sizes.split(",")]:
+            tools = pool[:n] + synthetic_tools(max(0, n - len(pool)))
+            print(f"N={n}: {min(n, len(pool))} real + {max(0, n - len(pool))} synthetic tools ...", flush=True)
+            results.append(bench_size(n, tools, queries, args, Path(tmp)))
+
+    print(f"\nembed-only floor (ONNX MiniLM in-process, 1 thread): p50 {floor:.2f} ms\n")
+    print("| N | conc. | p50 ms | p95 ms | p99 ms | req/s | errors | embed | search | policy | total (ms, mean) | p50 / floor |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        for c in args.concurrency:
+            x = r[f"c{c}"]
+            s = x["stages"]
+            print(f"| {r['n']} | {c} | {x['p50']:.2f} | {x['p95']:.2f} | {x['p99']:.2f} | {x['rps']:.0f} | "
+                  f"{x['errors']} | {s['embed']:.2f} | {s['search']:.2f} | {s['policy']:.2f} | {s['total']:.2f} | "
+                  f"{x['p50'] / floor:.2f} |")
+    print("\n| N | initial indexing s | re-upload s | upsert 1 tool s | server RSS MB |")
+    print("|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r['n']} | {r['index_s']:.2f} | {r['reupload_s']:.2f} | {r['upsert_s']:.3f} | {r['rss_mb']:.0f} |")
+    if args.json:
+        args.json.write_text(json.dumps({"embed_floor_p50_ms": floor, "results": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
