@@ -23,6 +23,11 @@ MAX_TEXT_CHARS: Final = 8_000
 """Cap on the index text of one tool (the embedder truncates far earlier anyway)."""
 
 MAX_REGISTRY_NAME_CHARS: Final = 128
+REGISTRY_NAME_PATTERN: Final = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$"
+"""Registry names as a JSON-schema pattern: safe as one path segment, a file name or a key."""
+
+MAX_JSON_DEPTH: Final = 64
+"""Deepest nesting of objects and arrays in one tool definition (the tool object is level 1)."""
 
 _MESSAGE_PROBLEMS: Final = 10  # problems spelled out in the summary message; details has all
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -75,6 +80,7 @@ class ToolLimits:
     max_tool_bytes: int = 256 * 1024  # compact JSON size of one definition, UTF-8
     max_description_chars: int = 32_768
     max_name_chars: int = 256
+    max_depth: int = MAX_JSON_DEPTH
 
 
 class _Problems:
@@ -209,6 +215,12 @@ def _parse_one(
         return None, None
     before = len(problems.items)
     label = _label(item, limits)
+    if _too_deep(item, limits.max_depth):
+        # Checked first: deeper JSON breaks recursive encoders (json, pydantic) further on.
+        problems.add(
+            i, label, "", f"is nested more than {limits.max_depth} levels deep (objects and arrays)"
+        )
+        return None, None
     _check_size(i, label, item, limits, problems)
 
     detected = _detect_format(i, label, item, problems)
@@ -269,6 +281,18 @@ def _detect_format(
     if "type" in item and not (fmt == "anthropic" and kind == "custom"):
         problems.add(i, label, "type", f'must be "function", got {kind!r}')
     return fmt, item, "", schema_key
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests dicts and lists deeper than ``limit`` (iterative: no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
 
 
 def _check_size(
@@ -360,7 +384,10 @@ def _check_description(
 
 
 def validate_registry_name(name: str) -> str:
-    """Check a registry name: 1-128 of ``A-Z a-z 0-9 . _ -``, and not ``.`` or ``..``.
+    """Check a registry name: 1-128 of ``A-Z a-z 0-9 . _ -``, not starting with ``.``.
+
+    The rule (:data:`REGISTRY_NAME_PATTERN`) makes a name safe as a single path segment: no
+    separators, no ``.``/``..``, no hidden names (stores keep their own files under dot names).
 
     Args:
         name: The proposed name.
@@ -389,6 +416,8 @@ def validate_registry_name(name: str) -> str:
         )
     elif name in (".", ".."):
         problem = f"registry name {name!r} is reserved"
+    elif name.startswith("."):
+        problem = f"registry name {name!r} must not start with '.'"
     if problem is not None:
         raise InvalidRegistryName(problem, [{"field": "registry", "message": problem}])
     return name

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Security
 
 from registry.engine import ShortlistEngine
 from registry.settings import Settings
-from service.errors import NotReady
+from service.auth import BearerScheme, authenticate
+from service.errors import NotReady, UnsupportedMediaType
 from service.metrics import Metrics
 from service.state import ServiceState
 
@@ -39,3 +40,63 @@ def get_settings(state: StateDep) -> Settings:
 EngineDep = Annotated[ShortlistEngine, Depends(get_engine)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
+
+
+# -- access control (which routers need which token: see service.auth and create_app) ----------
+
+admin_bearer = BearerScheme(
+    "AdminToken", "An admin token (SHORTLIST_ADMIN_TOKEN): registry writes, and reads."
+)
+query_bearer = BearerScheme(
+    "QueryToken", "A query token (SHORTLIST_QUERY_TOKEN): /shortlist, /feedback and reads."
+)
+AdminAuthorization = Annotated[str | None, Security(admin_bearer)]
+QueryAuthorization = Annotated[str | None, Security(query_bearer)]
+Caller = Literal["admin", "query"]
+
+
+async def require_admin(request: Request, authorization: AdminAuthorization) -> Caller:
+    """Only an admin token passes."""
+    authenticate(authorization, get_state(request).settings.admin_token, "an admin token")
+    return "admin"
+
+
+async def require_query(
+    request: Request, authorization: AdminAuthorization, _: QueryAuthorization
+) -> Caller:
+    """A query token or an admin token passes (an admin may query)."""
+    settings = get_state(request).settings
+    authenticate(
+        authorization, (*settings.query_token, *settings.admin_token), "a query or admin token"
+    )
+    return "query"
+
+
+AdminDep = Annotated[Caller, Depends(require_admin)]
+QueryDep = Annotated[Caller, Depends(require_query)]
+
+
+async def require_json(request: Request) -> None:
+    """415 unless a request with a body says it is JSON.
+
+    A missing Content-Type is refused too: browsers send text/plain or untyped bodies across
+    sites without a CORS preflight, a JSON body they do not.
+    """
+    if request.method not in ("POST", "PUT", "PATCH"):
+        return
+    content_type = request.headers.get("content-type")
+    if content_type is None:
+        raise UnsupportedMediaType(
+            "missing Content-Type: send the body as JSON with 'Content-Type: application/json'",
+            {"content_type": None},
+        )
+    media = content_type.split(";", 1)[0].strip().lower()
+    json_like = media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+    if not json_like:
+        raise UnsupportedMediaType(
+            "request body must be JSON, sent with 'Content-Type: application/json'; "
+            f"got {media[:100]!r}",
+            {"content_type": media[:100]},
+        )

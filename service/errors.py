@@ -18,6 +18,7 @@ from registry.errors import (
     ShortlistError,
     StoreUnavailable,
     ValidationFailed,
+    VersionConflict,
 )
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,7 @@ STATUS_BY_ERROR: tuple[tuple[type[ShortlistError], int], ...] = (
     (ValidationFailed, 422),
     (PayloadTooLarge, 413),
     (StoreUnavailable, 503),
+    (VersionConflict, 409),
     (ArtifactError, 503),
     (PolicySchemaMismatch, 503),
 )
@@ -34,6 +36,41 @@ STATUS_BY_ERROR: tuple[tuple[type[ShortlistError], int], ...] = (
 
 class NotReady(ShortlistError):
     error_type = "unhealthy"
+
+
+class Unauthorized(ShortlistError):
+    """No valid bearer token for this route; ``challenge`` becomes the WWW-Authenticate header."""
+
+    error_type = "unauthorized"
+
+    def __init__(self, message: str, details: Any = None, *, challenge: str = "Bearer") -> None:
+        super().__init__(message, details)
+        self.challenge = challenge
+
+
+class UnsupportedMediaType(ShortlistError):
+    error_type = "unsupported_media_type"
+
+
+SERVICE_STATUS: dict[type[ShortlistError], int] = {
+    NotReady: 503,
+    Unauthorized: 401,
+    UnsupportedMediaType: 415,
+}
+
+_MAX_ECHOED_CHARS = 200  # client-chosen text (field names) echoed in an error is cut here
+
+
+def invalid_body(exc: BaseException | str) -> ValidationFailed:
+    """The 422 for a body that is not decodable JSON (bad syntax, not UTF-8, nested too deep)."""
+    if isinstance(exc, RecursionError):
+        reason = "it is nested too deeply"
+    elif isinstance(exc, UnicodeDecodeError):
+        reason = f"it is not UTF-8 ({exc.reason} at byte {exc.start})"
+    else:
+        reason = str(exc)[:_MAX_ECHOED_CHARS]
+    message = f"request body is not valid JSON: {reason}"
+    return ValidationFailed(message, [{"field": "body", "message": message}])
 
 
 def error_body(error_type: str, message: str, details: Any = None) -> dict[str, Any]:
@@ -45,9 +82,7 @@ def error_response(status: int, error_type: str, message: str, details: Any = No
 
 
 def status_for(exc: ShortlistError) -> int:
-    if isinstance(exc, NotReady):
-        return 503
-    for cls, status in STATUS_BY_ERROR:
+    for cls, status in (*SERVICE_STATUS.items(), *STATUS_BY_ERROR):
         if isinstance(exc, cls):
             return status
     return 500
@@ -59,13 +94,23 @@ def install_error_handlers(app: FastAPI) -> None:
         status = status_for(exc)
         if status >= 500 and status != 503:
             log.error("unmapped domain error", exc_info=exc)
-        return error_response(status, exc.error_type, exc.message, exc.details)
+        response = error_response(status, exc.error_type, exc.message, exc.details)
+        if isinstance(exc, Unauthorized):
+            response.headers["WWW-Authenticate"] = exc.challenge
+        return response
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        for err in exc.errors():
+            if err.get("type") == "json_invalid":  # FastAPI's parser: say it as the routes do
+                reason = (err.get("ctx") or {}).get("error", "decode error")
+                where = err.get("loc", ("body", "?"))[-1]
+                return await _domain(request, invalid_body(f"{reason} at character {where}"))
         details = [
             {
-                "field": ".".join(str(part) for part in err.get("loc", ()) if part != "body"),
+                "field": ".".join(str(part) for part in err.get("loc", ()) if part != "body")[
+                    :_MAX_ECHOED_CHARS
+                ],
                 "message": err.get("msg", "invalid"),
             }
             for err in exc.errors()
@@ -74,11 +119,16 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(422, "validation", f"invalid request: {summary}", details)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and isinstance(exc.__cause__, (ValueError, RecursionError)):
+            # FastAPI's body parser gives a bare 400 when the body is not UTF-8 or nests too deep.
+            return await _domain(request, invalid_body(exc.__cause__))
         error_type = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}.get(
             exc.status_code, "http"
         )
-        return error_response(exc.status_code, error_type, str(exc.detail))
+        response = error_response(exc.status_code, error_type, str(exc.detail))
+        response.headers.update(exc.headers or {})  # e.g. Allow on a 405
+        return response
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

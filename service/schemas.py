@@ -2,9 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from registry.engine import MAX_K
+from registry.feedback import MAX_CALLS
+from registry.tools import MAX_REGISTRY_NAME_CHARS, REGISTRY_NAME_PATTERN, ToolLimits
+
+MAX_TOOL_NAME_CHARS = ToolLimits().max_name_chars
+MAX_USED_TOOLS = 1000
+"""Most tools one feedback event may name as used."""
+
+RegistryName = Annotated[
+    str,
+    StringConstraints(
+        min_length=1, max_length=MAX_REGISTRY_NAME_CHARS, pattern=REGISTRY_NAME_PATTERN
+    ),
+]
+ToolName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TOOL_NAME_CHARS)]
+# Written out for the OpenAPI enum; a test keeps them equal to the engine's lists.
+PolicyName = Literal["bor", "fixed", "gap", "threshold"]
+ScorerName = Literal["hybrid", "dense", "bm25"]
 
 EXAMPLE_TOOLS: list[dict[str, Any]] = [
     {
@@ -51,7 +70,17 @@ TOOLS_BODY_OPENAPI: dict[str, Any] = {
                             "type": "object",
                             "required": ["tools"],
                             "properties": {
-                                "tools": {"type": "array", "items": {"type": "object"}}
+                                "tools": {"type": "array", "items": {"type": "object"}},
+                                "equivalents": {
+                                    "anyOf": [
+                                        {
+                                            "type": "array",
+                                            "items": {"type": "array", "items": {"type": "string"}},
+                                        },
+                                        {"type": "null"},
+                                    ],
+                                    "description": "Groups of tool names that can do the same job.",
+                                },
                             },
                         },
                     ]
@@ -74,6 +103,33 @@ class ErrorDetail(BaseModel):
 
 class ErrorResponse(BaseModel):
     error: ErrorDetail
+
+
+ERROR_DESCRIPTIONS: dict[int, str] = {
+    401: "Missing, malformed or unknown bearer token",
+    404: "Unknown registry, tool or shortlist",
+    409: "Another replica kept winning the race to write this registry; retry",
+    413: "Body larger than SHORTLIST_MAX_BODY_BYTES, or too many tools",
+    415: "Body is not JSON: send Content-Type: application/json",
+    422: "Invalid input; details name every problem",
+    503: "Not ready yet (still loading), or storage unavailable",
+}
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for the error statuses a route can return, all ``ErrorResponse``."""
+    responses: dict[int | str, dict[str, Any]] = {
+        status: {"model": ErrorResponse, "description": ERROR_DESCRIPTIONS[status]}
+        for status in statuses
+    }
+    if 401 in responses:
+        responses[401]["headers"] = {
+            "WWW-Authenticate": {
+                "description": "The bearer challenge (RFC 6750).",
+                "schema": {"type": "string"},
+            }
+        }
+    return responses
 
 
 class RegistryInfoOut(BaseModel):
@@ -120,7 +176,7 @@ class ToolReport(BaseModel):
 class ToolCallIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    tool: str = Field(description="Name of the tool the agent called.")
+    tool: ToolName = Field(description="Name of the tool the agent called.")
     useful: bool = Field(description="Did this call move the task forward?")
 
 
@@ -140,10 +196,16 @@ class FeedbackRequest(BaseModel):
     )
 
     shortlist_id: str = Field(min_length=1, max_length=128)
-    used: list[str] = Field(description="Tools the agent actually needed or called.")
+    used: list[ToolName] = Field(
+        description="Tools the agent actually needed or called.",
+        min_length=1,
+        max_length=MAX_USED_TOOLS,
+    )
     success: bool | None = Field(None, description="Did the agent complete the task?")
     calls: list[ToolCallIn] | None = Field(
-        None, description="Each tool call of the trajectory with whether it helped."
+        None,
+        description="Each tool call of the trajectory with whether it helped.",
+        max_length=MAX_CALLS,
     )
 
 
@@ -176,14 +238,20 @@ class ShortlistRequest(BaseModel):
         },
     )
 
-    registry: str = Field(description="Registry to search.", min_length=1, max_length=128)
-    query: str = Field(description="The user's request or the agent's current step.")
-    k: int | None = Field(
-        None, description="Force a fixed depth (1..1000); the policy is then 'fixed'."
+    registry: RegistryName = Field(description="Registry to search.")
+    query: str = Field(
+        description="The user's request or the agent's current step; not blank, at most "
+        "SHORTLIST_MAX_QUERY_CHARS (default 16384) characters.",
+        min_length=1,
     )
-    max_k: int | None = Field(None, description="Cap on the policy's depth (1..1000, default 20).")
-    policy: str | None = Field(None, description="bor (default), fixed, gap or threshold.")
-    scorer: str | None = Field(None, description="hybrid (default), dense or bm25.")
+    k: int | None = Field(
+        None, ge=1, le=MAX_K, description="Force a fixed depth; the policy is then 'fixed'."
+    )
+    max_k: int | None = Field(
+        None, ge=1, le=MAX_K, description="Cap on the policy's depth (default 20)."
+    )
+    policy: PolicyName | None = Field(None, description="Depth policy; default bor.")
+    scorer: ScorerName | None = Field(None, description="Scorer; default hybrid.")
 
 
 class ShortlistTool(BaseModel):

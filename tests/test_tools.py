@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,9 @@ from hypothesis import strategies as st
 
 from registry.errors import InvalidRegistryName, InvalidToolDefinition, PayloadTooLarge
 from registry.tools import (
+    MAX_JSON_DEPTH,
     MAX_TEXT_CHARS,
+    REGISTRY_NAME_PATTERN,
     Tool,
     ToolLimits,
     parse_tools,
@@ -369,7 +372,7 @@ def test_default_limits() -> None:
 # --- registry names --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["demo", "bfcl-v3", "my_reg.2", "A", "a" * 128, ".hidden", "..."])
+@pytest.mark.parametrize("name", ["demo", "bfcl-v3", "my_reg.2", "A", "a" * 128, "a..b", "_x", "-"])
 def test_good_registry_names(name: str) -> None:
     assert validate_registry_name(name) == name
 
@@ -380,6 +383,8 @@ def test_good_registry_names(name: str) -> None:
         ("", "empty"),
         (".", "reserved"),
         ("..", "reserved"),
+        (".hidden", "must not start with '.'"),  # stores keep their own files under dot names
+        ("...", "must not start with '.'"),
         ("../x", "'/'"),
         ("a/b", "'/'"),
         ("a b", "' '"),
@@ -610,3 +615,81 @@ def test_valid_tools_round_trip(items: list[dict[str, Any]], wrapped: bool) -> N
     assert [t.name for t in tools] == [
         item["function"]["name"] if "function" in item else item["name"] for item in expected
     ]
+
+
+# --- properties: the limits of issue 6 ------------------------------------------------------
+
+def json_depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(json_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(json_depth, value), default=0)
+    return 0
+
+
+@st.composite
+def nested_values(draw: st.DrawFn) -> Any:
+    """A JSON value nested 0-200 levels, in a random mix of arrays and objects."""
+    value: Any = draw(finite_scalars)
+    for kind in draw(st.lists(st.booleans(), max_size=200)):
+        value = [value] if kind else {draw(st.text(max_size=3)): value}
+    return value
+
+
+@settings(max_examples=150, deadline=None)
+@given(nested_values(), st.integers(min_value=3, max_value=MAX_JSON_DEPTH))
+def test_nesting_is_rejected_exactly_above_the_depth_limit(schema: Any, limit: int) -> None:
+    tool = {"name": "t", "parameters": {"type": "object", "x": schema}}
+    depth = json_depth(tool)
+    try:
+        parse_tools([tool], ToolLimits(max_depth=limit))
+    except InvalidToolDefinition as exc:
+        assert depth > limit, exc.message
+        assert f"nested more than {limit} levels" in exc.message
+    else:
+        assert depth <= limit
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=140) | st.text(alphabet="ab._-/\\\u2024\uff0e", max_size=8))
+def test_registry_names_are_accepted_exactly_as_the_documented_pattern_says(name: str) -> None:
+    # The OpenAPI schema publishes REGISTRY_NAME_PATTERN; the validator must agree with it.
+    documented = re.fullmatch(REGISTRY_NAME_PATTERN, name) is not None
+    try:
+        validate_registry_name(name)
+    except InvalidRegistryName as exc:
+        assert not documented, name
+        assert exc.details == [{"field": "registry", "message": exc.message}]
+    else:
+        assert documented, name
+        assert "/" not in name and "\\" not in name and not name.startswith(".")
+
+
+@settings(max_examples=200, deadline=None)
+@given(payloads)
+def test_problem_details_point_at_real_tools_and_are_json(payload: Any) -> None:
+    items = payload.get("tools") if isinstance(payload, dict) else payload
+    try:
+        parse_tools(payload, ToolLimits(max_tools=5))
+    except PayloadTooLarge:
+        return
+    except InvalidToolDefinition as exc:
+        json.dumps(exc.details, allow_nan=False)  # the API returns them as they are
+        for problem in exc.details:
+            assert set(problem) == {"index", "tool", "field", "message"}
+            assert problem["message"]
+            if problem["index"] is not None:
+                assert isinstance(items, list) and 0 <= problem["index"] < len(items)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(st.characters(exclude_categories=["Cs"]), max_size=300), st.integers(64, 1024))
+def test_tool_size_limit_counts_compact_utf8_json_bytes(description: str, limit: int) -> None:
+    tool = {"name": "t", "description": description}
+    size = len(json.dumps(tool, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    try:
+        parse_tools([tool], ToolLimits(max_tool_bytes=limit))
+    except InvalidToolDefinition as exc:
+        assert size > limit and f"is {size} bytes" in exc.message
+    else:
+        assert size <= limit

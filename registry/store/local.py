@@ -24,8 +24,10 @@ from pathlib import Path
 import numpy as np
 
 from registry.store.base import RegistryRecord
+from registry.tools import REGISTRY_NAME_PATTERN, validate_registry_name
 
 _VERSION_FILE = re.compile(r"^v(\d{8,})\.json$")
+_REGISTRY_DIR = re.compile(REGISTRY_NAME_PATTERN)
 _KEEP_VERSIONS = 2
 
 
@@ -64,14 +66,15 @@ class LocalStore:
     # -- registries ---------------------------------------------------------------------------
 
     def list_registries(self) -> list[str]:
+        # A directory put there by hand under a name no client could use is not a registry.
         return sorted(
             entry.name
             for entry in self._registries.iterdir()
-            if entry.is_dir() and not entry.name.startswith(".") and self._versions(entry)
+            if entry.is_dir() and _REGISTRY_DIR.fullmatch(entry.name) and self._versions(entry)
         )
 
     def load(self, registry: str) -> RegistryRecord | None:
-        directory = self._registries / registry
+        directory = self._directory(registry)
         if not directory.is_dir():
             return None
         for _, path in reversed(self._versions(directory)):
@@ -82,7 +85,7 @@ class LocalStore:
         return None
 
     def save(self, record: RegistryRecord) -> None:
-        directory = self._registries / record.registry
+        directory = self._directory(record.registry)
         created = not directory.exists()
         directory.mkdir(parents=True, exist_ok=True)
         if created:
@@ -93,7 +96,7 @@ class LocalStore:
             old.unlink(missing_ok=True)
 
     def delete(self, registry: str) -> bool:
-        directory = self._registries / registry
+        directory = self._directory(registry)
         if not directory.is_dir():
             return False
         # One atomic rename makes the delete durable; the slow removal happens after.
@@ -102,6 +105,10 @@ class LocalStore:
         _fsync_dir(self._registries)
         shutil.rmtree(trash, ignore_errors=True)
         return True
+
+    def _directory(self, registry: str) -> Path:
+        # The name becomes a path segment: validate it here too, whatever the caller checked.
+        return self._registries / validate_registry_name(registry)
 
     @staticmethod
     def _versions(directory: Path) -> list[tuple[int, Path]]:

@@ -4,17 +4,26 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 
 from registry.feedback import EquivalenceClasses
-from service.deps import EngineDep, StateDep
-from service.routes.registries import ERRORS
-from service.schemas import FeedbackRequest, FeedbackResponse, MatchFlags, MatchValues
+from service.deps import EngineDep, StateDep, require_json
+from service.schemas import (
+    FeedbackRequest,
+    FeedbackResponse,
+    MatchFlags,
+    MatchValues,
+    error_responses,
+)
 
-router = APIRouter(tags=["feedback"])
+router = APIRouter(tags=["feedback"], dependencies=[Depends(require_json)])
 
 
-@router.post("/feedback", response_model=FeedbackResponse, responses=ERRORS)
+@router.post(
+    "/feedback",
+    response_model=FeedbackResponse,
+    responses=error_responses(404, 413, 415, 422, 503),
+)
 def feedback(body: FeedbackRequest, engine: EngineDep, state: StateDep) -> FeedbackResponse:
     """Record which tools the agent used for a shortlist (a resend is not counted twice)."""
 

@@ -3,55 +3,82 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from registry.engine import RegistryInfo
-from registry.errors import ValidationFailed
-from service.deps import EngineDep, StateDep
+from registry.tools import MAX_REGISTRY_NAME_CHARS, REGISTRY_NAME_PATTERN, validate_registry_name
+from service.deps import EngineDep, StateDep, require_json
+from service.errors import invalid_body
 from service.schemas import (
+    MAX_TOOL_NAME_CHARS,
     TOOLS_BODY_OPENAPI,
-    ErrorResponse,
     RegistryInfoOut,
     RegistryList,
     RegistryOut,
     ToolReport,
+    error_responses,
 )
 
+# Reads and writes are separate routers so that create_app can guard each with its own token.
 router = APIRouter(prefix="/registries", tags=["registries"])
+admin_router = APIRouter(
+    prefix="/registries", tags=["registries"], dependencies=[Depends(require_json)]
+)
 
-ERRORS: dict[int | str, dict[str, Any]] = {
-    404: {"model": ErrorResponse, "description": "Unknown registry or tool"},
-    413: {"model": ErrorResponse, "description": "Body or registry too large"},
-    422: {"model": ErrorResponse, "description": "Invalid input; details name every problem"},
-    503: {"model": ErrorResponse, "description": "Not ready yet"},
-}
+
+async def registry_name(
+    registry: Annotated[
+        str,
+        Path(
+            description="Registry name: 1-128 of A-Z a-z 0-9 . _ -, not starting with '.'.",
+            examples=["demo"],
+            # Documented here, enforced by the domain's validator (one rule, clearer message).
+            json_schema_extra={
+                "minLength": 1,
+                "maxLength": MAX_REGISTRY_NAME_CHARS,
+                "pattern": REGISTRY_NAME_PATTERN,
+            },
+        ),
+    ],
+) -> str:
+    """The registry path parameter, validated before anything else uses it (422 if bad)."""
+    return validate_registry_name(registry)
+
+
+RegistryPath = Annotated[str, Depends(registry_name)]
+ToolPath = Annotated[
+    str,
+    Path(
+        description="Tool name as uploaded; it may contain slashes.",
+        min_length=1,
+        max_length=MAX_TOOL_NAME_CHARS,
+    ),
+]
 
 
 async def _json_body(request: Request) -> Any:
     raw = await request.body()
     try:
         return await run_in_threadpool(json.loads, raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ValidationFailed(
-            f"request body is not valid JSON: {exc}", [{"field": "body", "message": str(exc)}]
-        ) from exc
+    except (ValueError, RecursionError) as exc:  # bad syntax, not UTF-8, nested too deep
+        raise invalid_body(exc) from exc
 
 
 def _out(info: RegistryInfo) -> RegistryInfoOut:
     return RegistryInfoOut(registry=info.registry, version=info.version, tools=info.tools)
 
 
-@router.put(
+@admin_router.put(
     "/{registry}",
     response_model=RegistryInfoOut,
-    responses=ERRORS,
+    responses=error_responses(409, 413, 415, 422, 503),
     openapi_extra=TOOLS_BODY_OPENAPI,
 )
 async def put_registry(
-    registry: str, request: Request, engine: EngineDep, state: StateDep
+    registry: RegistryPath, request: Request, engine: EngineDep, state: StateDep
 ) -> RegistryInfoOut:
     """Replace a registry's tools (creating it if needed); the version increases."""
     payload = await _json_body(request)
@@ -60,14 +87,14 @@ async def put_registry(
     return _out(info)
 
 
-@router.post(
+@admin_router.post(
     "/{registry}/tools",
     response_model=RegistryInfoOut,
-    responses=ERRORS,
+    responses=error_responses(409, 413, 415, 422, 503),
     openapi_extra=TOOLS_BODY_OPENAPI,
 )
 async def upsert_tools(
-    registry: str, request: Request, engine: EngineDep, state: StateDep
+    registry: RegistryPath, request: Request, engine: EngineDep, state: StateDep
 ) -> RegistryInfoOut:
     """Add or replace tools by name, keeping the rest; creates the registry if missing."""
     payload = await _json_body(request)
@@ -76,14 +103,14 @@ async def upsert_tools(
     return _out(info)
 
 
-@router.get("", response_model=RegistryList, responses={503: ERRORS[503]})
+@router.get("", response_model=RegistryList, responses=error_responses(503))
 def list_registries(engine: EngineDep) -> RegistryList:
     """List every registry with its current version and size."""
     return RegistryList(registries=[_out(info) for info in engine.list_registries()])
 
 
-@router.get("/{registry}", response_model=RegistryOut, responses=ERRORS)
-def get_registry(registry: str, engine: EngineDep) -> RegistryOut:
+@router.get("/{registry}", response_model=RegistryOut, responses=error_responses(404, 422, 503))
+def get_registry(registry: RegistryPath, engine: EngineDep) -> RegistryOut:
     """Return a registry's current version with its tool definitions as uploaded."""
     snap = engine.snapshot(registry)
     return RegistryOut(
@@ -94,8 +121,10 @@ def get_registry(registry: str, engine: EngineDep) -> RegistryOut:
     )
 
 
-@router.get("/{registry}/report", response_model=ToolReport, responses=ERRORS)
-def report(registry: str, engine: EngineDep, state: StateDep) -> ToolReport:
+@router.get(
+    "/{registry}/report", response_model=ToolReport, responses=error_responses(404, 422, 503)
+)
+def report(registry: RegistryPath, engine: EngineDep, state: StateDep) -> ToolReport:
     """Tool efficiency from agents' feedback: per-tool utility and the tools worth pruning."""
     snap = engine.snapshot(registry)
     settings = state.settings
@@ -108,16 +137,22 @@ def report(registry: str, engine: EngineDep, state: StateDep) -> ToolReport:
     return ToolReport.model_validate(data)
 
 
-@router.delete("/{registry}", status_code=204, responses=ERRORS)
-def delete_registry(registry: str, engine: EngineDep, state: StateDep) -> Response:
+@admin_router.delete("/{registry}", status_code=204, responses=error_responses(404, 422, 503))
+def delete_registry(registry: RegistryPath, engine: EngineDep, state: StateDep) -> Response:
     """Delete a registry and all its versions."""
     engine.delete_registry(registry)
     state.registry_deleted(registry)
     return Response(status_code=204)
 
 
-@router.delete("/{registry}/tools/{name:path}", status_code=204, responses=ERRORS)
-def delete_tool(registry: str, name: str, engine: EngineDep, state: StateDep) -> Response:
+@admin_router.delete(
+    "/{registry}/tools/{name:path}",
+    status_code=204,
+    responses=error_responses(404, 409, 422, 503),
+)
+def delete_tool(
+    registry: RegistryPath, name: ToolPath, engine: EngineDep, state: StateDep
+) -> Response:
     """Remove one tool (the name may contain slashes); the version increases."""
     info = engine.delete_tool(registry, name)
     state.registry_changed(info.registry, info.version, info.tools)

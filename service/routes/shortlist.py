@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import time
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 
 from registry.feedback import ShownShortlist
-from service.deps import EngineDep, StateDep
-from service.routes.registries import ERRORS
-from service.schemas import ShortlistRequest, ShortlistResponse, ShortlistTool
+from service.deps import EngineDep, StateDep, require_json
+from service.schemas import ShortlistRequest, ShortlistResponse, ShortlistTool, error_responses
 
-router = APIRouter(tags=["shortlist"])
+router = APIRouter(tags=["shortlist"], dependencies=[Depends(require_json)])
 
 
-@router.post("/shortlist", response_model=ShortlistResponse, responses=ERRORS)
+@router.post(
+    "/shortlist",
+    response_model=ShortlistResponse,
+    responses=error_responses(404, 413, 415, 422, 503),
+)
 def shortlist(body: ShortlistRequest, engine: EngineDep, state: StateDep) -> ShortlistResponse:
     """Rank a registry's tools for a query and return the shortlist the depth policy chose."""
     result = engine.shortlist(

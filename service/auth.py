@@ -1,0 +1,110 @@
+"""Bearer tokens: admin tokens guard registry writes, query tokens guard queries and reads.
+
+Which routes need which token is decided once, in :func:`service.app.create_app`:
+
+- ``PUT/POST/DELETE /registries...``: an admin token, when ``SHORTLIST_ADMIN_TOKEN`` is set.
+- ``POST /shortlist`` and ``POST /feedback``: a query or an admin token, when
+  ``SHORTLIST_QUERY_TOKEN`` is set.
+- ``GET /registries...`` (the report too): a query or an admin token when query tokens are
+  set, else an admin token when admin tokens are set. Tool definitions and usage are not public.
+- ``/healthz``, ``/readyz``, ``/metrics``, ``/docs``: open (probes and scrapers carry no tokens).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+from collections.abc import Sequence
+
+from fastapi.requests import HTTPConnection
+from fastapi.security import HTTPBearer
+from pydantic import SecretStr
+
+from registry.settings import Settings
+from service.errors import Unauthorized
+
+log = logging.getLogger(__name__)
+
+SHORT_TOKEN_CHARS = 16  # below this a token is guessable enough to warn about
+
+
+class BearerScheme(HTTPBearer):
+    """Documents the bearer scheme in OpenAPI and hands over the raw ``Authorization`` header.
+
+    The header is checked by :func:`authenticate`, which needs to tell a missing header from a
+    malformed one from a wrong token; ``HTTPBearer`` itself folds all three into ``None``.
+    """
+
+    def __init__(self, scheme_name: str, description: str) -> None:
+        super().__init__(scheme_name=scheme_name, description=description, auto_error=False)
+
+    async def __call__(self, request: HTTPConnection) -> str | None:  # type: ignore[override]
+        return request.headers.get("Authorization")
+
+
+def _digest(token: bytes) -> bytes:
+    # Equal-length digests: compare_digest then leaks neither content nor length.
+    return hashlib.sha256(token).digest()
+
+
+def token_matches(presented: str, accepted: Sequence[SecretStr]) -> bool:
+    """True when ``presented`` equals one of ``accepted``, in time independent of which one.
+
+    Every configured token is compared (no early exit), each through ``hmac.compare_digest``.
+    """
+    # Starlette decodes header bytes as latin-1; encoding back recovers the bytes on the wire.
+    given = _digest(presented.encode("latin-1", errors="replace"))
+    found = False
+    for token in accepted:
+        found |= hmac.compare_digest(given, _digest(token.get_secret_value().encode("utf-8")))
+    return found
+
+
+def authenticate(authorization: str | None, accepted: Sequence[SecretStr], needs: str) -> None:
+    """Raise :class:`Unauthorized` unless ``authorization`` is ``Bearer <one of accepted>``.
+
+    Args:
+        authorization: The raw ``Authorization`` header, or ``None``.
+        accepted: Tokens that open this route (empty: nothing does).
+        needs: What the route needs, for the message, e.g. ``"an admin token"``.
+    """
+    if authorization is None or not authorization.strip():
+        raise Unauthorized(
+            f"missing credentials: this route needs {needs}; "
+            "send it as 'Authorization: Bearer <token>'",
+            {"reason": "missing_token", "needs": needs},
+            challenge='Bearer realm="tool-shortlist"',
+        )
+    scheme, _, token = authorization.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise Unauthorized(
+            f"malformed Authorization header: expected 'Bearer <token>' with {needs}",
+            {"reason": "malformed_header", "needs": needs},
+            challenge='Bearer realm="tool-shortlist", error="invalid_request"',
+        )
+    if not token_matches(token, accepted):
+        raise Unauthorized(
+            f"invalid token: this route needs {needs}",
+            {"reason": "invalid_token", "needs": needs},
+            challenge='Bearer realm="tool-shortlist", error="invalid_token"',
+        )
+
+
+def log_access_mode(settings: Settings) -> None:
+    """Say at start-up which routes are open; a WARNING when registry writes are."""
+    if not settings.admin_token:
+        log.warning(
+            "SHORTLIST_ADMIN_TOKEN is not set: registry writes (PUT/POST/DELETE /registries) "
+            "are unauthenticated; anyone who can reach this port can change or delete registries"
+        )
+    else:
+        log.info("registry writes need one of %d admin token(s)", len(settings.admin_token))
+    if settings.query_token:
+        log.info("queries and reads need one of %d query token(s)", len(settings.query_token))
+    else:
+        log.info("SHORTLIST_QUERY_TOKEN is not set: /shortlist and /feedback are open")
+    tokens = (*settings.admin_token, *settings.query_token)
+    if any(len(t.get_secret_value()) < SHORT_TOKEN_CHARS for t in tokens):
+        log.warning("a configured token is shorter than %d characters", SHORT_TOKEN_CHARS)
