@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,20 +16,32 @@ import numpy as np
 from registry import bor
 from registry.depth.features import FEATURE_WINDOW
 from registry.depth.policies import DepthPolicy, FixedPolicy, GapPolicy, ThresholdPolicy
-from registry.errors import PayloadTooLarge, RegistryNotFound, ToolNotFound, ValidationFailed
+from registry.errors import (
+    PayloadTooLarge,
+    RegistryNotFound,
+    ShortlistError,
+    StoreUnavailable,
+    ToolNotFound,
+    ValidationFailed,
+    VersionConflict,
+)
 from registry.feedback import validate_equivalents
 from registry.index.embed import Embedder
 from registry.index.hybrid import SCORERS, Query, rank
 from registry.index.lexical import tokenize
 from registry.settings import Settings
 from registry.snapshot import Snapshot, build_snapshot
-from registry.store.base import RegistryRecord, Store
+from registry.store.base import RegistryRecord, SharedStore, Store
 from registry.tools import Tool, ToolLimits, parse_tools, validate_registry_name
 
 log = logging.getLogger(__name__)
 
 POLICIES: tuple[str, ...] = ("bor", "fixed", "gap", "threshold")
 MAX_K = 1000
+# A write that loses a version race resynchronises and tries again, this many times in all,
+# after a random pause that grows with each attempt (so racing replicas spread out).
+MAX_WRITE_ATTEMPTS = 8
+CONFLICT_BACKOFF_SECONDS = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +49,19 @@ class RegistryInfo:
     registry: str
     version: int
     tools: int
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryChange:
+    """A registry brought in line with the store: new version installed, or deleted (``info``
+    is None). Reported for changes made elsewhere (another replica), not for this engine's own
+    writes."""
+
+    registry: str
+    info: RegistryInfo | None
+
+
+RegistryListener = Callable[[RegistryChange], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +96,11 @@ class ShortlistEngine:
 
     Reads take the current snapshot reference once and never lock; writes to one registry are
     serialised, build a new snapshot off to the side, persist it, then swap the reference.
+
+    With a :class:`~registry.store.base.SharedStore` several engines (replicas) share the
+    registries: a write first catches up with the store's current version, and a write that
+    loses a version race resynchronises and retries; :meth:`refresh` (called by
+    :class:`registry.sync.StoreSync`) installs what other replicas wrote.
     """
 
     def __init__(
@@ -90,6 +122,10 @@ class ShortlistEngine:
         self._snapshots: dict[str, Snapshot] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        self._swap_lock = threading.Lock()  # writers of different registries; readers never lock
+        self._shared = isinstance(store, SharedStore)
+        self._listeners: list[RegistryListener] = []
+        self._unloadable: dict[str, int] = {}  # registry -> stored version that failed to load
         self._gap = GapPolicy()
         self._threshold = ThresholdPolicy(settings.threshold)
 
@@ -104,6 +140,62 @@ class ShortlistEngine:
             tools = parse_tools(record.tools, self.limits)
             self._install(self._build(name, record.version, tools, record.equivalents))
         return len(self._snapshots)
+
+    def add_listener(self, listener: RegistryListener) -> None:
+        """Call ``listener`` for every change installed from the store (see RegistryChange)."""
+        self._listeners.append(listener)
+
+    def refresh(self) -> list[RegistryChange]:
+        """Install every registry version the store holds that differs from ours; drop the
+        registries the store no longer has.
+
+        Snapshots are built here, off the request path; queries keep reading the old snapshot
+        until the new one is swapped in. A stored version that cannot be loaded (e.g. it breaks
+        this replica's limits) is logged once and skipped until the store moves on.
+
+        Returns:
+            The changes installed, in registry-name order.
+
+        Raises:
+            StoreUnavailable: the store cannot be reached; nothing was changed.
+        """
+        if isinstance(self.store, SharedStore):
+            stored = self.store.versions()
+        else:
+            stored = {}
+            for name in self.store.list_registries():
+                record = self.store.load(name)
+                if record is not None:
+                    stored[name] = record.version
+        changes = []
+        for name in sorted(set(stored) | set(self._snapshots)):
+            snap = self._snapshots.get(name)
+            wanted = stored.get(name)
+            if (snap.version if snap else None) == wanted:
+                continue
+            if wanted is not None and self._unloadable.get(name) == wanted:
+                continue
+            try:
+                change = self.sync_from_store(name)
+            except StoreUnavailable:
+                raise
+            except ShortlistError as exc:
+                self._unloadable[name] = wanted or 0
+                log.error("cannot load registry %r version %s from the store: %s", name, wanted, exc)
+                continue
+            if change is not None:
+                changes.append(change)
+        return changes
+
+    def sync_from_store(self, registry: str) -> RegistryChange | None:
+        """Bring one registry in line with the store; None when it already was.
+
+        Raises:
+            StoreUnavailable: the store cannot be reached.
+            ShortlistError: the stored version cannot be parsed under this engine's limits.
+        """
+        with self._lock(registry):
+            return self._sync_locked(registry)
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -138,10 +230,7 @@ class ShortlistEngine:
         validate_registry_name(registry)
         tools = parse_tools(payload, self.limits)
         equivalents = validate_equivalents(_equivalents_field(payload), {t.name for t in tools})
-        with self._lock(registry):
-            current = self._snapshots.get(registry)
-            version = self._next_version(registry, current)
-            return self._commit(registry, version, tools, equivalents)
+        return self._write(registry, lambda current: (tools, equivalents))
 
     def upsert_tools(self, registry: str, payload: Any) -> RegistryInfo:
         """Add or replace tools by name, keeping the others; creates the registry if missing.
@@ -150,8 +239,8 @@ class ShortlistEngine:
         """
         validate_registry_name(registry)
         incoming = parse_tools(payload, self.limits)
-        with self._lock(registry):
-            current = self._snapshots.get(registry)
+
+        def change(current: Snapshot | None) -> tuple[list[Tool], Any]:
             merged: dict[str, Tool] = {t.name: t for t in current.tools} if current else {}
             for tool in incoming:
                 merged[tool.name] = tool
@@ -163,23 +252,25 @@ class ShortlistEngine:
                     f"the limit is {self.limits.max_tools}",
                     {"tools": len(tools), "limit": self.limits.max_tools},
                 )
-            version = self._next_version(registry, current)
             kept = [list(g) for g in current.equivalents] if current else []
             equivalents = validate_equivalents(kept + added, merged) if added else kept
-            return self._commit(registry, version, tools, equivalents)
+            return tools, equivalents
+
+        return self._write(registry, change)
 
     def delete_registry(self, registry: str) -> None:
         with self._lock(registry):
+            if registry not in self._snapshots and self._shared:
+                self._sync_locked(registry)  # another replica may have created it just now
             if registry not in self._snapshots:
                 raise RegistryNotFound(registry)
             self.store.delete(registry)
-            snapshots = dict(self._snapshots)
-            snapshots.pop(registry, None)
-            self._snapshots = snapshots
+            self._remove(registry)
 
     def delete_tool(self, registry: str, name: str) -> RegistryInfo:
-        with self._lock(registry):
-            current = self.snapshot(registry)
+        def change(current: Snapshot | None) -> tuple[list[Tool], Any]:
+            if current is None:
+                raise RegistryNotFound(registry)
             if name not in current.by_name:
                 raise ToolNotFound(registry, name)
             tools = [t for t in current.tools if t.name != name]
@@ -188,7 +279,9 @@ class ShortlistEngine:
                 for group in current.equivalents
                 if len(kept := tuple(n for n in group if n != name)) > 1
             )
-            return self._commit(registry, current.version + 1, tools, equivalents)
+            return tools, equivalents
+
+        return self._write(registry, change)
 
     # -- queries --------------------------------------------------------------------------------
 
@@ -344,8 +437,84 @@ class ShortlistEngine:
         self._install(snap)
         return RegistryInfo(registry, version, len(tools))
 
+    def _write(
+        self, registry: str, change: Callable[[Snapshot | None], tuple[list[Tool], Any]]
+    ) -> RegistryInfo:
+        """Apply ``change`` to the registry's current snapshot and commit the result.
+
+        With a shared store the current snapshot is first brought in line with the store, and a
+        commit that loses a version race (another replica saved first) is redone on top of the
+        winner's version.
+        """
+        with self._lock(registry):
+            floor = 0
+            conflict: VersionConflict | None = None
+            for attempt in range(MAX_WRITE_ATTEMPTS):
+                if attempt:
+                    time.sleep(random.uniform(0, CONFLICT_BACKOFF_SECONDS * 2**attempt))
+                if self._shared:
+                    self._sync_locked(registry)
+                current = self._snapshots.get(registry)
+                tools, equivalents = change(current)
+                version = max(self._next_version(registry, current), floor)
+                try:
+                    return self._commit(registry, version, tools, equivalents)
+                except VersionConflict as exc:
+                    log.info("registry %r: %s", registry, exc.message)
+                    conflict = exc
+                    floor = exc.latest + 1
+            assert conflict is not None
+            raise conflict
+
+    def _sync_locked(self, registry: str) -> RegistryChange | None:
+        current = self._snapshots.get(registry)
+        if isinstance(self.store, SharedStore):
+            stored_version = self.store.version(registry)
+            if current is not None and current.version == stored_version:
+                return None
+            record = self.store.load(registry) if stored_version is not None else None
+        else:
+            try:
+                validate_registry_name(registry)
+            except ValidationFailed:
+                return None  # never let an invalid name reach a path-based store
+            record = self.store.load(registry)
+        if record is None:
+            if current is None:
+                return None
+            self._remove(registry)
+            return self._notify(RegistryChange(registry, None))
+        if current is not None and current.version == record.version:
+            return None
+        tools = parse_tools(record.tools, self.limits)
+        self._install(self._build(registry, record.version, tools, record.equivalents))
+        self._unloadable.pop(registry, None)
+        return self._notify(
+            RegistryChange(registry, RegistryInfo(registry, record.version, len(tools)))
+        )
+
+    def _notify(self, change: RegistryChange) -> RegistryChange:
+        log.info(
+            "registry %r %s from the store",
+            change.registry,
+            f"version {change.info.version} installed" if change.info else "deleted",
+        )
+        for listener in self._listeners:
+            try:
+                listener(change)
+            except Exception:
+                log.exception("registry listener %r failed", listener)
+        return change
+
     def _install(self, snap: Snapshot) -> None:
-        snapshots = dict(self._snapshots)
-        snapshots[snap.registry] = snap
-        self._snapshots = snapshots  # one reference swap: readers see old or new, never half
+        with self._swap_lock:
+            snapshots = dict(self._snapshots)
+            snapshots[snap.registry] = snap
+            self._snapshots = snapshots  # one reference swap: readers see old or new, never half
+
+    def _remove(self, registry: str) -> None:
+        with self._swap_lock:
+            snapshots = dict(self._snapshots)
+            snapshots.pop(registry, None)
+            self._snapshots = snapshots
 

@@ -77,4 +77,26 @@ class ArtifactError(ShortlistError):
 
 
 class StoreUnavailable(ShortlistError):
+    """The durable store (e.g. Redis) cannot be reached; in-memory snapshots still serve reads."""
+
     error_type = "unavailable"
+
+
+class VersionConflict(ShortlistError):
+    """A shared store refused a registry version: another replica wrote that version first.
+
+    ``latest`` is the newest version the store has assigned for the registry (0 if none).
+    The engine resynchronises and retries; the client sees this only if retries run out.
+    """
+
+    error_type = "conflict"
+
+    def __init__(self, registry: str, version: int, latest: int) -> None:
+        super().__init__(
+            f"registry {registry!r} changed concurrently: version {version} was refused, "
+            f"the store is at version {latest}; retry the request",
+            {"registry": registry, "version": version, "latest": latest},
+        )
+        self.registry = registry
+        self.version = version
+        self.latest = latest

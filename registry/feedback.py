@@ -56,6 +56,8 @@ __all__ = [
     "FeedbackRecorder",
     "LiveWindow",
     "LocalFeedbackLog",
+    "RememberedShortlists",
+    "SharedFeedbackLog",
     "ShortlistMemory",
     "ShownShortlist",
     "ToolCall",
@@ -98,6 +100,31 @@ class ShownShortlist:
     k: int
     shown: tuple[str, ...]
     created: float
+
+
+@runtime_checkable
+class RememberedShortlists(Protocol):
+    """Where served shortlists wait for their feedback: :class:`ShortlistMemory` in one process,
+    ``registry.store.redis.RedisShortlistMemory`` across replicas."""
+
+    def remember(self, shortlist: ShownShortlist) -> None:
+        """Remember ``shortlist`` until the retention period ends."""
+        ...
+
+    def get(self, shortlist_id: str) -> ShownShortlist | None:
+        """The remembered shortlist, or ``None`` when unknown or expired."""
+        ...
+
+    def mark_feedback(self, shortlist_id: str) -> bool:
+        """Flag that feedback was recorded: ``True`` the first time, ``False`` on a resend.
+
+        Raises ``ShortlistNotFound`` when the id is unknown or expired.
+        """
+        ...
+
+    def unmark_feedback(self, shortlist_id: str) -> None:
+        """Undo :meth:`mark_feedback` (recording failed, so the client may retry)."""
+        ...
 
 
 class _Entry:
@@ -589,6 +616,18 @@ class FeedbackLog(Protocol):
         ...
 
 
+@runtime_checkable
+class SharedFeedbackLog(FeedbackLog, Protocol):
+    """A log several replicas append to (``registry.store.redis.RedisFeedbackLog``)."""
+
+    def read_new(self, limit: int = 1000) -> list[FeedbackEvent]:
+        """Up to ``limit`` events appended by *other* processes since the previous call (since
+        the start of the log on the first call), oldest first; empty when caught up. The read
+        position only advances when the read succeeds, so a failed call can simply be retried.
+        """
+        ...
+
+
 class LocalFeedbackLog:
     """Feedback events as JSON Lines in one local file (one writer process per file).
 
@@ -1043,7 +1082,7 @@ class FeedbackRecorder:
 
     def __init__(
         self,
-        memory: ShortlistMemory,
+        memory: RememberedShortlists,
         log: FeedbackLog,
         window: LiveWindow,
         efficiency: ToolEfficiency,
@@ -1131,8 +1170,29 @@ class FeedbackRecorder:
         Returns:
             The number of events replayed.
         """
+        if isinstance(self.log, SharedFeedbackLog):
+            return self.catch_up()  # resumable: a store outage mid-replay never double counts
         count = 0
         for event in self.log.replay():
             self._count(event)
             count += 1
+        return count
+
+    def catch_up(self) -> int:
+        """Count the events other replicas appended to a shared log since the last call.
+
+        Keeps the efficiency report and the live window the same on every replica. Listeners
+        are not called: each replica's Prometheus counters count its own events, and PromQL
+        sums them. A no-op (returns 0) for a log that is not shared.
+
+        Raises:
+            StoreUnavailable: the shared log cannot be read; call again later.
+        """
+        if not isinstance(self.log, SharedFeedbackLog):
+            return 0
+        count = 0
+        while events := self.log.read_new():
+            for event in events:
+                self._count(event)
+            count += len(events)
         return count

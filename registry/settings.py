@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+# Comma-separated in the environment; SecretStr keeps every token out of reprs and logs.
+Tokens = Annotated[tuple[SecretStr, ...], NoDecode]
 
 # Artifacts ship beside the packages (models/, examples/); settings can point elsewhere.
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -70,7 +74,41 @@ class Settings(BaseSettings):
     )
     max_query_chars: int = Field(16_384, ge=16, description="Longest query string.")
 
-    @field_validator("demo_registry", "embedder_cache_dir", mode="before")
+    redis_url: SecretStr | None = Field(
+        None,
+        description="Redis shared by every replica (redis://[:password@]host:6379/0); "
+        "unset = the embedded local store under data_dir.",
+    )
+    redis_prefix: str = Field(
+        "shortlist:", min_length=1, description="Prefix of every Redis key and channel."
+    )
+    sync_interval_seconds: float = Field(
+        1.0, gt=0, le=60, description="Fallback poll of the shared store for other replicas' writes."
+    )
+
+    admin_token: Tokens = Field(
+        (),
+        description="Bearer token(s), comma-separated, for registry writes (PUT/POST/DELETE "
+        "/registries...); unset = writes are open.",
+    )
+    query_token: Tokens = Field(
+        (),
+        description="Bearer token(s), comma-separated, for POST /shortlist and /feedback (admin "
+        "tokens work too); unset = queries are open.",
+    )
+
+    @field_validator("admin_token", "query_token", mode="before")
+    @classmethod
+    def _split_tokens(cls, value: object) -> object:
+        # Never raise with the value in hand: a validation error would print the token.
+        if isinstance(value, (str, SecretStr)):
+            value = (value,)
+        if isinstance(value, (list, tuple)):
+            raw = (v.get_secret_value() if isinstance(v, SecretStr) else str(v) for v in value)
+            return tuple(SecretStr(t.strip()) for v in raw for t in v.split(",") if t.strip())
+        return value
+
+    @field_validator("demo_registry", "embedder_cache_dir", "redis_url", mode="before")
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         return None if value == "" else value

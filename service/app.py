@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from registry.depth.policies import DepthPolicy
 from registry.settings import Settings
+from service.auth import log_access_mode
+from service.deps import require_admin, require_query
 from service.errors import install_error_handlers
 from service.middleware import BodyLimitMiddleware, HttpMetricsMiddleware
 from service.routes import feedback, health, registries, shortlist
+from service.schemas import error_responses
 from service.state import EmbedderFactory, ServiceState, default_embedder
 
 DESCRIPTION = """Per-query tool shortlists for LLM agents. Upload tool registries, ask
@@ -35,6 +39,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state.start_loading(background=background_load)
         yield
+        state.close()
 
     app = FastAPI(
         title="tool-shortlist",
@@ -44,10 +49,22 @@ def create_app(
     )
     app.state.service = state
     install_error_handlers(app)
-    app.include_router(shortlist.router)
-    app.include_router(feedback.router)
-    app.include_router(registries.router)
+    # Routers are guarded only when tokens are configured, so OpenAPI shows exactly what is.
+    admin = require_admin if settings.admin_token else None
+    query = require_query if settings.query_token else None
+    app.include_router(shortlist.router, **_guarded(query))
+    app.include_router(feedback.router, **_guarded(query))
+    app.include_router(registries.router, **_guarded(query or admin))
+    app.include_router(registries.admin_router, **_guarded(admin))
     app.include_router(health.router)
+    log_access_mode(settings)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(HttpMetricsMiddleware, metrics=state.metrics)
     return app
+
+
+def _guarded(check: Callable[..., Any] | None) -> dict[str, Any]:
+    """``include_router`` arguments that put ``check`` in front of every route, with its 401."""
+    if check is None:
+        return {}
+    return {"dependencies": [Depends(check)], "responses": error_responses(401)}

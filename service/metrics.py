@@ -61,6 +61,13 @@ class Metrics:
             "shortlist_ready", "1 once models, policy and registries are loaded.",
             registry=self.registry,
         )
+        self.store_up = Gauge(
+            "shortlist_store_up",
+            "1 while the registry store answers; 0 during an outage (queries are still served "
+            "from memory, writes get 503).",
+            registry=self.registry,
+        )
+        self.store_up.set(1)
         for stage in STAGES:  # export every series from the start, at zero
             self.stage_seconds.labels(stage)
 

@@ -6,21 +6,25 @@ import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from registry.depth.policies import DepthPolicy, OnnxDepthPolicy
-from registry.engine import ShortlistEngine
-from registry.errors import ShortlistError
+from registry.engine import RegistryChange, ShortlistEngine
+from registry.errors import ShortlistError, StoreUnavailable
 from registry.feedback import (
+    FeedbackLog,
     FeedbackRecorder,
     LiveWindow,
     LocalFeedbackLog,
+    RememberedShortlists,
     ShortlistMemory,
     ToolEfficiency,
 )
 from registry.index.embed import Embedder, load_minilm
 from registry.settings import Settings
-from registry.store.base import Store
+from registry.store.base import SharedStore, Store
 from registry.store.local import LocalStore
+from registry.sync import StoreSync
 from registry.tools import ToolLimits, parse_tools
 from service.feedback_metrics import FeedbackMetrics
 from service.metrics import Metrics
@@ -29,6 +33,7 @@ log = logging.getLogger(__name__)
 
 DEMO_REGISTRY = "demo"
 EmbedderFactory = Callable[[Settings], Embedder]
+T = TypeVar("T")
 
 
 def default_embedder(settings: Settings) -> Embedder:
@@ -53,17 +58,49 @@ class ServiceState:
         self._embedder_factory = embedder_factory
         # The policy is checked synchronously so that a schema mismatch stops start-up loudly.
         self.bor_policy = bor_policy or OnnxDepthPolicy.from_dir(settings.policy_dir)
-        self.store = store or LocalStore(settings.data_dir)
+        memory: RememberedShortlists
+        feedback_log: FeedbackLog
+        if store is None and settings.redis_url is not None:
+            store, memory, feedback_log = self._redis_backends(settings)
+        else:
+            memory = ShortlistMemory(
+                settings.feedback_retention_seconds, settings.max_remembered_shortlists
+            )
+            feedback_log = LocalFeedbackLog.in_data_dir(settings.data_dir)
+        self.store: Store = store or LocalStore(settings.data_dir)
         window = LiveWindow(settings.live_window_seconds)
-        self.feedback = FeedbackRecorder(
-            ShortlistMemory(settings.feedback_retention_seconds, settings.max_remembered_shortlists),
-            LocalFeedbackLog.in_data_dir(settings.data_dir),
-            window,
-            ToolEfficiency(),
-        )
+        self.feedback = FeedbackRecorder(memory, feedback_log, window, ToolEfficiency())
         self.feedback_metrics = FeedbackMetrics(self.metrics.registry, window)
         self.feedback.add_listener(self.feedback_metrics.observe)
+        self.sync: StoreSync | None = None
+        self._closing = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def _redis_backends(
+        self, settings: Settings
+    ) -> tuple[Store, RememberedShortlists, FeedbackLog]:
+        """Registries, remembered shortlists and the feedback log in one shared Redis."""
+        from registry.store.redis import (
+            RedisFeedbackLog,
+            RedisShortlistMemory,
+            RedisStore,
+            StoreHealth,
+            connect,
+        )
+
+        assert settings.redis_url is not None
+        url = settings.redis_url.get_secret_value()
+        client = connect(url)
+        health = StoreHealth()
+        prefix = settings.redis_prefix
+        # Every Redis call reports to `health`; the gauge reads it at scrape time.
+        self.metrics.store_up.set_function(lambda: 1.0 if health.up else 0.0)
+        # /shortlist remembers each shortlist in Redis: a short timeout of its own bounds what
+        # a Redis that stops answering can add to a query before the outage is noticed.
+        memory = RedisShortlistMemory(
+            connect(url, timeout=0.5), settings.feedback_retention_seconds, prefix, health
+        )
+        return RedisStore(client, prefix, health), memory, RedisFeedbackLog(client, prefix, health)
 
     @property
     def ready(self) -> bool:
@@ -82,19 +119,53 @@ class ServiceState:
             self._thread.join(timeout)
         return self.ready
 
+    def close(self) -> None:
+        """Stop the sync thread and release store connections (at shutdown)."""
+        self._closing.set()
+        if self.sync is not None:
+            self.sync.stop()
+        if isinstance(self.store, SharedStore):
+            self.store.close()
+
+    def _until_store_answers(self, step: Callable[[], T]) -> T:
+        """Run a start-up step, retrying while the shared store is unreachable (not ready yet)."""
+        while True:
+            try:
+                result = step()
+            except StoreUnavailable as exc:
+                if self._closing.is_set():
+                    raise
+                self.load_error = f"{exc.message} (retrying)"
+                self._closing.wait(self.settings.sync_interval_seconds)
+                continue
+            self.load_error = None
+            return result
+
     def _load(self) -> None:
         try:
             embedder = self._embedder_factory(self.settings)
             engine = ShortlistEngine(self.settings, self.store, embedder, self.bor_policy)
-            count = engine.load_all()
+            count = self._until_store_answers(engine.load_all)
             log.info("loaded %d registries", count)
-            self._load_demo(engine)
-            restored = self.feedback.restore()
+            self._until_store_answers(lambda: self._load_demo(engine))
+            restored = self._until_store_answers(self.feedback.restore)
             log.info("restored %d feedback events from the log", restored)
             for info in engine.list_registries():
                 self.registry_changed(info.registry, info.version, info.tools)
+            if isinstance(self.store, SharedStore):
+                engine.add_listener(self._registry_synced)
+                memory = self.feedback.memory
+                self.sync = StoreSync(
+                    engine,
+                    self.store,
+                    interval=self.settings.sync_interval_seconds,
+                    feedback=self.feedback,
+                    on_tick=getattr(memory, "flush_pending", None),
+                )
             self.engine = engine
             self.metrics.ready.set(1)
+            if self.sync is not None and not self._closing.is_set():
+                self.sync.start()
         except ShortlistError as exc:
             self.load_error = exc.message
             log.error("start-up failed: %s", exc.message)
@@ -108,6 +179,12 @@ class ServiceState:
 
     def registry_deleted(self, registry: str) -> None:
         self.metrics.drop_registry(registry)
+
+    def _registry_synced(self, change: RegistryChange) -> None:
+        if change.info is None:
+            self.registry_deleted(change.registry)
+        else:
+            self.registry_changed(change.registry, change.info.version, change.info.tools)
 
     def _load_demo(self, engine: ShortlistEngine) -> None:
         path: Path | None = self.settings.demo_registry

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import signal
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -101,17 +101,26 @@ def engine(settings, hashing_embedder, bor_policy) -> Iterator:
 
 @pytest.fixture
 def server_factory(tmp_path, minilm_cache):
-    """Start real server processes sharing one data dir; all are killed at teardown."""
-    from tests.server import Server
+    """Start real server processes sharing one data dir (``data_dir=`` for another; ``wait=False``
+    to return before /readyz is 200); all are killed at teardown."""
+    from tests.server import Servers
 
-    servers: list[Server] = []
+    servers = Servers(tmp_path, minilm_cache)
+    yield servers.start
+    servers.close()
 
-    def start(**settings: str) -> Server:
-        server = Server(tmp_path / "data", minilm_cache, **settings)
-        servers.append(server)
-        server.wait_ready()
-        return server
 
-    yield start
-    for server in servers:
-        server.stop(signal.SIGKILL)
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """One throwaway `redis-server` for the session, nothing persisted; tests isolate themselves
+    with a key prefix of their own (``redis_prefix``)."""
+    from tests.redis_server import RedisServer
+
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_prefix() -> str:
+    return f"test-{uuid.uuid4().hex[:12]}:"

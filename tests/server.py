@@ -60,3 +60,24 @@ class Server:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
             self.proc.wait(30)
+
+
+class Servers:
+    """Starts servers sharing one base directory and kills every one of them at :meth:`close`."""
+
+    def __init__(self, base: Path, embedder_cache: Path) -> None:
+        self.base = Path(base)
+        self.embedder_cache = embedder_cache
+        self.started: list[Server] = []
+
+    def start(self, *, data_dir: Path | None = None, wait: bool = True, **settings: str) -> Server:
+        """A new server; ``data_dir`` defaults to ``<base>/data`` (shared by all)."""
+        server = Server(data_dir or self.base / "data", self.embedder_cache, **settings)
+        self.started.append(server)
+        if wait:
+            server.wait_ready()
+        return server
+
+    def close(self) -> None:
+        for server in self.started:
+            server.stop(signal.SIGKILL)

@@ -34,6 +34,7 @@ EXPORTED_METRICS: tuple[str, ...] = (
     "shortlist_registry_tools",
     "shortlist_registry_version",
     "shortlist_ready",
+    "shortlist_store_up",
     "shortlist_http_requests_total",
     "shortlist_feedback_total",
     "shortlist_presented_total",

@@ -1,10 +1,14 @@
-"""The storage interface. The local directory store is the embedded default; Redis comes later."""
+"""The storage interface. The local directory store is the embedded default; Redis is shared.
+
+``Store`` is what one process needs. ``SharedStore`` adds what replicas sharing one store need
+to stay in step: cheap version lookups and change notifications.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -54,3 +58,32 @@ class Store(Protocol):
     def get_embeddings(self, model_id: str, hashes: Sequence[str]) -> dict[str, np.ndarray]: ...
 
     def put_embeddings(self, model_id: str, vectors: Mapping[str, np.ndarray]) -> None: ...
+
+
+@runtime_checkable
+class SharedStore(Store, Protocol):
+    """A store several replicas write to at once (``registry.store.redis.RedisStore``).
+
+    ``save`` assigns versions atomically: it stores ``record`` only if ``record.version`` is the
+    successor of the newest version ever assigned to that registry (deleted ones included), and
+    otherwise raises ``registry.errors.VersionConflict`` carrying the newest version. So two
+    replicas racing on one registry never both get version N, and version numbers are never
+    reused after a delete. Every method raises ``registry.errors.StoreUnavailable`` when the
+    store cannot be reached.
+    """
+
+    def version(self, registry: str) -> int | None:
+        """The registry's current version, or None when it does not exist (one cheap lookup)."""
+        ...
+
+    def versions(self) -> dict[str, int]:
+        """Every registry's current version (one cheap lookup)."""
+        ...
+
+    def wait_for_change(self, timeout: float) -> bool:
+        """Block until another writer announces a change (True) or ``timeout`` seconds pass."""
+        ...
+
+    def close(self) -> None:
+        """Release connections."""
+        ...

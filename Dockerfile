@@ -1,0 +1,75 @@
+# syntax=docker/dockerfile:1
+# tool-shortlist: two stages. `build` installs the service into /opt/venv and, in a separate
+# throwaway environment with torch (pinned CPU build), exports MiniLM to ONNX once. `runtime`
+# gets the venv, the ONNX model + tokenizer and the depth policy: no torch, no download at start.
+#
+#   docker build -t tool-shortlist .
+#   docker run -p 8080:8080 tool-shortlist                                  # embedded local store
+#   docker run -p 8080:8080 -e SHORTLIST_REDIS_URL=redis://redis:6379/0 tool-shortlist
+
+# ---- build ---------------------------------------------------------------------------------
+FROM python:3.11-slim AS build
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_OFFLINE=1
+
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY registry ./registry
+COPY service ./service
+
+# The serving environment: the package and its serving dependencies only.
+RUN python -m venv /opt/venv \
+ && /opt/venv/bin/pip install . \
+ && /opt/venv/bin/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is not None)"
+
+# The export environment: torch 2.13.0, CPU build (no CUDA wheels), used once and left behind.
+RUN python -m venv /opt/export \
+ && /opt/export/bin/pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0 \
+ && /opt/export/bin/pip install ".[train]"
+
+# MiniLM -> /opt/embedder/all-MiniLM-L6-v2/{model.onnx, model.onnx.json, tokenizer.json};
+# then load it with the serving environment, as the server will (-P: the installed package, not
+# the sources in the working directory).
+RUN /opt/export/bin/python -c "from pathlib import Path; from registry.index.embed import ensure_minilm_onnx; ensure_minilm_onnx(Path('/opt/embedder'))" \
+ && /opt/venv/bin/python -P -c "from pathlib import Path; from registry.index.embed import load_minilm; print(load_minilm(Path('/opt/embedder')))"
+
+# ---- runtime -------------------------------------------------------------------------------
+FROM python:3.11-slim AS runtime
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PATH=/opt/venv/bin:$PATH \
+    HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_OFFLINE=1 \
+    SHORTLIST_HOST=0.0.0.0 \
+    SHORTLIST_PORT=8080 \
+    SHORTLIST_DATA_DIR=/var/lib/shortlist \
+    SHORTLIST_EMBEDDER_CACHE_DIR=/opt/shortlist/embedder \
+    SHORTLIST_POLICY_DIR=/opt/shortlist/models/default \
+    SHORTLIST_DEMO_REGISTRY=/opt/shortlist/examples/demo_tools.json
+
+RUN groupadd --system --gid 10001 shortlist \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /var/lib/shortlist \
+      --shell /usr/sbin/nologin shortlist \
+ && mkdir -p /var/lib/shortlist \
+ && chown 10001:10001 /var/lib/shortlist
+
+COPY --from=build /opt/venv /opt/venv
+# Owned by the service user: loading takes a lock file next to the model (read-only otherwise).
+COPY --from=build --chown=10001:10001 /opt/embedder /opt/shortlist/embedder
+COPY models/default /opt/shortlist/models/default
+COPY examples/demo_tools.json /opt/shortlist/examples/demo_tools.json
+
+USER 10001:10001
+WORKDIR /var/lib/shortlist
+EXPOSE 8080
+
+# Liveness only: /readyz is for load balancers and orchestrators (it is 503 while loading).
+HEALTHCHECK --interval=15s --timeout=3s --start-period=60s --retries=3 \
+  CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('SHORTLIST_PORT', '8080'), timeout=2)"]
+
+CMD ["shortlist", "serve"]

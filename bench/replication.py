@@ -1,0 +1,252 @@
+"""Replication lag between replicas sharing Redis, and the memory of one replica (not a test).
+
+    python bench/replication.py                       # 4,000-tool registry, 20 trials each
+    python bench/replication.py --tools 4000 --trials 20 --json bench/out/replication.json
+
+Starts its own `redis-server` (no persistence) and two `shortlist serve` replicas A and B on
+free loopback ports, both with SHORTLIST_REDIS_URL. Then:
+
+1. uploads a registry of --tools tools to A (ToolBench tools from --toolbench, topped up with
+   synthetic ones) and times how long B takes to serve it;
+2. replication lag, small registry: PUT the 30-tool demo registry on A (alternating two
+   variants so every PUT is a new version); lag = from A's 200 response until B's
+   GET /registries shows the new version (polled every 2 ms);
+3. replication lag, large registry: upsert one tool into the big registry on A; B rebuilds the
+   whole snapshot (parse, BM25, FAISS) from Redis, embeddings from the shared cache;
+4. RSS (VmRSS) of both replicas: idle, after the big registry is loaded, after 500 queries.
+
+Prints a Markdown summary; --json writes every number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+QUERIES = [
+    "What's the weather like in Paris right now?",
+    "find upcoming concerts for my favourite band",
+    "convert 100 dollars to euros",
+    "get the latest stock price for AAPL",
+    "search for recipes with chicken and rice",
+    "translate this sentence into Spanish",
+    "look up the lyrics of a song",
+    "show me football match results from yesterday",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+def start_redis(directory: Path) -> tuple[subprocess.Popen[bytes], str]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        sys.exit("redis-server is not installed: apt-get install redis-server")
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(directory)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+    )
+    client = redis.Redis(port=port)
+    for _ in range(200):
+        try:
+            client.ping()
+            return proc, f"redis://127.0.0.1:{port}/0"
+        except redis.exceptions.ConnectionError:
+            time.sleep(0.05)
+    raise RuntimeError("redis-server did not start")
+
+
+class Replica:
+    def __init__(self, name: str, base: Path, redis_url: str, embedder_cache: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = dict(
+            os.environ,
+            HF_HUB_OFFLINE="1",
+            SHORTLIST_PORT=str(self.port),
+            SHORTLIST_DATA_DIR=str(base / name),
+            SHORTLIST_EMBEDDER_CACHE_DIR=str(embedder_cache),
+            SHORTLIST_DEMO_REGISTRY="",
+            SHORTLIST_REDIS_URL=redis_url,
+        )
+        self.log = open(base / f"{name}.log", "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "serve", "--log-level", "warning"],
+            env=env, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
+        )
+
+    def wait_ready(self, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"replica exited; see {self.log.name}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError("replica not ready")
+
+    def version(self, registry: str) -> int | None:
+        body = httpx.get(f"{self.url}/registries", timeout=5).json()
+        return next((r["version"] for r in body["registries"] if r["registry"] == registry), None)
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+        self.log.close()
+
+
+def big_registry(n: int, toolbench: Path | None) -> list[dict[str, Any]]:
+    tools: list[dict[str, Any]] = []
+    if toolbench is not None and toolbench.is_file():
+        tools = json.loads(toolbench.read_text())[:n]
+    topics = ["invoice", "weather", "calendar", "payment", "ticket", "shipment", "playlist",
+              "recipe", "account", "sensor", "contract", "flight", "hotel", "stock", "lyrics"]
+    verbs = ["get", "list", "create", "update", "delete", "search", "export", "validate"]
+    i = 0
+    while len(tools) < n:
+        topic, verb = topics[i % len(topics)], verbs[(i // len(topics)) % len(verbs)]
+        tools.append({
+            "name": f"synthetic_{verb}_{topic}_{i}",
+            "description": f"{verb.capitalize()} a {topic} record in service {i % 97} "
+                           f"(region {i % 13}, tier {i % 5}).",
+            "parameters": {"type": "object", "properties": {
+                f"{topic}_id": {"type": "string", "description": f"Identifier of the {topic}."},
+                "limit": {"type": "integer", "description": "Most results to return."}}},
+        })
+        i += 1
+    return tools
+
+
+def lag(a: Replica, b: Replica, registry: str, write: Any, poll: float = 0.002) -> float:
+    response = write()
+    acked = time.perf_counter()
+    response.raise_for_status()
+    version = response.json()["version"]
+    while b.version(registry) != version:
+        if time.perf_counter() - acked > 30:
+            raise TimeoutError(f"B never served version {version} of {registry}")
+        time.sleep(poll)
+    return time.perf_counter() - acked
+
+
+def summary(samples: list[float]) -> dict[str, float]:
+    ms = sorted(s * 1000 for s in samples)
+    return {"n": len(ms), "median_ms": statistics.median(ms), "p90_ms": ms[int(0.9 * (len(ms) - 1))],
+            "max_ms": ms[-1], "min_ms": ms[0]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tools", type=int, default=4000)
+    parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--toolbench", type=Path, default=ROOT.parent / "shared" / "data" / "toolbench_stable" / "tools.json")
+    parser.add_argument("--embedder-cache", type=Path, default=ROOT / "data" / "cache" / "embedder")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+
+    demo = json.loads((ROOT / "examples" / "demo_tools.json").read_text())["tools"]
+    variants = [demo, [dict(t, description=t.get("description", "") + " ") if "name" in t else t for t in demo]]
+    big = big_registry(args.tools, args.toolbench)
+    results: dict[str, Any] = {"tools": len(big), "trials": args.trials}
+
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        redis_proc, redis_url = start_redis(base)
+        a = Replica("a", base, redis_url, args.embedder_cache)
+        b = Replica("b", base, redis_url, args.embedder_cache)
+        try:
+            a.wait_ready()
+            b.wait_ready()
+            time.sleep(1)
+            results["rss_idle_mib"] = {"a": rss_mib(a.proc.pid), "b": rss_mib(b.proc.pid)}
+
+            t0 = time.perf_counter()
+            r = httpx.put(f"{a.url}/registries/big", json=big, timeout=1800)
+            r.raise_for_status()
+            results["upload_seconds"] = time.perf_counter() - t0  # A embeds every tool
+            t1 = time.perf_counter()
+            while b.version("big") != 1:
+                time.sleep(0.002)
+            results["first_load_lag_seconds"] = time.perf_counter() - t1  # B: from Redis
+
+            lags_small = [
+                lag(a, b, "demo", lambda i=i: httpx.put(f"{a.url}/registries/demo", json=variants[i % 2], timeout=60))
+                for i in range(args.trials)
+            ]
+            lags_big = [
+                lag(a, b, "big", lambda i=i: httpx.post(
+                    f"{a.url}/registries/big/tools",
+                    json=[{"name": f"bench_extra_{i % 3}", "description": f"Extra tool, revision {i}.",
+                           "parameters": {}}], timeout=120))
+                for i in range(args.trials)
+            ]
+            results["lag_small"] = summary(lags_small)
+            results["lag_big"] = summary(lags_big)
+            results["lag_small_raw_ms"] = [round(x * 1000, 2) for x in lags_small]
+            results["lag_big_raw_ms"] = [round(x * 1000, 2) for x in lags_big]
+            results["rss_loaded_mib"] = {"a": rss_mib(a.proc.pid), "b": rss_mib(b.proc.pid)}
+            for i in range(500):
+                for replica in (a, b):
+                    httpx.post(f"{replica.url}/shortlist",
+                               json={"registry": "big", "query": QUERIES[i % len(QUERIES)]}).raise_for_status()
+            results["rss_after_queries_mib"] = {"a": rss_mib(a.proc.pid), "b": rss_mib(b.proc.pid)}
+            info = redis.Redis.from_url(redis_url).info("memory")
+            results["redis_used_memory_mib"] = info["used_memory"] / 2**20
+        finally:
+            a.stop()
+            b.stop()
+            redis_proc.kill()
+            redis_proc.wait(10)
+
+    s, g = results["lag_small"], results["lag_big"]
+    print(f"registry: {results['tools']} tools; upload to A {results['upload_seconds']:.1f} s "
+          f"(embedding), B serving it {results['first_load_lag_seconds'] * 1000:.0f} ms later")
+    print()
+    print("| replication lag (PUT ack on A -> B serves it) | trials | median | p90 | max |")
+    print("|---|---|---|---|---|")
+    print(f"| 30-tool registry, PUT | {s['n']} | {s['median_ms']:.0f} ms | {s['p90_ms']:.0f} ms | {s['max_ms']:.0f} ms |")
+    print(f"| {results['tools']}-tool registry, upsert one tool | {g['n']} | {g['median_ms']:.0f} ms | "
+          f"{g['p90_ms']:.0f} ms | {g['max_ms']:.0f} ms |")
+    print()
+    print("| RSS (MiB) | A | B |")
+    print("|---|---|---|")
+    for key, label in (("rss_idle_mib", "idle, no registry"), ("rss_loaded_mib", f"{results['tools']}-tool registry loaded"),
+                       ("rss_after_queries_mib", "after 500 queries each")):
+        print(f"| {label} | {results[key]['a']:.0f} | {results[key]['b']:.0f} |")
+    print(f"\nRedis used_memory: {results['redis_used_memory_mib']:.1f} MiB")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,501 @@
+"""Redis as the shared source of truth for many replicas.
+
+Everything lives under one key prefix (``shortlist:`` by default)::
+
+    <p>registries               hash   registry -> current version (the "current" pointer)
+    <p>versions                 hash   registry -> newest version ever assigned (kept on delete)
+    <p>registry:<name>          hash   version -> RegistryRecord JSON (the newest two versions)
+    <p>embeddings:<model-key>   hash   32-byte content hash -> float32 vector bytes
+    <p>shown:<shortlist_id>     string ShownShortlist JSON, expires after the feedback retention
+    <p>feedback-mark:<id>       string "feedback recorded" flag (SET NX), expires with the above
+    <p>feedback                 stream accepted feedback events (XADD; replayed with XRANGE)
+    <p>changes                  pub/sub channel: "<registry> <version>" after every write
+
+Writes are Lua scripts, so each is atomic: a new version's record, the current pointer and the
+version counter change together, and a reader (which loads pointer and record in one script)
+never sees half a version. A save is accepted only for ``newest assigned + 1``: two replicas
+racing on a registry cannot both get version N, and numbers are not reused after a delete.
+
+Connection and timeout errors become :class:`~registry.errors.StoreUnavailable`. Keys span
+several hash slots, so Redis Cluster is not supported; a single primary (managed or not, with
+replicas for failover) is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, cast
+
+import numpy as np
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from registry.errors import ShortlistNotFound, StoreUnavailable, VersionConflict
+from registry.feedback import FeedbackEvent, ShownShortlist
+from registry.store.base import RegistryRecord
+
+log = logging.getLogger(__name__)
+
+KEEP_VERSIONS = 2
+_CHUNK = 2000  # hash fields per HMGET/HSET round trip
+# Redis replies that mean "the server cannot serve writes right now", not a bug of ours.
+_UNAVAILABLE_REPLIES = ("LOADING", "READONLY", "MASTERDOWN", "MISCONF", "OOM", "NOREPLICAS")
+
+_SAVE = """
+local last = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0')
+local version = tonumber(ARGV[2])
+if version ~= last + 1 then
+  return {0, last}
+end
+redis.call('HSET', KEYS[3], ARGV[2], ARGV[3])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+local old = version - tonumber(ARGV[5])
+if old >= 1 then
+  redis.call('HDEL', KEYS[3], tostring(old))
+end
+redis.call('PUBLISH', ARGV[4], ARGV[1] .. ' ' .. ARGV[2])
+return {1, version}
+"""
+
+_LOAD = """
+local version = redis.call('HGET', KEYS[1], ARGV[1])
+if not version then
+  return false
+end
+return {version, redis.call('HGET', KEYS[2], version)}
+"""
+
+_DELETE = """
+local existed = redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('DEL', KEYS[2])
+if existed == 1 then
+  redis.call('PUBLISH', ARGV[2], ARGV[1] .. ' deleted')
+end
+return existed
+"""
+
+_MARK = """
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl == -2 then
+  return -1
+end
+if ttl < 1 then
+  ttl = tonumber(ARGV[1])
+end
+if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ttl) then
+  return 1
+end
+return 0
+"""
+
+
+def connect(url: str, *, timeout: float = 5.0) -> redis.Redis:
+    """A client for ``url`` that fails fast when Redis is down.
+
+    redis-py's default retries for about ten seconds; during an outage that would stall every
+    write. One quick retry absorbs a dropped idle connection, nothing more.
+    """
+    return redis.Redis.from_url(
+        url,
+        socket_connect_timeout=min(timeout, 2.0),
+        socket_timeout=timeout,
+        retry=Retry(ExponentialBackoff(cap=0.1, base=0.02), 1),
+        health_check_interval=30,
+    )
+
+
+class StoreHealth:
+    """Whether the last Redis call succeeded; shared by the store, the memory and the log.
+
+    Request threads read :attr:`up` to skip best-effort Redis calls during an outage; the
+    sync thread's successful poll sets it back.
+    """
+
+    def __init__(self) -> None:
+        self.up = True
+        self._last_warning = 0.0
+
+    def failed(self, what: str, exc: BaseException) -> None:
+        if self.up or time.monotonic() - self._last_warning > 30:
+            log.warning("redis unavailable (%s): %s: %s", what, type(exc).__name__, exc)
+            self._last_warning = time.monotonic()
+        self.up = False
+
+    def succeeded(self) -> None:
+        if not self.up:
+            log.info("redis is reachable again")
+        self.up = True
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _is_unavailable(exc: BaseException) -> bool:
+    if isinstance(exc, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)):
+        return True
+    if isinstance(exc, redis.exceptions.ResponseError):
+        return str(exc).split(" ", 1)[0].upper() in _UNAVAILABLE_REPLIES
+    return isinstance(exc, OSError)
+
+
+class _RedisBase:
+    def __init__(self, client: redis.Redis, prefix: str, health: StoreHealth | None) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.health = health or StoreHealth()
+
+    def _key(self, *parts: str) -> str:
+        return self.prefix + ":".join(parts)
+
+    @contextmanager
+    def _call(self, what: str, message: str) -> Iterator[None]:
+        try:
+            yield
+        except redis.exceptions.RedisError as exc:
+            if not _is_unavailable(exc):
+                raise
+            self.health.failed(what, exc)
+            raise StoreUnavailable(message, {"store": "redis", "operation": what}) from exc
+        except OSError as exc:
+            self.health.failed(what, exc)
+            raise StoreUnavailable(message, {"store": "redis", "operation": what}) from exc
+        self.health.succeeded()
+
+
+STORE_DOWN = "the registry store (Redis) is unavailable; queries are still answered, retry writes later"
+FEEDBACK_DOWN = "the feedback store (Redis) is unavailable; feedback is not recorded, retry later"
+
+
+class RedisStore(_RedisBase):
+    """Registries, versions and the embedding cache in Redis (a ``SharedStore``).
+
+    Args:
+        client: a client from :func:`connect` (binary replies: no ``decode_responses``).
+        prefix: key prefix; several deployments can share one Redis with different prefixes.
+        health: shared outage flag (one is created when omitted).
+    """
+
+    def __init__(
+        self, client: redis.Redis, prefix: str = "shortlist:", health: StoreHealth | None = None
+    ) -> None:
+        super().__init__(client, prefix, health)
+        self.channel = self._key("changes")
+        self._current = self._key("registries")
+        self._assigned = self._key("versions")
+        self._save = client.register_script(_SAVE)
+        self._load = client.register_script(_LOAD)
+        self._delete = client.register_script(_DELETE)
+        self._pubsub: Any = None
+
+    @classmethod
+    def from_url(cls, url: str, prefix: str = "shortlist:") -> RedisStore:
+        return cls(connect(url), prefix)
+
+    def _registry_key(self, registry: str) -> str:
+        return self._key("registry", registry)
+
+    # -- registries ---------------------------------------------------------------------------
+
+    def list_registries(self) -> list[str]:
+        with self._call("list", STORE_DOWN):
+            names = self.client.hkeys(self._current)
+        return sorted(_text(n) for n in names)
+
+    def version(self, registry: str) -> int | None:
+        with self._call("version", STORE_DOWN):
+            raw = self.client.hget(self._current, registry)
+        return int(raw) if raw is not None else None
+
+    def versions(self) -> dict[str, int]:
+        with self._call("versions", STORE_DOWN):
+            raw = self.client.hgetall(self._current)
+        return {_text(k): int(v) for k, v in raw.items()}
+
+    def load(self, registry: str) -> RegistryRecord | None:
+        with self._call("load", STORE_DOWN):
+            found = self._load(keys=[self._current, self._registry_key(registry)], args=[registry])
+        if not found or found[1] is None:
+            return None
+        return RegistryRecord.from_json(json.loads(found[1]))
+
+    def save(self, record: RegistryRecord) -> None:
+        """Store ``record`` as the registry's current version.
+
+        Raises:
+            VersionConflict: ``record.version`` is not the newest assigned version + 1.
+            StoreUnavailable: Redis cannot be reached.
+        """
+        payload = json.dumps(record.to_json(), ensure_ascii=False, separators=(",", ":"))
+        with self._call("save", STORE_DOWN):
+            accepted, latest = self._save(
+                keys=[self._current, self._assigned, self._registry_key(record.registry)],
+                args=[record.registry, record.version, payload, self.channel, KEEP_VERSIONS],
+            )
+        if not accepted:
+            raise VersionConflict(record.registry, record.version, int(latest))
+
+    def delete(self, registry: str) -> bool:
+        with self._call("delete", STORE_DOWN):
+            existed = self._delete(
+                keys=[self._current, self._registry_key(registry)], args=[registry, self.channel]
+            )
+        return bool(existed)
+
+    # -- embedding cache ----------------------------------------------------------------------
+
+    def _embedding_key(self, model_id: str) -> str:
+        return self._key("embeddings", hashlib.sha256(model_id.encode("utf-8")).hexdigest()[:24])
+
+    def get_embeddings(self, model_id: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        key = self._embedding_key(model_id)
+        found: dict[str, np.ndarray] = {}
+        wanted = list(hashes)
+        for start in range(0, len(wanted), _CHUNK):
+            chunk = wanted[start : start + _CHUNK]
+            with self._call("get_embeddings", STORE_DOWN):
+                values = self.client.hmget(key, [bytes.fromhex(h) for h in chunk])
+            for content_hash, raw in zip(chunk, values):
+                if isinstance(raw, bytes):
+                    found[content_hash] = np.frombuffer(raw, dtype=np.float32).copy()
+        return found
+
+    def put_embeddings(self, model_id: str, vectors: Mapping[str, np.ndarray]) -> None:
+        key = self._embedding_key(model_id)
+        items = [
+            (bytes.fromhex(h), np.asarray(v, dtype=np.float32).tobytes())
+            for h, v in vectors.items()
+        ]
+        for start in range(0, len(items), _CHUNK):
+            with self._call("put_embeddings", STORE_DOWN):
+                self.client.hset(key, mapping=dict(items[start : start + _CHUNK]))
+
+    # -- change notifications -----------------------------------------------------------------
+
+    def wait_for_change(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for a change notification; drains every pending one.
+
+        Only the sync thread calls this (a pub/sub connection is not thread-safe). After an
+        error the subscription is rebuilt on the next call.
+        """
+        try:
+            if self._pubsub is None:
+                pubsub = self.client.pubsub(  # type: ignore[no-untyped-call]
+                    ignore_subscribe_messages=True
+                )
+                pubsub.subscribe(self.channel)
+                self._pubsub = pubsub
+            message = self._pubsub.get_message(timeout=timeout)
+            if message is None:
+                return False
+            while self._pubsub.get_message(timeout=0) is not None:
+                pass  # one refresh covers every change announced so far
+            return True
+        except (redis.exceptions.RedisError, OSError) as exc:
+            self._close_pubsub()
+            if isinstance(exc, redis.exceptions.RedisError) and not _is_unavailable(exc):
+                raise
+            self.health.failed("subscribe", exc)
+            raise StoreUnavailable(STORE_DOWN, {"store": "redis", "operation": "subscribe"}) from exc
+
+    def _close_pubsub(self) -> None:
+        pubsub, self._pubsub = self._pubsub, None
+        if pubsub is not None:
+            try:
+                pubsub.close()
+            except Exception:  # closing a broken connection may raise; it is gone either way
+                pass
+
+    def close(self) -> None:
+        self._close_pubsub()
+        self.client.close()
+
+
+class RedisShortlistMemory(_RedisBase):
+    """Served shortlists in Redis (``SET`` with a TTL of the retention period), so feedback may
+    reach any replica. ``mark_feedback`` is a ``SET NX``: a resend is detected across replicas.
+
+    During an outage :meth:`remember` is skipped (the shortlist is still served, but feedback
+    on it will not be accepted) and the other methods raise ``StoreUnavailable``.
+
+    Args:
+        client: a client from :func:`connect`.
+        retention_seconds: how long a shortlist accepts feedback.
+        prefix: key prefix.
+        health: shared outage flag.
+        clock: wall clock (``ShownShortlist.created`` is wall-clock seconds).
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        retention_seconds: float,
+        prefix: str = "shortlist:",
+        health: StoreHealth | None = None,
+        clock: Any = time.time,
+    ) -> None:
+        super().__init__(client, prefix, health)
+        if not retention_seconds > 0:
+            raise ValueError(f"retention_seconds must be > 0, got {retention_seconds}")
+        self.retention_seconds = float(retention_seconds)
+        self._clock = clock
+        self._mark = client.register_script(_MARK)
+        self._pending_unmarks: set[str] = set()
+        self._lock = threading.Lock()
+        self.dropped = 0  # shortlists not remembered because Redis was down
+
+    def _shown_key(self, shortlist_id: str) -> str:
+        return self._key("shown", shortlist_id)
+
+    def _mark_key(self, shortlist_id: str) -> str:
+        return self._key("feedback-mark", shortlist_id)
+
+    def remember(self, shortlist: ShownShortlist) -> None:
+        ttl_ms = int((self.retention_seconds - (self._clock() - shortlist.created)) * 1000)
+        if ttl_ms <= 0:
+            return
+        if not self.health.up:
+            self.dropped += 1
+            return  # never slow the query path down during an outage
+        data = {
+            "shortlist_id": shortlist.shortlist_id,
+            "registry": shortlist.registry,
+            "version": shortlist.version,
+            "n_tools": shortlist.n_tools,
+            "k": shortlist.k,
+            "shown": list(shortlist.shown),
+            "created": shortlist.created,
+        }
+        try:
+            with self._call("remember", FEEDBACK_DOWN):
+                self.client.set(
+                    self._shown_key(shortlist.shortlist_id),
+                    json.dumps(data, separators=(",", ":")),
+                    px=ttl_ms,
+                )
+        except StoreUnavailable:
+            self.dropped += 1
+
+    def get(self, shortlist_id: str) -> ShownShortlist | None:
+        with self._call("get", FEEDBACK_DOWN):
+            raw = self.client.get(self._shown_key(shortlist_id))
+        if raw is None:
+            return None
+        d = json.loads(raw)
+        return ShownShortlist(
+            shortlist_id=str(d["shortlist_id"]),
+            registry=str(d["registry"]),
+            version=int(d["version"]),
+            n_tools=int(d["n_tools"]),
+            k=int(d["k"]),
+            shown=tuple(d["shown"]),
+            created=float(d["created"]),
+        )
+
+    def mark_feedback(self, shortlist_id: str) -> bool:
+        self.flush_pending()
+        with self._call("mark_feedback", FEEDBACK_DOWN):
+            result = self._mark(
+                keys=[self._shown_key(shortlist_id), self._mark_key(shortlist_id)],
+                args=[int(self.retention_seconds * 1000)],
+            )
+        if int(result) < 0:
+            raise ShortlistNotFound(shortlist_id)
+        return int(result) == 1
+
+    def unmark_feedback(self, shortlist_id: str) -> None:
+        """Clear the mark; if Redis is down, clear it as soon as it is back (before any mark)."""
+        try:
+            with self._call("unmark_feedback", FEEDBACK_DOWN):
+                self.client.delete(self._mark_key(shortlist_id))
+        except StoreUnavailable:
+            with self._lock:
+                self._pending_unmarks.add(shortlist_id)
+
+    def flush_pending(self) -> None:
+        """Retry the unmarks that failed during an outage (raises while Redis is still down)."""
+        with self._lock:
+            pending = list(self._pending_unmarks)
+        if not pending:
+            return
+        with self._call("unmark_feedback", FEEDBACK_DOWN):
+            self.client.delete(*[self._mark_key(i) for i in pending])
+        with self._lock:
+            self._pending_unmarks.difference_update(pending)
+
+
+class RedisFeedbackLog(_RedisBase):
+    """Feedback events in a Redis Stream shared by every replica (a ``SharedFeedbackLog``).
+
+    Each entry holds the event JSON and the id of the process that wrote it, so
+    :meth:`read_new` can return only what *other* replicas recorded. The stream is not trimmed:
+    like the local log it is the durable record, replayed at start-up.
+    """
+
+    def __init__(
+        self, client: redis.Redis, prefix: str = "shortlist:", health: StoreHealth | None = None
+    ) -> None:
+        super().__init__(client, prefix, health)
+        self.stream = self._key("feedback")
+        self.origin = uuid.uuid4().hex.encode()
+        self._position = b"-"
+        self._read_lock = threading.Lock()
+        self.skipped = 0
+
+    def append(self, event: FeedbackEvent) -> None:
+        line = json.dumps(event.to_json(), separators=(",", ":"), allow_nan=False)
+        with self._call("append", FEEDBACK_DOWN):
+            self.client.xadd(self.stream, {"event": line, "origin": self.origin})
+
+    def _page(self, start: bytes, count: int) -> list[tuple[bytes, dict[bytes, bytes]]]:
+        with self._call("replay", FEEDBACK_DOWN):
+            page = self.client.xrange(self.stream, min=start, max="+", count=count)
+        return cast(list[tuple[bytes, dict[bytes, bytes]]], list(page or []))
+
+    def _decode(self, entry_id: bytes, fields: dict[bytes, bytes]) -> FeedbackEvent | None:
+        try:
+            return FeedbackEvent.from_json(json.loads(fields[b"event"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            self.skipped += 1
+            log.warning("feedback stream %s: skipping entry %s: %s", self.stream, entry_id, exc)
+            return None
+
+    def replay(self) -> Iterator[FeedbackEvent]:
+        start = b"-"
+        while True:
+            page = self._page(start, 1000)
+            for entry_id, fields in page:
+                event = self._decode(entry_id, fields)
+                if event is not None:
+                    yield event
+            if len(page) < 1000:
+                return
+            start = b"(" + page[-1][0]
+
+    def read_new(self, limit: int = 1000) -> list[FeedbackEvent]:
+        while True:
+            with self._read_lock:
+                start = self._position if self._position == b"-" else b"(" + self._position
+                page = self._page(start, limit)
+                if page:
+                    self._position = page[-1][0]
+            if not page:
+                return []
+            events = []
+            for entry_id, fields in page:
+                if fields.get(b"origin") == self.origin:
+                    continue  # counted when this process recorded it
+                event = self._decode(entry_id, fields)
+                if event is not None:
+                    events.append(event)
+            if events:
+                return events

@@ -1,0 +1,128 @@
+"""Keeps one replica in step with a shared store: change notifications plus a periodic poll.
+
+One background thread per process::
+
+    loop:
+        wait for a change notification, at most `interval` seconds   (pub/sub; wakes early)
+        engine.refresh()         compare every registry's stored version with ours; rebuild the
+                                 changed ones off the request path, swap them in; drop deleted
+        feedback.catch_up()      count the feedback other replicas recorded
+        on error (store down):   mark the store down, wait `interval`, try again
+
+The notification makes replication fast (a write is served everywhere after one snapshot
+build); the poll makes it certain (a notification lost while a connection was down is caught
+at the next tick). During an outage the engine keeps serving its snapshots; the first
+successful poll after it resynchronises everything, without a restart.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from registry.engine import ShortlistEngine
+from registry.errors import StoreUnavailable
+from registry.feedback import FeedbackRecorder
+from registry.store.base import SharedStore
+
+log = logging.getLogger(__name__)
+
+StatusListener = Callable[[bool], None]
+_STOP_CHECK_SECONDS = 0.25  # how promptly stop() ends a long wait
+
+
+class StoreSync:
+    """The sync thread of one replica.
+
+    Args:
+        engine: the engine to keep in step (its store must be ``store``).
+        store: the shared store.
+        interval: poll period in seconds, and the pause after a failure.
+        feedback: when given, its shared log is tailed on every tick.
+        on_status: called with True/False when the store comes back / goes away.
+        on_tick: called after every successful tick (e.g. to retry deferred work).
+    """
+
+    def __init__(
+        self,
+        engine: ShortlistEngine,
+        store: SharedStore,
+        *,
+        interval: float = 1.0,
+        feedback: FeedbackRecorder | None = None,
+        on_status: StatusListener | None = None,
+        on_tick: Callable[[], None] | None = None,
+    ) -> None:
+        if not interval > 0:
+            raise ValueError(f"interval must be > 0, got {interval}")
+        self.engine = engine
+        self.store = store
+        self.interval = float(interval)
+        self.feedback = feedback
+        self._on_status = on_status
+        self._on_tick = on_tick
+        self.up = True
+        self.ticks = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name="shortlist-sync", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def tick(self) -> None:
+        """One synchronisation pass (what the thread runs after every wake-up).
+
+        Raises:
+            StoreUnavailable: the store cannot be reached.
+        """
+        self.engine.refresh()
+        if self.feedback is not None:
+            self.feedback.catch_up()
+        if self._on_tick is not None:
+            self._on_tick()
+        self._set_up(True)
+        self.ticks += 1
+
+    def _wait(self) -> None:
+        """Until a change notification, ``interval`` seconds, or stop(), whichever comes first."""
+        deadline = time.monotonic() + self.interval
+        while not self._stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0 or self.store.wait_for_change(min(left, _STOP_CHECK_SECONDS)):
+                return
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._wait()
+                if self._stop.is_set():
+                    return
+                self.tick()
+            except StoreUnavailable:
+                self._set_up(False)
+                self._stop.wait(self.interval)
+            except Exception:  # a bug must not stop replication for good: log, pause, retry
+                log.exception("store sync failed")
+                self._stop.wait(self.interval)
+
+    def _set_up(self, up: bool) -> None:
+        if up == self.up:
+            return
+        self.up = up
+        if up:
+            log.info("store reachable again: registries resynchronised")
+        else:
+            log.warning("store unavailable: serving the registries in memory until it is back")
+        if self._on_status is not None:
+            self._on_status(up)
