@@ -45,6 +45,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from registry.bor import bor_bits, p_rand
 from registry.errors import ShortlistNotFound, ValidationFailed
+from registry.fsio import fsync_dir
 
 __all__ = [
     "MATCHES",
@@ -651,7 +652,7 @@ class LocalFeedbackLog:
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._size = os.fstat(self._fd).st_size
         if created:
-            _fsync_dir(self.path.parent)
+            fsync_dir(self.path.parent)
 
     @classmethod
     def in_data_dir(cls, data_dir: Path | str) -> LocalFeedbackLog:
@@ -740,14 +741,6 @@ class LocalFeedbackLog:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # -- live window ----------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ import onnxruntime as ort
 from tokenizers import Encoding, Tokenizer
 
 from registry.errors import ArtifactError
+from registry.fsio import atomic_write_bytes
 
 MINILM_NAME = "all-MiniLM-L6-v2"
 MINILM_DIM = 384
@@ -296,9 +297,7 @@ def ensure_minilm_onnx(cache_dir: Path) -> Path:
         _validate_export(onnx_path)
         tokenizer = out_dir / TOKENIZER_FILE
         if not tokenizer.is_file():
-            tmp = tokenizer.with_name(f".{TOKENIZER_FILE}.tmp")
-            tmp.write_bytes((minilm_model_dir() / TOKENIZER_FILE).read_bytes())
-            os.replace(tmp, tokenizer)
+            atomic_write_bytes(tokenizer, (minilm_model_dir() / TOKENIZER_FILE).read_bytes())
     return onnx_path
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from registry.errors import ArtifactError
+from registry.fsio import atomic_write_bytes, fsync_dir
 from registry.index.embed import (
     EXIT_MISSING_TRAIN_EXTRA,
     MINILM_NAME,
@@ -144,14 +145,14 @@ def export_minilm_onnx(model_dir: Path, out_path: Path, opset: int = 17) -> Path
             "normalized": True,
             "torch_version": torch.__version__,
         }
-        _atomic_write_bytes(
+        atomic_write_bytes(
             out_path.parent / TOKENIZER_FILE, (model_dir / TOKENIZER_FILE).read_bytes()
         )
-        _atomic_write_bytes(
+        atomic_write_bytes(
             manifest_path(out_path), (json.dumps(manifest, indent=2) + "\n").encode()
         )
         os.replace(tmp, out_path)
-        _fsync_dir(out_path.parent)
+        fsync_dir(out_path.parent)
     except ArtifactError:
         raise
     except Exception as exc:  # torch.onnx raises many unrelated types
@@ -188,31 +189,6 @@ def _make_readable(path: Path) -> None:
 def _fsync(path: Path) -> None:
     with open(path, "rb") as f:
         os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # not every platform opens directories
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        _make_readable(Path(tmp_name))
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
 
 
 def main(argv: list[str] | None = None) -> int:

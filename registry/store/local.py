@@ -23,31 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
+from registry.fsio import TMP_PREFIX, atomic_write_bytes, fsync_dir
 from registry.store.base import RegistryRecord
 from registry.tools import REGISTRY_NAME_PATTERN, validate_registry_name
 
 _VERSION_FILE = re.compile(r"^v(\d{8,})\.json$")
 _REGISTRY_DIR = re.compile(REGISTRY_NAME_PATTERN)
 _KEEP_VERSIONS = 2
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a crash leaves the old file or the new one, never a mix."""
-    tmp = path.with_name(f".tmp-{path.name}-{uuid.uuid4().hex}")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
 
 
 class LocalStore:
@@ -89,7 +71,7 @@ class LocalStore:
         created = not directory.exists()
         directory.mkdir(parents=True, exist_ok=True)
         if created:
-            _fsync_dir(self._registries)
+            fsync_dir(self._registries)
         payload = json.dumps(record.to_json(), ensure_ascii=False, separators=(",", ":"))
         atomic_write_bytes(directory / f"v{record.version:08d}.json", payload.encode("utf-8"))
         for _, old in self._versions(directory)[:-_KEEP_VERSIONS]:
@@ -102,7 +84,7 @@ class LocalStore:
         # One atomic rename makes the delete durable; the slow removal happens after.
         trash = self._registries / f".deleted-{registry}-{uuid.uuid4().hex}"
         os.replace(directory, trash)
-        _fsync_dir(self._registries)
+        fsync_dir(self._registries)
         shutil.rmtree(trash, ignore_errors=True)
         return True
 
@@ -124,7 +106,7 @@ class LocalStore:
             if entry.name.startswith(".deleted-"):
                 shutil.rmtree(entry, ignore_errors=True)
             elif entry.is_dir():
-                for tmp in entry.glob(".tmp-*"):
+                for tmp in entry.glob(f"{TMP_PREFIX}*"):
                     tmp.unlink(missing_ok=True)
 
     # -- embedding cache ----------------------------------------------------------------------
