@@ -23,6 +23,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -80,6 +81,7 @@ class OnnxEmbedder:
         tokenizer_path: The model's ``tokenizer.json``.
         threads: ONNX Runtime intra-op threads (per call).
         max_length: Inputs are truncated to this many tokens, special tokens included.
+        document_workers: Batches of ``embed_documents`` run on this many threads at once.
 
     Raises:
         ArtifactError: A file is missing or unreadable, or the graph has unexpected inputs.
@@ -92,6 +94,7 @@ class OnnxEmbedder:
         *,
         threads: int = 1,
         max_length: int = MINILM_MAX_LENGTH,
+        document_workers: int = min(2, os.cpu_count() or 1),
     ) -> None:
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
@@ -119,6 +122,7 @@ class OnnxEmbedder:
 
         self.max_length = max_length
         self.threads = threads
+        self.document_workers = max(1, document_workers)
         self.dim = self._output_dim()
         manifest = _read_manifest(onnx_path)
         name = str(manifest.get("model", MINILM_NAME))
@@ -154,9 +158,18 @@ class OnnxEmbedder:
             return out
         encodings = self._tokenizer.encode_batch(items)
         order = np.argsort([len(e.ids) for e in encodings], kind="stable")
-        for start in range(0, len(items), batch_size):
-            rows = order[start : start + batch_size]
+        batches = [order[start : start + batch_size] for start in range(0, len(items), batch_size)]
+
+        def run(rows: npt.NDArray[np.intp]) -> None:
             out[rows] = self._run(self._batch_feeds([encodings[i] for i in rows]))
+
+        if len(batches) > 1 and self.document_workers > 1:
+            # Session.run releases the GIL: batches on several cores index a registry faster.
+            with ThreadPoolExecutor(self.document_workers, "embed") as pool:
+                list(pool.map(run, batches))
+        else:
+            for rows in batches:
+                run(rows)
         return out
 
     def _query_feeds(self, text: str) -> dict[str, npt.NDArray[np.int64]]:
