@@ -29,6 +29,7 @@ from registry.feedback import validate_equivalents
 from registry.index.embed import Embedder
 from registry.index.hybrid import SCORERS, Query, rank
 from registry.index.lexical import tokenize
+from registry.runtime import trim_heap
 from registry.settings import Settings
 from registry.snapshot import Snapshot, build_snapshot
 from registry.store.base import RegistryRecord, SharedStore, Store
@@ -412,7 +413,7 @@ class ShortlistEngine:
     def _build(
         self, registry: str, version: int, tools: list[Tool], equivalents: Any
     ) -> Snapshot:
-        return build_snapshot(
+        snap = build_snapshot(
             registry,
             version,
             tools,
@@ -421,6 +422,8 @@ class ShortlistEngine:
             hnsw_min_tools=self.settings.hnsw_min_tools,
             equivalents=equivalents,
         )
+        trim_heap()  # embedding batches leave hundreds of MB of freed heap behind
+        return snap
 
     def _commit(
         self, registry: str, version: int, tools: list[Tool], equivalents: Any

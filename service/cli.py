@@ -1,4 +1,4 @@
-"""The ``shortlist`` command: ``serve`` now; training and evaluation commands join it later."""
+"""The ``shortlist`` command: ``serve``, ``episodes``, ``train`` and ``evaluate``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,10 @@ from pathlib import Path
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from registry.runtime import limit_malloc_arenas, limit_native_threads
+
+    limit_native_threads()  # before numpy is imported
+    limit_malloc_arenas()
     import uvicorn
 
     from registry.errors import ShortlistError
@@ -68,8 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
     episodes.add_argument("--out", type=Path, required=True)
     episodes.set_defaults(handler=_episodes)
 
-    # `train` hands its arguments to the trainer's own parser (see `shortlist train --help`).
-    commands.add_parser("train", help="train a DQN depth policy on episode files", add_help=False)
+    # `train` and `evaluate` hand their arguments to their own parsers (`shortlist train --help`).
+    commands.add_parser(
+        "train", help="train a DQN depth policy on data directories or episode files", add_help=False
+    )
+    commands.add_parser(
+        "evaluate", help="evaluate depth policies on data directories (JSON, Markdown, PNG)", add_help=False
+    )
     return parser
 
 
@@ -83,6 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from registry.depth.train import main as train_main
 
         return train_main(argv[1:])
+    if argv[:1] == ["evaluate"]:
+        from registry.evaluate import main as evaluate_main
+
+        return evaluate_main(argv[1:])
     args = build_parser().parse_args(argv)
     return int(args.handler(args))
 
