@@ -521,3 +521,27 @@ def test_cli_trains_and_exports(tmp_path: Path) -> None:
     assert policy.manifest["scorer"] == "synthetic"
     assert set(policy.manifest["metrics"]["holdout"]) == {"a", "b", "all"}
     assert len(policy.manifest["training_data"]["files"]) == 2
+
+
+def test_seed_ensemble_averages_members_and_exports(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    import onnxruntime as ort
+
+    from registry.depth.export import export_onnx
+    from registry.depth.train import QEnsemble, train_dqn, train_ensemble
+
+    eps = _synthetic(40, seed=6)
+    ens = train_ensemble(eps, [1, 2], steps=60, batch_size=64, max_depth=10)
+    assert isinstance(ens.network, QEnsemble) and ens.config["seeds"] == [1, 2]
+    members = [train_dqn(eps, seed=s, steps=60, batch_size=64, max_depth=10) for s in (1, 2)]
+    x = np.concatenate([depth_features(e.scores, e.n_tools, 10) for e in eps])
+    np.testing.assert_allclose(
+        ens.q_values(x), (members[0].q_values(x) + members[1].q_values(x)) / 2, atol=1e-6
+    )
+    out = export_onnx(ens, tmp_path / "ens", training_data={}, metrics={}, seed=1)
+    sess = ort.InferenceSession(str(out / "policy.onnx"), providers=["CPUExecutionProvider"])
+    (got,) = sess.run(["q_values"], {"features": x})
+    assert float(np.max(np.abs(got - ens.q_values(x)))) < 1e-5
+    policy = OnnxDepthPolicy.from_dir(out)
+    for ep in eps:
+        assert policy.choose_depth(ep.scores, ep.n_tools, 10) == ens.choose_depth(ep.scores, ep.n_tools, 10)

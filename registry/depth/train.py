@@ -51,8 +51,11 @@ from registry.depth.policies import FixedPolicy
 
 __all__ = [
     "QNetwork",
+    "QEnsemble",
     "TrainedPolicy",
     "train_dqn",
+    "train_ensemble",
+    "data_episodes",
     "evaluate_policy",
     "fixed_k_baselines",
     "fixed_found_curve",
@@ -96,6 +99,27 @@ class QNetwork(nn.Module):
         return self.mlp(z)
 
 
+class QEnsemble(nn.Module):
+    """The mean Q-value of several :class:`QNetwork` members (seeds): one ONNX graph, less variance."""
+
+    def __init__(self, members: Sequence[QNetwork]) -> None:
+        super().__init__()
+        if not members:
+            raise ValueError("an ensemble needs at least one member")
+        self.members = nn.ModuleList(members)
+
+    @property
+    def mean(self) -> torch.Tensor:  # the input statistics (shared by all members)
+        return self.members[0].mean
+
+    @property
+    def inv_std(self) -> torch.Tensor:
+        return self.members[0].inv_std
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return torch.stack([m(features) for m in self.members]).mean(dim=0)
+
+
 @dataclass
 class TrainedPolicy:
     """A trained Q-network plus everything needed to export and describe it.
@@ -105,7 +129,7 @@ class TrainedPolicy:
     ``Q_stop >= Q_continue``, else the cap.
     """
 
-    network: QNetwork
+    network: QNetwork | QEnsemble
     config: dict[str, Any]
     feature_names: tuple[str, ...] = FEATURE_NAMES
     feature_schema_version: str = FEATURE_SCHEMA_VERSION
@@ -155,6 +179,7 @@ def train_dqn(
     target_sync_every: int = 100,
     huber_delta: float | None = None,
     log_every: int = 0,
+    progress: bool = False,
 ) -> TrainedPolicy:
     """Train a DQN depth policy with exhaustive replay. Deterministic given ``seed``.
 
@@ -178,6 +203,7 @@ def train_dqn(
             Q must be their MEAN; in its linear region Huber regresses to the median instead
             (a delta of 1 bit makes every state with P(found) > 0.5 look certain).
         log_every: print the loss to stderr every this many steps (0: silent).
+        progress: show a tqdm bar over the gradient steps.
 
     Returns:
         The trained policy; ``history`` holds the loss every 100 steps.
@@ -209,7 +235,12 @@ def train_dqn(
     history: list[dict[str, float]] = []
     running = 0.0
     t0 = time.perf_counter()
-    for step in range(1, steps + 1):
+    step_iter: Any = range(1, steps + 1)
+    if progress:
+        from tqdm import tqdm
+
+        step_iter = tqdm(step_iter, desc=f"DQN seed {seed}", unit="step", file=sys.stderr, mininterval=1.0)
+    for step in step_iter:
         idx = torch.randint(n_states, (batch_size,), generator=gen)
         q = online(states[idx])
         cont = has_next[idx]
@@ -234,7 +265,7 @@ def train_dqn(
             target.load_state_dict(online.state_dict())
         if step % 100 == 0:
             history.append({"step": float(step), "loss": running / 100})
-            if log_every and step % log_every == 0:
+            if log_every and step % log_every == 0 and not progress:
                 print(
                     f"step {step:6d}  loss {running / 100:.4f}  {time.perf_counter() - t0:.1f}s",
                     file=sys.stderr,
@@ -259,6 +290,25 @@ def train_dqn(
         "train_seconds": round(time.perf_counter() - t0, 2),
     }
     return TrainedPolicy(network=online, config=config, history=history)
+
+
+def train_ensemble(episodes: Sequence[Episode], seeds: Sequence[int], **kwargs: Any) -> TrainedPolicy:
+    """:func:`train_dqn` once per seed; several seeds are averaged into one :class:`QEnsemble`.
+
+    ``kwargs`` go to :func:`train_dqn` (``seed`` excluded). The config records the seeds.
+    """
+    seeds = list(seeds)
+    if not seeds:
+        raise ValueError("no seeds")
+    kwargs.setdefault("progress", kwargs.pop("log_every", 0) > 0)
+    runs = [train_dqn(episodes, seed=s, **kwargs) for s in seeds]
+    if len(runs) == 1:
+        return runs[0]
+    config = dict(runs[0].config, seed=seeds[0], seeds=seeds, ensemble=len(seeds))
+    config["train_seconds"] = round(sum(r.config["train_seconds"] for r in runs), 2)
+    return TrainedPolicy(
+        network=QEnsemble([r.network for r in runs]), config=config, history=runs[0].history
+    )
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -340,16 +390,22 @@ def compare_with_fixed(
     """Policy metrics, fixed-K baselines and the fixed-depth found rate at the policy's mean K.
 
     ``beats_fixed`` is true when the policy's found rate is at least that of the (interpolated)
-    fixed depth with the same mean K.
+    fixed depth with the same mean K. ``k_eq`` is the fixed depth with the policy's found rate
+    and ``efficiency = k_eq / mean_k`` (see :mod:`registry.evaluate`).
     """
+    from registry.evaluate import fixed_curve, k_equivalent
+
     pol = evaluate_policy(policy_fn, episodes, max_depth)
     fixed_at = interpolated_fixed_found(episodes, pol["mean_k"], max_depth)
+    k_eq = k_equivalent(fixed_curve(episodes, max_depth), pol["found"])
     return {
         "policy": pol,
         "fixed": {str(k): v for k, v in fixed_k_baselines(episodes, ks, max_depth).items()},
         "fixed_found_at_mean_k": fixed_at,
         "found_margin": pol["found"] - fixed_at,
         "beats_fixed": bool(pol["found"] >= fixed_at - 1e-12),
+        "k_eq": k_eq,
+        "efficiency": k_eq / pol["mean_k"] if pol["mean_k"] > 0 else math.nan,
     }
 
 
@@ -387,17 +443,112 @@ def _round(obj: Any) -> Any:
     return obj
 
 
+def _load_episode_files(
+    paths: Sequence[Path], holdout_fraction: float, seed: int
+) -> tuple[list[Episode], dict[str, list[Episode]], list[Episode], list[dict[str, Any]], set[str]]:
+    train_eps: list[Episode] = []
+    hold_by_set: dict[str, list[Episode]] = {}
+    all_eps: list[Episode] = []
+    files_info = []
+    scorers: set[str] = set()
+    for path in paths:
+        eps, meta = load_episodes(path)
+        eps = [e for e in eps if e.n_gold > 0]
+        tr, ho = split_episodes(eps, holdout_fraction, seed)
+        train_eps += tr
+        all_eps += eps
+        hold_by_set[path.stem] = ho
+        if "scorer" in meta:
+            scorers.add(str(meta["scorer"]))
+        files_info.append(
+            {"path": str(path), "sha256": _sha256_file(path), "n_episodes": len(eps), "meta": meta}
+        )
+    return train_eps, hold_by_set, all_eps, files_info, scorers
+
+
+def _parse_sizes(values: Sequence[str]) -> list[int | str]:
+    out: list[int | str] = []
+    for v in values:
+        if v == "full":
+            out.append("full")
+        else:
+            n = int(v)
+            if n < 2:
+                raise SystemExit(f"--candidate-sizes: {v!r} is not 'full' or an integer >= 2")
+            out.append(n)
+    return out
+
+
+def data_episodes(
+    tables: Sequence[Any],
+    rows: Sequence[Sequence[int]],
+    scorer: str,
+    sizes: Sequence[int | str],
+    *,
+    hard_fraction: float = 0.25,
+    seed: int = 0,
+) -> list[Episode]:
+    """Training episodes from score tables: for each candidate-set size, each query once.
+
+    ``"full"`` ranks over the whole registry; an integer ``n`` builds the paper's candidate
+    set (gold + ``round(hard_fraction * n)`` hard distractors + random fill; see
+    :func:`registry.evaluate.candidate_episodes`). Sizes at or above a registry's size
+    collapse to ``"full"`` (once). Varying ``n`` varies ``log2 N`` and the score
+    distribution below the head, which is what a registry-agnostic policy must learn from.
+    """
+    from registry.evaluate import candidate_episodes, rank_table
+
+    out: list[Episode] = []
+    for table, r in zip(tables, rows):
+        done_full = False
+        for i, size in enumerate(sizes):
+            if size == "full" or int(size) >= table.n_tools:
+                if not done_full:
+                    out += rank_table(table, scorer, rows=r).exact
+                    done_full = True
+                continue
+            n = int(size)
+            out += candidate_episodes(
+                table, scorer, n, n_hard=int(round(hard_fraction * n)), seed=seed * 1000 + i, rows=r
+            ).exact
+    return [e for e in out if e.n_gold > 0]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Train on episode files, report held-out metrics, export ``policy.onnx`` + manifest."""
-    ap = argparse.ArgumentParser(prog="python -m registry.depth.train", description=main.__doc__)
-    ap.add_argument("--episodes", nargs="+", type=Path, required=True, help="episode .npz files")
-    ap.add_argument("--holdout-fraction", type=float, default=0.3, help="per file")
+    """Train a DQN depth policy, report held-out metrics, export ``policy.onnx`` + manifest.
+
+    Training data is either labelled data directories (``--data``: ranked here under
+    ``--scorer``) or episode files from ``shortlist episodes`` (``--episodes``). A
+    ``--holdout-fraction`` of each set's queries is held out and evaluated over the full
+    registry (found rate, mean K, BoR, depth efficiency against fixed K).
+    """
+    ap = argparse.ArgumentParser(prog="shortlist train", description=main.__doc__)
+    source = ap.add_mutually_exclusive_group(required=True)
+    source.add_argument("--data", nargs="+", type=Path, help="data directories (tools.json + queries.jsonl)")
+    source.add_argument("--episodes", nargs="+", type=Path, help="episode .npz files")
+    ap.add_argument(
+        "--scorer", default=None, choices=["dense", "bm25", "hybrid"],
+        help="scorer ranking --data (default hybrid, the service default); with --episodes only the "
+        "name recorded in the manifest (default: from the episode files)",
+    )
+    ap.add_argument("--max-queries", type=int, default=None, help="--data: sample this many queries per set")
+    ap.add_argument(
+        "--candidate-sizes", nargs="+", default=["full"],
+        help="--data: train on candidate sets of these sizes (integers and/or 'full'), e.g. "
+        "20 50 100 200 500 1000 full",
+    )
+    ap.add_argument("--hard-fraction", type=float, default=0.25, help="share of hard distractors in a candidate set")
+    ap.add_argument("--embedder-cache", type=Path, default=None, help="MiniLM ONNX cache (default: the service's)")
+    ap.add_argument("--table-cache", type=Path, default=None, help="cache score tables here")
+    ap.add_argument("--holdout-fraction", type=float, default=0.3, help="per data set")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--ensemble", type=int, default=1, help="average the Q-values of this many seeds (seed, seed+1, ...)")
     ap.add_argument("--out", type=Path, default=None, help="export directory (omit: no export)")
     ap.add_argument("--reward", choices=["bor", "f1"], default="bor")
     ap.add_argument("--step-cost", type=float, default=DEFAULT_STEP_COST)
     ap.add_argument("--gamma", type=float, default=DEFAULT_GAMMA)
     ap.add_argument("--max-depth", type=int, default=DEFAULT_MAX_DEPTH)
+    ap.add_argument("--eval-cap", type=int, default=None, help="max_k for held-out metrics (default --max-depth)")
     ap.add_argument("--steps", type=int, default=4000)
     ap.add_argument("--batch-size", type=int, default=512)
     ap.add_argument("--hidden", type=int, nargs="+", default=[32, 32])
@@ -405,70 +556,109 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--refit-all",
         action="store_true",
-        help="after reporting held-out metrics, retrain on all episodes and export that policy",
+        help="after reporting held-out metrics, retrain on all queries and export that policy",
     )
-    ap.add_argument("--scorer", default=None, help="scorer name for the manifest (default: from episode meta)")
     args = ap.parse_args(argv)
+    if args.ensemble < 1:
+        raise SystemExit("--ensemble must be >= 1")
+    # One thread: the nets are tiny, and float reductions then do not depend on the core count,
+    # so a seed reproduces the same policy on any machine (DQN amplifies rounding differences).
+    torch.set_num_threads(1)
+    cap = args.eval_cap or args.max_depth
 
-    train_eps: list[Episode] = []
-    hold_by_file: dict[str, list[Episode]] = {}
-    all_eps: list[Episode] = []
-    files_info = []
-    scorers: set[str] = set()
-    for path in args.episodes:
-        eps, meta = load_episodes(path)
-        eps = [e for e in eps if e.n_gold > 0]
-        tr, ho = split_episodes(eps, args.holdout_fraction, args.seed)
-        train_eps += tr
-        all_eps += eps
-        hold_by_file[path.stem] = ho
-        if "scorer" in meta:
-            scorers.add(str(meta["scorer"]))
-        files_info.append(
-            {"path": str(path), "sha256": _sha256_file(path), "n_episodes": len(eps), "meta": meta}
+    files_info: list[dict[str, Any]] = []
+    if args.episodes:
+        train_eps, hold_by_set, all_eps, files_info, scorers = _load_episode_files(
+            args.episodes, args.holdout_fraction, args.seed
         )
+        scorer = args.scorer or (",".join(sorted(scorers)) if scorers else "unknown")
+        sizes: list[int | str] = ["full"]
+    else:
+        from registry.evaluate import load_or_build_table, rank_table
+
+        scorer = args.scorer or "hybrid"
+        sizes = _parse_sizes(args.candidate_sizes)
+        embedder = None
+        if scorer != "bm25":
+            from registry.index.embed import load_minilm
+            from registry.settings import Settings
+
+            embedder = load_minilm(args.embedder_cache or Settings().resolved_embedder_cache())
+        tables = []
+        train_rows, hold_rows, all_rows = [], [], []
+        for directory in _progress(args.data, "scoring data sets"):
+            table = load_or_build_table(
+                directory, embedder, cache_dir=args.table_cache, max_queries=args.max_queries, seed=args.seed
+            )
+            keep = [i for i in range(table.n_queries) if table.gold[i].size]
+            order = np.random.default_rng(args.seed).permutation(len(keep))
+            n_hold = int(round(args.holdout_fraction * len(keep)))
+            tables.append(table)
+            hold_rows.append(sorted(keep[j] for j in order[:n_hold]))
+            train_rows.append(sorted(keep[j] for j in order[n_hold:]))
+            all_rows.append(keep)
+            files_info.append({"path": str(directory), "n_queries": len(keep), "meta": table.meta})
+        train_eps = data_episodes(tables, train_rows, scorer, sizes, hard_fraction=args.hard_fraction, seed=args.seed)
+        all_eps = data_episodes(tables, all_rows, scorer, sizes, hard_fraction=args.hard_fraction, seed=args.seed)
+        hold_by_set = {
+            t.name: rank_table(t, scorer, rows=r).exact for t, r in zip(tables, hold_rows) if r
+        }
 
     hp = dict(
         reward=args.reward,
         step_cost=args.step_cost,
         gamma=args.gamma,
         max_depth=args.max_depth,
-        seed=args.seed,
         steps=args.steps,
         batch_size=args.batch_size,
         hidden=tuple(args.hidden),
         lr=args.lr,
     )
-    trained = train_dqn(train_eps, log_every=1000, **hp)
+    seeds = list(range(args.seed, args.seed + args.ensemble))
+    trained = train_ensemble(train_eps, seeds, log_every=1000, **hp)
     metrics: dict[str, Any] = {}
     hold_all: list[Episode] = []
-    for stem, ho in hold_by_file.items():
+    for stem, ho in hold_by_set.items():
         if ho:
-            metrics[stem] = compare_with_fixed(trained.choose_depth, ho, args.max_depth)
+            metrics[stem] = compare_with_fixed(trained.choose_depth, ho, cap)
             hold_all += ho
-    if hold_all and len(hold_by_file) > 1:
-        metrics["all"] = compare_with_fixed(trained.choose_depth, hold_all, args.max_depth)
-    metrics = {"holdout": _round(metrics), "trained_on": "all" if args.refit_all else "train_split"}
+    if hold_all and len(hold_by_set) > 1:
+        metrics["all"] = compare_with_fixed(trained.choose_depth, hold_all, cap)
+    metrics = {
+        "holdout": _round(metrics),
+        "eval_cap": cap,
+        "trained_on": "all" if args.refit_all or args.holdout_fraction == 0 else "train_split",
+    }
     print(json.dumps(metrics, indent=2))
 
     if args.out is not None:
         from registry.depth.export import export_onnx
 
         if args.refit_all:
-            trained = train_dqn(all_eps, **hp)
+            trained = train_ensemble(all_eps, seeds, **hp)
         training_data = {
             "files": files_info,
+            "scorer": scorer,
+            "candidate_sizes": sizes,
+            "hard_fraction": args.hard_fraction if sizes != ["full"] else None,
             "holdout_fraction": args.holdout_fraction,
             "n_train": len(all_eps) if args.refit_all else len(train_eps),
             "n_holdout": len(hold_all),
             "hyperparameters": trained.config,
         }
-        scorer = args.scorer or (",".join(sorted(scorers)) if scorers else "unknown")
         path = export_onnx(
             trained, args.out, training_data=training_data, metrics=metrics, seed=args.seed, scorer=scorer
         )
         print(f"exported {path}", file=sys.stderr)
     return 0
+
+
+def _progress(items: Sequence[Any], desc: str) -> Any:
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover - tqdm ships with the train extra
+        return items
+    return tqdm(items, desc=desc, unit="set", file=sys.stderr)
 
 
 if __name__ == "__main__":

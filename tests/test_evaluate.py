@@ -1,0 +1,284 @@
+"""Evaluation library and the `shortlist train` / `shortlist evaluate` commands, on tiny fixtures.
+
+Fixtures: tests/fixtures/eval_weather and eval_office (tools.json + queries.jsonl, some queries
+with gold_alternatives). BM25 or the hashing embedder only: no model download, fast.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from registry.depth.episodes import Episode
+from registry.evaluate import (
+    DEFAULT_BUCKETS,
+    RankedSet,
+    candidate_episodes,
+    depth_efficiency,
+    evaluate_ranked,
+    fixed_curve,
+    k_equivalent,
+    load_or_build_table,
+    policy_metrics,
+    rank_table,
+    score_table,
+)
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+WEATHER = FIXTURES / "eval_weather"
+OFFICE = FIXTURES / "eval_office"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _ep(first: int, n: int = 100, length: int = 30) -> Episode:
+    return Episode(scores=np.linspace(1, 0, length), gold_ranks=np.array([first]), n_tools=n)
+
+
+# ----------------------------------------------------------------------------- maths
+
+
+def test_k_equivalent_interpolates_the_fixed_curve() -> None:
+    curve = np.array([0.0, 0.5, 0.8, 0.9, 0.9, 1.0])  # found at K = 0..5
+    assert k_equivalent(curve, 0.5) == pytest.approx(1.0)
+    assert k_equivalent(curve, 0.65) == pytest.approx(1.5)
+    assert k_equivalent(curve, 0.85) == pytest.approx(2.5)
+    assert k_equivalent(curve, 0.9) == pytest.approx(3.0)  # flat stretch: the smallest depth
+    assert k_equivalent(curve, 0.95) == pytest.approx(4.5)
+    assert k_equivalent(curve, 0.25) == pytest.approx(0.5)  # below K=1: towards found(0) = 0
+    assert k_equivalent(curve, 0.0) == 0.0
+    assert math.isinf(k_equivalent(curve[:4], 0.95))  # no fixed depth up to the cap finds as often
+    assert depth_efficiency(curve, 0.85, 1.25) == pytest.approx(2.0)
+
+
+def test_fixed_curve_counts_hits_and_caps_per_episode() -> None:
+    eps = [_ep(0), _ep(1), _ep(3), _ep(40, length=30)]  # the last one is out of reach
+    curve = fixed_curve(eps, 5)
+    np.testing.assert_allclose(curve, [0, 0.25, 0.5, 0.5, 0.75, 0.75])
+
+
+def test_policy_metrics_buckets_bits_and_equivalence() -> None:
+    exact = [_ep(0), _ep(2), _ep(9), _ep(30, length=60)]
+    # the second query has an equivalent tool at rank 0, so it counts as found at K = 1
+    equiv = [_ep(0), Episode(np.linspace(1, 0, 30), np.array([0, 2]), 100), _ep(9), _ep(30, length=60)]
+    ranked = RankedSet("synthetic", "test", exact, equiv)
+    m = policy_metrics("fixed K=1", np.ones(4, dtype=np.int64), ranked, 20)
+    assert m["found"] == 0.25 and m["found_equiv"] == 0.5
+    assert m["mean_k"] == 1.0 and m["k_std"] == 0.0 and m["distinct_k"] == 1
+    assert m["mean_p_rand"] == pytest.approx(1 / 100)
+    assert m["bor_bits"] == pytest.approx(math.log2(0.25 * 100))
+    assert m["k_eq"] == pytest.approx(1.0) and m["efficiency"] == pytest.approx(1.0)
+    by = {b["bucket"]: b for b in m["buckets"]}
+    assert [by[name]["n"] for name, _, _ in DEFAULT_BUCKETS] == [1, 1, 1, 1]
+    assert by["easy"]["found"] == 1.0 and by["medium"]["found"] == 0.0
+    # an adaptive depth: 1 on the easy query, 3 on the medium one, 10 on the hard one
+    ks = np.array([1, 3, 10, 2])
+    m = policy_metrics("adaptive", ks, ranked, 20)
+    assert m["found"] == 0.75 and m["mean_k"] == 4.0
+    # fixed curve: found(K) = 0.25 (K=1,2), 0.5 (K=3..9), 0.75 (K>=10) -> K_eq = 10
+    assert m["k_eq"] == pytest.approx(10.0) and m["efficiency"] == pytest.approx(2.5)
+    assert by["easy"]["mean_k"] == 1.0
+    assert {b["bucket"]: b["mean_k"] for b in m["buckets"]}["hard"] == 10.0
+
+
+def test_evaluate_ranked_reports_fixed_baselines_and_policies() -> None:
+    eps = [_ep(r) for r in (0, 0, 1, 4, 12)]
+    ranked = RankedSet("synthetic", "test", eps, eps)
+    rep = evaluate_ranked(ranked, {"always 2": lambda s, n, k: 2}, cap=10, fixed_ks=(1, 3, 5, 10, 20))
+    names = [p["policy"] for p in rep["policies"]]
+    assert names == ["fixed K=1", "fixed K=3", "fixed K=5", "fixed K=10", "always 2"]  # 20 > cap
+    assert rep["found_at"]["1"] == pytest.approx(0.4)
+    assert rep["policies"][-1]["found"] == pytest.approx(0.6)
+    assert len(rep["fixed_curve"]) == 11
+
+
+# ----------------------------------------------------------------------------- tables and rankings
+
+
+def test_score_table_reads_gold_and_alternatives() -> None:
+    table = score_table(WEATHER, None)
+    assert table.n_tools == 16 and table.n_queries == 22
+    assert table.dense is None
+    names = table.tool_names
+    row = table.query_ids.index("eval_weather_1")
+    assert [names[i] for i in table.gold[row]] == ["get_weather"]
+    assert sorted(names[i] for i in table.hits[row]) == ["get_weather", "get_weather_forecast"]
+    assert table.meta["n_with_alternatives"] == 4
+    with pytest.raises(ValueError):
+        table.scores("dense")
+
+
+def test_rankings_match_the_serving_scorer(hashing_embedder) -> None:
+    """The evaluation ranks as the service does: same scores, same fusion, same tie-breaking
+    (except the dense scorer's exact ties, which FAISS orders its own way)."""
+    from registry.datasets import index_dataset, load_dataset, rank_queries
+
+    table = score_table(OFFICE, hashing_embedder)
+    data = load_dataset(OFFICE)
+    snapshot = index_dataset(data.tools, hashing_embedder)
+    for scorer in ("dense", "bm25", "hybrid"):
+        ours = rank_table(table, scorer).exact
+        served = rank_queries(snapshot, data.queries, hashing_embedder, scorer, depth=60)
+        for a, b in zip(ours, served):
+            assert a.query_id == b.query_id
+            np.testing.assert_allclose(a.scores, b.scores, atol=1e-6)
+            if scorer == "dense":  # the gold tool's score is the same, within a tie block
+                for ra, rb in zip(a.gold_ranks, b.gold_ranks):
+                    if max(ra, rb) < a.scores.size:
+                        assert a.scores[ra] == pytest.approx(b.scores[rb], abs=1e-6)
+            else:
+                np.testing.assert_array_equal(a.gold_ranks, b.gold_ranks)
+
+
+def test_table_cache_roundtrip(tmp_path: Path, hashing_embedder) -> None:
+    first = load_or_build_table(OFFICE, hashing_embedder, cache_dir=tmp_path)
+    assert len(list(tmp_path.glob("eval_office-*.npz"))) == 1
+    again = load_or_build_table(OFFICE, hashing_embedder, cache_dir=tmp_path)
+    np.testing.assert_array_equal(first.dense, again.dense)
+    np.testing.assert_array_equal(first.lexical, again.lexical)
+    assert [g.tolist() for g in first.hits] == [g.tolist() for g in again.hits]
+    assert first.query_ids == again.query_ids and first.meta == again.meta
+
+
+def test_candidate_sets_follow_the_paper_protocol(hashing_embedder) -> None:
+    table = score_table(OFFICE, hashing_embedder)
+    n, n_hard = 8, 3
+    ranked = candidate_episodes(table, "bm25", n, n_hard=n_hard, seed=0)
+    again = candidate_episodes(table, "bm25", n, n_hard=n_hard, seed=0)
+    for i, (ep, eq) in enumerate(zip(ranked.exact, ranked.equiv)):
+        assert ep.n_tools == n and ep.scores.size == n
+        assert ep.n_gold == table.gold[i].size and eq.n_gold == table.hits[i].size
+        assert eq.first_gold_rank <= ep.first_gold_rank
+        # the candidates' BM25 scores are a subset of the registry's, ranked descending
+        assert np.all(np.diff(ep.scores) <= 1e-7)
+        assert set(np.round(ep.scores, 5)) <= set(np.round(table.lexical[i], 5))
+    assert [e.scores.tolist() for e in ranked.exact] == [e.scores.tolist() for e in again.exact]
+    # no random fill: the set is the gold plus the top hard distractors, so a gold tool ranked
+    # within the top n - |hits| of the registry keeps its rank
+    full = rank_table(table, "dense").exact
+    hard_only = candidate_episodes(table, "dense", n, n_hard=None)
+    for f, c, hits in zip(full, hard_only.exact, table.hits):
+        if f.first_gold_rank < n - hits.size:
+            assert c.first_gold_rank == f.first_gold_rank
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+@pytest.fixture(scope="module")
+def trained_cli_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("torch")
+    from service.cli import main
+
+    out = tmp_path_factory.mktemp("cli") / "policy"
+    rc = main([
+        "train", "--data", str(WEATHER), str(OFFICE), "--scorer", "bm25", "--seed", "3",
+        "--steps", "150", "--max-depth", "10", "--candidate-sizes", "8", "full",
+        "--holdout-fraction", "0.25", "--out", str(out),
+    ])
+    assert rc == 0
+    return out
+
+
+def test_cli_train_on_data_directories(trained_cli_policy: Path) -> None:
+    from registry.depth.policies import OnnxDepthPolicy
+
+    policy = OnnxDepthPolicy.from_dir(trained_cli_policy)
+    m = policy.manifest
+    assert m["scorer"] == "bm25" and m["seed"] == 3 and m["max_depth"] == 10
+    assert m["training_data"]["candidate_sizes"] == [8, "full"]
+    assert [Path(f["path"]).name for f in m["training_data"]["files"]] == ["eval_weather", "eval_office"]
+    assert set(m["metrics"]["holdout"]) == {"eval_weather", "eval_office", "all"}
+    assert "efficiency" in m["metrics"]["holdout"]["all"]
+    scores = np.linspace(1.0, 0.0, 16).astype(np.float32)
+    assert 1 <= policy.choose_depth(scores, 16, 10) <= 10
+
+
+def test_cli_evaluate_writes_tables_and_plots(trained_cli_policy: Path, tmp_path: Path) -> None:
+    from service.cli import main
+
+    out = tmp_path / "eval"
+    rc = main([
+        "evaluate", "--data", str(WEATHER), str(OFFICE), "--policy", str(trained_cli_policy),
+        "--scorer", "bm25", "--cap", "10", "--out", str(out), "--img", str(tmp_path / "img"),
+    ])
+    assert rc == 0
+    reports = json.loads((out / "results.json").read_text())
+    assert [r["dataset"] for r in reports] == ["eval_weather", "eval_office"]
+    for rep in reports:
+        names = [p["policy"] for p in rep["policies"]]
+        assert names[:4] == ["fixed K=1", "fixed K=3", "fixed K=5", "fixed K=10"]
+        assert "gap" in names and "bor:policy" in names
+        for p in rep["policies"]:
+            assert p["found_equiv"] >= p["found"]
+            assert sum(b["n"] for b in p["buckets"]) == rep["n"]
+        k1 = rep["policies"][0]
+        assert k1["found_equiv"] > k1["found"]  # the fixtures' alternatives count at K = 1
+    md = (out / "results.md").read_text()
+    assert "found % (equiv.)" in md and "efficiency" in md and "very hard" in md
+    for rep in reports:
+        for kind in ("figure1", "curve"):
+            png = tmp_path / "img" / f"{kind}_{rep['dataset']}_bm25.png"
+            assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+            assert f"](../img/{png.name})" in md  # linked relative to results.md
+
+
+def test_cli_evaluate_candidate_sets(trained_cli_policy: Path, tmp_path: Path) -> None:
+    from registry.evaluate import main
+
+    rc = main([
+        "--data", str(OFFICE), "--policy", str(trained_cli_policy), "--scorer", "bm25",
+        "--candidates", "6", "--hard", "2", "--cap", "6", "--buckets", "1,2-3,4+",
+        "--no-plots", "--out", str(tmp_path),
+    ])
+    assert rc == 0
+    (rep,) = json.loads((tmp_path / "results.json").read_text())
+    assert rep["n_tools"] == "6" and [b[0] for b in rep["buckets"]] == ["1", "2-3", "4+"]
+    assert not list(tmp_path.glob("*.png"))
+
+
+# ----------------------------------------------------------------------------- start-up refusal
+
+
+def _policy_with_schema(tmp_path: Path, version: str) -> Path:
+    target = tmp_path / "policy"
+    shutil.copytree(ROOT / "models" / "default", target)
+    manifest = json.loads((target / "manifest.json").read_text())
+    manifest["feature_schema_version"] = version
+    (target / "manifest.json").write_text(json.dumps(manifest))
+    return target
+
+
+def test_app_refuses_a_policy_of_another_feature_schema(tmp_path: Path) -> None:
+    from registry.errors import PolicySchemaMismatch
+    from registry.settings import Settings
+    from service.app import create_app
+
+    settings = Settings(data_dir=tmp_path / "data", demo_registry=None,
+                        policy_dir=_policy_with_schema(tmp_path, "0-old"))
+    with pytest.raises(PolicySchemaMismatch, match="feature schema"):
+        create_app(settings)
+
+
+def test_server_process_exits_on_a_feature_schema_mismatch(tmp_path: Path) -> None:
+    import os
+
+    env = dict(
+        os.environ,
+        SHORTLIST_POLICY_DIR=str(_policy_with_schema(tmp_path, "0-old")),
+        SHORTLIST_DATA_DIR=str(tmp_path / "data"),
+        SHORTLIST_DEMO_REGISTRY="",
+        SHORTLIST_PORT="1",  # never bound: start-up must fail before serving
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "service.cli", "serve"], env=env, cwd=ROOT,
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "feature schema" in proc.stderr and "0-old" in proc.stderr
