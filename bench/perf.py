@@ -159,7 +159,7 @@ def bench_size(n_tools: int, tools: list[dict], queries: list[str], args, workdi
     data_dir = workdir / f"data-{n_tools}"
     env = dict(os.environ, SHORTLIST_PORT=str(port), SHORTLIST_DATA_DIR=str(data_dir),
                SHORTLIST_EMBEDDER_CACHE_DIR=str(args.embedder_cache), SHORTLIST_DEMO_REGISTRY="",
-               HF_HUB_OFFLINE="1")
+               SHORTLIST_MAX_TOOLS_PER_REGISTRY=str(max(50_000, n_tools + 1)), HF_HUB_OFFLINE="1")
     server = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--log-level", "warning"],
                               env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"

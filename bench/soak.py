@@ -34,7 +34,12 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=600.0, help="seconds")
     parser.add_argument("--tools", type=int, default=4000)
     parser.add_argument("--embedder-cache", type=Path, default=ROOT / "data" / "cache" / "embedder")
+    parser.add_argument(
+        "--setting", action="append", default=[], metavar="NAME=VALUE",
+        help="extra server setting, e.g. feedback_retention_seconds=60 (repeatable)",
+    )
     args = parser.parse_args()
+    extra = {f"SHORTLIST_{k.upper()}": v for k, v in (item.split("=", 1) for item in args.setting)}
 
     pool = real_tools(args.data_root)
     tools = pool[: args.tools] + synthetic_tools(max(0, args.tools - len(pool)))
@@ -43,7 +48,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as data_dir:
         env = dict(os.environ, SHORTLIST_PORT=str(port), SHORTLIST_DATA_DIR=data_dir,
                    SHORTLIST_EMBEDDER_CACHE_DIR=str(args.embedder_cache), SHORTLIST_DEMO_REGISTRY="",
-                   HF_HUB_OFFLINE="1")
+                   HF_HUB_OFFLINE="1", **extra)
         server = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--log-level", "warning"],
                                   env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         url = f"http://127.0.0.1:{port}"
