@@ -12,19 +12,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import httpx
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import DEFAULT_EMBEDDER_CACHE, ROOT, serve  # noqa: E402
+
 DEFAULT_QUERIES = [
     "What's the weather like in Paris right now?",
     "convert 100 dollars to euros",
@@ -35,12 +33,6 @@ DEFAULT_QUERIES = [
     "remind me to call mum at 6pm",
     "find a sushi place near the office",
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def percentiles(samples: list[float]) -> str:
@@ -54,7 +46,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--policy", default=None)
     parser.add_argument("--scorer", default=None)
-    parser.add_argument("--embedder-cache", type=Path, default=ROOT / "data" / "cache" / "embedder")
+    parser.add_argument("--embedder-cache", type=Path, default=DEFAULT_EMBEDDER_CACHE)
     args = parser.parse_args()
 
     if args.data:
@@ -75,51 +67,26 @@ def main() -> None:
         embedder.embed_query(queries[i % len(queries)])
         floor.append(time.perf_counter() - t0)
 
-    port = free_port()
-    with tempfile.TemporaryDirectory() as data_dir:
-        env = dict(
-            os.environ,
-            SHORTLIST_PORT=str(port),
-            SHORTLIST_DATA_DIR=data_dir,
-            SHORTLIST_EMBEDDER_CACHE_DIR=str(args.embedder_cache),
-            SHORTLIST_DEMO_REGISTRY="",
-            HF_HUB_OFFLINE="1",
-        )
-        server = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve", "--log-level", "warning"], env=env, cwd=ROOT
-        )
-        try:
-            url = f"http://127.0.0.1:{port}"
-            with httpx.Client(base_url=url, timeout=120) as client:
-                for _ in range(600):
-                    try:
-                        if client.get("/readyz").status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        pass
-                    time.sleep(0.2)
-                t0 = time.perf_counter()
-                client.put("/registries/bench", json=tools).raise_for_status()
-                upload = time.perf_counter() - t0
-                body: dict = {"registry": "bench"}
-                if args.policy:
-                    body["policy"] = args.policy
-                if args.scorer:
-                    body["scorer"] = args.scorer
-                for q in queries[:50]:
-                    client.post("/shortlist", json={**body, "query": q}).raise_for_status()
-                latencies, ks = [], []
-                started = time.perf_counter()
-                for i in range(args.requests):
-                    t0 = time.perf_counter()
-                    r = client.post("/shortlist", json={**body, "query": queries[i % len(queries)]})
-                    latencies.append(time.perf_counter() - t0)
-                    r.raise_for_status()
-                    ks.append(r.json()["k"])
-                elapsed = time.perf_counter() - started
-        finally:
-            server.terminate()
-            server.wait(30)
+    with serve(args.embedder_cache) as server, httpx.Client(base_url=server.url, timeout=120) as client:
+        t0 = time.perf_counter()
+        client.put("/registries/bench", json=tools).raise_for_status()
+        upload = time.perf_counter() - t0
+        body: dict = {"registry": "bench"}
+        if args.policy:
+            body["policy"] = args.policy
+        if args.scorer:
+            body["scorer"] = args.scorer
+        for q in queries[:50]:
+            client.post("/shortlist", json={**body, "query": q}).raise_for_status()
+        latencies, ks = [], []
+        started = time.perf_counter()
+        for i in range(args.requests):
+            t0 = time.perf_counter()
+            r = client.post("/shortlist", json={**body, "query": queries[i % len(queries)]})
+            latencies.append(time.perf_counter() - t0)
+            r.raise_for_status()
+            ks.append(r.json()["k"])
+        elapsed = time.perf_counter() - started
 
     n_tools = len(tools["tools"] if isinstance(tools, dict) else tools)
     print(f"registry: {n_tools} tools, upload+index {upload:.2f}s; {args.requests} requests, concurrency 1")

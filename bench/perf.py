@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,7 +31,9 @@ import httpx
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import DEFAULT_EMBEDDER_CACHE, ROOT, serve  # noqa: E402
+
 VERBS = "get list create update delete search find fetch compute convert send schedule cancel export import validate summarize translate track book".split()
 NOUNS = "invoice order customer ticket flight hotel payment report user account shipment forecast quote document image video playlist contract lead campaign recipe".split()
 DOMAINS = "acme globex initech umbrella hooli stark wayne wonka tyrell cyberdyne soylent vandelay".split()
@@ -73,12 +73,6 @@ def real_queries(data_root: Path, limit: int = 500) -> list[str]:
             queries += [json.loads(line)["query"] for line in handle][:limit // 3 + 1]
     random.Random(0).shuffle(queries)
     return queries[:limit]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def rss_mb(pid: int) -> float:
@@ -155,49 +149,33 @@ def embed_floor(queries: list[str], cache: Path, n: int = 600) -> float:
 
 
 def bench_size(n_tools: int, tools: list[dict], queries: list[str], args, workdir: Path) -> dict:
-    port = free_port()
-    data_dir = workdir / f"data-{n_tools}"
-    env = dict(os.environ, SHORTLIST_PORT=str(port), SHORTLIST_DATA_DIR=str(data_dir),
-               SHORTLIST_EMBEDDER_CACHE_DIR=str(args.embedder_cache), SHORTLIST_DEMO_REGISTRY="",
-               SHORTLIST_MAX_TOOLS_PER_REGISTRY=str(max(50_000, n_tools + 1)), HF_HUB_OFFLINE="1")
-    server = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--log-level", "warning"],
-                              env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
     result: dict = {"n": n_tools}
-    try:
-        with httpx.Client(base_url=url, timeout=3600) as client:
-            for _ in range(600):
-                try:
-                    if client.get("/readyz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.2)
-            t0 = time.perf_counter()
-            client.put("/registries/bench", json=tools).raise_for_status()
-            result["index_s"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            client.put("/registries/bench", json=tools).raise_for_status()
-            result["reupload_s"] = time.perf_counter() - t0
-            one = {"name": "bench_upserted_tool", "description": "A tool added by the benchmark to time upserts."}
-            t0 = time.perf_counter()
-            client.post("/registries/bench/tools", json=[one]).raise_for_status()
-            result["upsert_s"] = time.perf_counter() - t0
-            bodies = workdir / "bodies.jsonl"
-            bodies.write_text("".join(json.dumps({"registry": "bench", "query": q}) + "\n" for q in queries))
-            script = workdir / "shortlist.lua"
-            script.write_text(WRK_SCRIPT)
-            for q in queries[:100]:  # warm-up
-                client.post("/shortlist", json={"registry": "bench", "query": q}).raise_for_status()
-            for concurrency in args.concurrency:
-                before = client.get("/metrics").text
-                load = run_wrk(url, bodies, script, concurrency, args.duration)
-                after = client.get("/metrics").text
-                result[f"c{concurrency}"] = {**load, "stages": stage_means(before, after)}
-            result["rss_mb"] = rss_mb(server.pid)
-    finally:
-        server.terminate()
-        server.wait(30)
+    data_dir = workdir / f"data-{n_tools}"
+    with serve(args.embedder_cache, data_dir=data_dir,
+               max_tools_per_registry=str(max(50_000, n_tools + 1))) as server, \
+            httpx.Client(base_url=server.url, timeout=3600) as client:
+        t0 = time.perf_counter()
+        client.put("/registries/bench", json=tools).raise_for_status()
+        result["index_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        client.put("/registries/bench", json=tools).raise_for_status()
+        result["reupload_s"] = time.perf_counter() - t0
+        one = {"name": "bench_upserted_tool", "description": "A tool added by the benchmark to time upserts."}
+        t0 = time.perf_counter()
+        client.post("/registries/bench/tools", json=[one]).raise_for_status()
+        result["upsert_s"] = time.perf_counter() - t0
+        bodies = workdir / "bodies.jsonl"
+        bodies.write_text("".join(json.dumps({"registry": "bench", "query": q}) + "\n" for q in queries))
+        script = workdir / "shortlist.lua"
+        script.write_text(WRK_SCRIPT)
+        for q in queries[:100]:  # warm-up
+            client.post("/shortlist", json={"registry": "bench", "query": q}).raise_for_status()
+        for concurrency in args.concurrency:
+            before = client.get("/metrics").text
+            load = run_wrk(server.url, bodies, script, concurrency, args.duration)
+            after = client.get("/metrics").text
+            result[f"c{concurrency}"] = {**load, "stages": stage_means(before, after)}
+        result["rss_mb"] = rss_mb(server.pid)
     shutil.rmtree(data_dir, ignore_errors=True)
     return result
 
@@ -208,7 +186,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="500,4000,100000")
     parser.add_argument("--concurrency", default="1,8")
     parser.add_argument("--duration", type=int, default=20, help="seconds of load per concurrency")
-    parser.add_argument("--embedder-cache", type=Path, default=ROOT / "data" / "cache" / "embedder")
+    parser.add_argument("--embedder-cache", type=Path, default=DEFAULT_EMBEDDER_CACHE)
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",")]

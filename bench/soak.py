@@ -12,10 +12,7 @@ flat (growth over the second half of the run).
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -24,7 +21,8 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from perf import ROOT, free_port, real_queries, real_tools, rss_mb, synthetic_tools  # noqa: E402
+from common import DEFAULT_EMBEDDER_CACHE, ROOT, serve  # noqa: E402
+from perf import real_queries, real_tools, rss_mb, synthetic_tools  # noqa: E402
 
 
 def main() -> None:
@@ -33,35 +31,21 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=100.0, help="requests per second")
     parser.add_argument("--duration", type=float, default=600.0, help="seconds")
     parser.add_argument("--tools", type=int, default=4000)
-    parser.add_argument("--embedder-cache", type=Path, default=ROOT / "data" / "cache" / "embedder")
+    parser.add_argument("--embedder-cache", type=Path, default=DEFAULT_EMBEDDER_CACHE)
     parser.add_argument(
         "--setting", action="append", default=[], metavar="NAME=VALUE",
         help="extra server setting, e.g. feedback_retention_seconds=60 (repeatable)",
     )
     args = parser.parse_args()
-    extra = {f"SHORTLIST_{k.upper()}": v for k, v in (item.split("=", 1) for item in args.setting)}
 
     pool = real_tools(args.data_root)
     tools = pool[: args.tools] + synthetic_tools(max(0, args.tools - len(pool)))
     queries = real_queries(args.data_root)
-    port = free_port()
-    with tempfile.TemporaryDirectory() as data_dir:
-        env = dict(os.environ, SHORTLIST_PORT=str(port), SHORTLIST_DATA_DIR=data_dir,
-                   SHORTLIST_EMBEDDER_CACHE_DIR=str(args.embedder_cache), SHORTLIST_DEMO_REGISTRY="",
-                   HF_HUB_OFFLINE="1", **extra)
-        server = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--log-level", "warning"],
-                                  env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            with httpx.Client(base_url=url, timeout=600) as client:
-                for _ in range(600):
-                    try:
-                        if client.get("/readyz").status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        pass
-                    time.sleep(0.2)
-                client.put("/registries/soak", json=tools).raise_for_status()
+    settings = dict(item.split("=", 1) for item in args.setting)
+    with serve(args.embedder_cache, **settings) as server:
+        url = server.url
+        with httpx.Client(base_url=url, timeout=600) as client:
+            client.put("/registries/soak", json=tools).raise_for_status()
             latencies: list[float] = []
             errors = [0]
             lock = threading.Lock()
@@ -106,9 +90,6 @@ def main() -> None:
                 time.sleep(10)
                 samples.append((time.monotonic() - start, rss_mb(server.pid)))
                 print(f"{samples[-1][0]:6.0f}  {samples[-1][1]:7.1f}  {len(latencies):8d}", flush=True)
-        finally:
-            server.terminate()
-            server.wait(30)
     arr = np.array(latencies) * 1000
     half = [rss for t, rss in samples if t >= samples[-1][0] / 2]
     print(f"\n{len(latencies)} requests in {samples[-1][0]:.0f} s ({len(latencies) / samples[-1][0]:.0f}/s), "

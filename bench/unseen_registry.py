@@ -14,25 +14,16 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
 import random
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import httpx
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import DEFAULT_EMBEDDER_CACHE, serve  # noqa: E402
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def main() -> None:
@@ -41,7 +32,7 @@ def main() -> None:
     parser.add_argument("--max-queries", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-k", type=int, default=None)
-    parser.add_argument("--embedder-cache", type=Path, default=ROOT / "data" / "cache" / "embedder")
+    parser.add_argument("--embedder-cache", type=Path, default=DEFAULT_EMBEDDER_CACHE)
     args = parser.parse_args()
 
     tools = json.loads((args.data / "tools.json").read_text())
@@ -49,45 +40,24 @@ def main() -> None:
     if len(queries) > args.max_queries:
         queries = random.Random(args.seed).sample(queries, args.max_queries)
 
-    port = free_port()
-    with tempfile.TemporaryDirectory() as data_dir:
-        env = dict(
-            os.environ, SHORTLIST_PORT=str(port), SHORTLIST_DATA_DIR=data_dir,
-            SHORTLIST_EMBEDDER_CACHE_DIR=str(args.embedder_cache), SHORTLIST_DEMO_REGISTRY="",
-            HF_HUB_OFFLINE="1",
-        )
-        server = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve", "--log-level", "warning"], env=env, cwd=ROOT
-        )
-        try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=300) as client:
-                for _ in range(600):
-                    try:
-                        if client.get("/readyz").status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        pass
-                    time.sleep(0.2)
-                info = client.put("/registries/unseen", json=tools).raise_for_status().json()
-                ks, found, first_rank, rejected = [], [], [], []
-                for q in queries:
-                    body = {"registry": "unseen", "query": q["query"]}
-                    if args.max_k:
-                        body["max_k"] = args.max_k
-                    response = client.post("/shortlist", json=body)
-                    if response.status_code == 422:  # e.g. a query above SHORTLIST_MAX_QUERY_CHARS
-                        rejected.append(response.json()["error"]["message"])
-                        continue
-                    shown = response.raise_for_status().json()
-                    names = {t["name"] for t in shown["tools"]}
-                    ks.append(shown["k"])
-                    found.append(bool(names & set(q["gold"])))
-                    deep = client.post("/shortlist", json={**body, "k": 50}).raise_for_status().json()
-                    ranks = [t["rank"] for t in deep["tools"] if t["name"] in q["gold"]]
-                    first_rank.append(min(ranks) if ranks else 10**9)
-        finally:
-            server.terminate()
-            server.wait(30)
+    with serve(args.embedder_cache) as server, httpx.Client(base_url=server.url, timeout=300) as client:
+        info = client.put("/registries/unseen", json=tools).raise_for_status().json()
+        ks, found, first_rank, rejected = [], [], [], []
+        for q in queries:
+            body = {"registry": "unseen", "query": q["query"]}
+            if args.max_k:
+                body["max_k"] = args.max_k
+            response = client.post("/shortlist", json=body)
+            if response.status_code == 422:  # e.g. a query above SHORTLIST_MAX_QUERY_CHARS
+                rejected.append(response.json()["error"]["message"])
+                continue
+            shown = response.raise_for_status().json()
+            names = {t["name"] for t in shown["tools"]}
+            ks.append(shown["k"])
+            found.append(bool(names & set(q["gold"])))
+            deep = client.post("/shortlist", json={**body, "k": 50}).raise_for_status().json()
+            ranks = [t["rank"] for t in deep["tools"] if t["name"] in q["gold"]]
+            first_rank.append(min(ranks) if ranks else 10**9)
 
     ks_arr, first = np.array(ks), np.array(first_rank)
     fixed = {k: float(np.mean(first <= k)) for k in range(1, 51)}
