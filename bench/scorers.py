@@ -16,7 +16,7 @@ import numpy as np
 
 from registry.datasets import index_dataset, load_dataset, rank_queries
 from registry.index.embed import load_minilm
-from registry.index.hybrid import Query, fuse
+from registry.index.hybrid import fuse
 from registry.index.lexical import tokenize, top_k
 
 

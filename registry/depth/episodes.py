@@ -11,9 +11,8 @@ stored as a JSON string inside the archive. No pickles, so loading is safe.
 
 from __future__ import annotations
 
+import io
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from registry.errors import ArtifactError
+from registry.fsio import atomic_write_bytes
 
 EPISODES_FORMAT_VERSION = 1
 
@@ -69,24 +69,6 @@ class Episode:
         return int(self.gold_ranks.min()) if self.gold_ranks.size else self.n_tools
 
 
-def _atomic_write_bytes(path: Path, writer: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; artifacts are read by other users
-        with os.fdopen(fd, "wb") as fh:
-            writer(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 def save_episodes(path: str | Path, episodes: Sequence[Episode], meta: dict[str, Any]) -> Path:
     """Write ``episodes`` and a JSON-serialisable ``meta`` dict to one compressed ``.npz``.
 
@@ -119,7 +101,10 @@ def save_episodes(path: str | Path, episodes: Sequence[Episode], meta: dict[str,
         "query_ids": np.array([e.query_id for e in episodes], dtype=np.str_),
         "meta_json": np.array(json.dumps(meta, sort_keys=True)),
     }
-    _atomic_write_bytes(path, lambda fh: np.savez_compressed(fh, **arrays))
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, buffer.getvalue())
     return path
 
 

@@ -20,8 +20,6 @@ import datetime as dt
 import hashlib
 import io
 import json
-import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -31,39 +29,12 @@ import torch
 
 from registry.depth.policies import INPUT_NAME, MANIFEST_NAME, OUTPUT_NAME
 from registry.depth.train import TrainedPolicy
+from registry.fsio import atomic_write_bytes
 
 __all__ = ["export_onnx", "onnx_bytes", "OPSET", "ONNX_FILE"]
 
 OPSET = 17
 ONNX_FILE = "policy.onnx"
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; artifacts are read by other users
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    try:  # persist the rename itself
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
 
 
 def _jsonable(obj: Any) -> Any:
@@ -172,7 +143,8 @@ def export_onnx(
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
     text = json.dumps(_jsonable(manifest), indent=2, allow_nan=False)
-    _atomic_write(out / ONNX_FILE, blob)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out / ONNX_FILE, blob)
     manifest_path = out / MANIFEST_NAME
-    _atomic_write(manifest_path, (text + "\n").encode("utf-8"))
+    atomic_write_bytes(manifest_path, (text + "\n").encode("utf-8"))
     return out
