@@ -56,6 +56,32 @@ def settings(tmp_path: Path):
     return Settings(data_dir=tmp_path / "data", demo_registry=None)
 
 
+@pytest.fixture
+def make_client(settings, bor_policy):
+    """TestClient factory over the real app with the fast fake embedder; kwargs override settings."""
+    from fastapi.testclient import TestClient
+
+    from registry.index.embed import HashingEmbedder
+    from service.app import create_app
+
+    def make(**overrides):
+        app = create_app(
+            settings.model_copy(update=overrides),
+            embedder_factory=lambda _: HashingEmbedder(),
+            bor_policy=bor_policy,
+            background_load=False,
+        )
+        return TestClient(app, raise_server_exceptions=False)
+
+    return make
+
+
+@pytest.fixture
+def client(make_client):
+    with make_client() as c:
+        yield c
+
+
 @pytest.fixture(scope="session")
 def minilm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One real MiniLM ONNX export per test session (about 5 s)."""

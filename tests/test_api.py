@@ -11,26 +11,6 @@ from registry.index.embed import HashingEmbedder
 from service.app import create_app
 
 
-@pytest.fixture
-def make_client(settings, bor_policy):
-    def make(**overrides):
-        app = create_app(
-            settings.model_copy(update=overrides),
-            embedder_factory=lambda _: HashingEmbedder(),
-            bor_policy=bor_policy,
-            background_load=False,
-        )
-        return TestClient(app, raise_server_exceptions=False)
-
-    return make
-
-
-@pytest.fixture
-def client(make_client):
-    with make_client() as c:
-        yield c
-
-
 def assert_error(response, status: int, error_type: str) -> dict:
     assert response.status_code == status, response.text
     body = response.json()

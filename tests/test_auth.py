@@ -6,7 +6,6 @@ import hmac
 import logging
 from typing import Any
 
-import pytest
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
@@ -18,20 +17,6 @@ from service.auth import token_matches
 ADMIN = "admin-token-0123456789abcdef"
 ADMIN_2 = "second-admin-token-0123456789"
 QUERY = "query-token-0123456789abcdef"
-
-
-@pytest.fixture
-def make_client(settings: Settings, bor_policy: Any):
-    def make(**overrides: Any) -> TestClient:
-        app = create_app(
-            settings.model_copy(update=overrides),
-            embedder_factory=lambda _: HashingEmbedder(),
-            bor_policy=bor_policy,
-            background_load=False,
-        )
-        return TestClient(app, raise_server_exceptions=False)
-
-    return make
 
 
 def bearer(token: str) -> dict[str, str]:

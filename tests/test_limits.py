@@ -11,17 +11,14 @@ from typing import Any, get_args
 from urllib.parse import unquote
 
 import pytest
-from fastapi.testclient import TestClient
 
 from registry.engine import MAX_K, POLICIES
 from registry.errors import InvalidRegistryName
 from registry.feedback import MAX_CALLS
-from registry.index.embed import HashingEmbedder
 from registry.index.hybrid import SCORERS
 from registry.store.base import RegistryRecord
 from registry.store.local import LocalStore
 from registry.tools import MAX_JSON_DEPTH
-from service.app import create_app
 from service.schemas import MAX_USED_TOOLS, PolicyName, ScorerName
 
 BODY_ROUTES = [
@@ -30,26 +27,6 @@ BODY_ROUTES = [
     ("PUT", "/registries/r"),
     ("POST", "/registries/r/tools"),
 ]
-
-
-@pytest.fixture
-def make_client(settings, bor_policy):
-    def make(**overrides: Any) -> TestClient:
-        app = create_app(
-            settings.model_copy(update=overrides),
-            embedder_factory=lambda _: HashingEmbedder(),
-            bor_policy=bor_policy,
-            background_load=False,
-        )
-        return TestClient(app, raise_server_exceptions=False)
-
-    return make
-
-
-@pytest.fixture
-def client(make_client):
-    with make_client() as c:
-        yield c
 
 
 def error_of(response: Any, status: int, error_type: str) -> dict[str, Any]:
