@@ -62,6 +62,9 @@ class Settings(BaseSettings):
     hnsw_min_tools: int = Field(
         20_000, ge=1, description="Registries with at least this many tools use an HNSW index."
     )
+    worker_threads: int = Field(
+        16, ge=1, le=1000, description="Requests handled at once (anyio worker threads)."
+    )
     embed_threads: int = Field(1, ge=1, description="ONNX Runtime intra-op threads per request.")
 
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Largest request body.")

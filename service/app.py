@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+from anyio import to_thread
 from fastapi import Depends, FastAPI
 
 from registry.depth.policies import DepthPolicy
@@ -37,6 +38,9 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Sync routes run on anyio's pool (40 threads by default). On 2 cores more than a few
+        # in flight only queue on the CPU, and every extra thread keeps its own buffers.
+        to_thread.current_default_thread_limiter().total_tokens = settings.worker_threads
         state.start_loading(background=background_load)
         yield
         state.close()
