@@ -42,6 +42,7 @@ from registry.bor import p_rand
 from registry.datasets import LabelledQuery, load_dataset
 from registry.depth.episodes import Episode
 from registry.depth.features import FEATURE_WINDOW
+from registry.fsio import json_safe
 from registry.index.embed import Embedder
 from registry.index.hybrid import HYBRID_ALPHA
 from registry.index.lexical import LexicalIndex, tokenize
@@ -761,20 +762,6 @@ def plot_report(
     return [fig1, fig2]
 
 
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float):
-        return round(obj, 6) if math.isfinite(obj) else str(obj)
-    if obj is None or isinstance(obj, (bool, int, str)):
-        return obj
-    return str(obj)
-
-
 def write_report(
     reports: Sequence[Mapping[str, Any]],
     out_dir: Path | str,
@@ -792,7 +779,7 @@ def write_report(
     out.mkdir(parents=True, exist_ok=True)
     img = Path(img_dir) if img_dir is not None else out
     paths = {"json": out / "results.json", "markdown": out / "results.md"}
-    paths["json"].write_text(json.dumps(_jsonable(list(reports)), indent=2) + "\n", encoding="utf-8")
+    paths["json"].write_text(json.dumps(json_safe(list(reports), 6), indent=2) + "\n", encoding="utf-8")
     md = "# Depth-policy evaluation\n\n" + markdown_tables(reports)
     if plots:
         for rep in reports:

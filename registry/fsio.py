@@ -1,10 +1,15 @@
-"""Crash-safe file writes shared by the store, the feedback log and the artifact exporters."""
+"""Crash-safe file writes and JSON-safe values, shared by the store, the feedback log, the
+artifact exporters and the evaluation reports."""
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 TMP_PREFIX = ".tmp-"
 
@@ -46,3 +51,24 @@ def _umask() -> int:
     current = os.umask(0)
     os.umask(current)
     return current
+
+
+def json_safe(obj: Any, digits: int | None = None) -> Any:
+    """A JSON-serialisable copy for artifacts and reports.
+
+    numpy scalars become Python numbers, tuples lists, non-finite floats the strings ``"inf"``
+    / ``"nan"``, anything else unknown its ``str``; floats are rounded to ``digits`` if given.
+    """
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v, digits) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v, digits) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float):
+        if not math.isfinite(obj):
+            return str(obj)
+        return round(obj, digits) if digits is not None else obj
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    return str(obj)

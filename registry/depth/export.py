@@ -29,27 +29,12 @@ import torch
 
 from registry.depth.policies import INPUT_NAME, MANIFEST_NAME, OUTPUT_NAME
 from registry.depth.train import TrainedPolicy
-from registry.fsio import atomic_write_bytes
+from registry.fsio import atomic_write_bytes, json_safe
 
 __all__ = ["export_onnx", "onnx_bytes", "OPSET", "ONNX_FILE"]
 
 OPSET = 17
 ONNX_FILE = "policy.onnx"
-
-
-def _jsonable(obj: Any) -> Any:
-    """JSON-safe copy: numpy scalars to Python, non-finite floats to strings, paths to str."""
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float) and not np.isfinite(obj):
-        return str(obj)
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    return str(obj)
 
 
 def onnx_bytes(trained: TrainedPolicy) -> bytes:
@@ -142,7 +127,7 @@ def export_onnx(
         "metrics": metrics,
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    text = json.dumps(_jsonable(manifest), indent=2, allow_nan=False)
+    text = json.dumps(json_safe(manifest), indent=2, allow_nan=False)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out / ONNX_FILE, blob)
     manifest_path = out / MANIFEST_NAME

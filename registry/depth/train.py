@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import hashlib
 import json
 import math
 import sys
@@ -48,6 +47,8 @@ from registry.depth.env import (
 from registry.depth.episodes import Episode, load_episodes
 from registry.depth.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, depth_features
 from registry.depth.policies import FixedPolicy
+from registry.fsio import json_safe
+from registry.index.embed import sha256_file
 
 __all__ = [
     "QNetwork",
@@ -425,24 +426,6 @@ def split_episodes(
 # ----------------------------------------------------------------------------- CLI
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _round(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return round(obj, 6) if math.isfinite(obj) else str(obj)
-    if isinstance(obj, dict):
-        return {k: _round(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_round(v) for v in obj]
-    return obj
-
-
 def _load_episode_files(
     paths: Sequence[Path], holdout_fraction: float, seed: int
 ) -> tuple[list[Episode], dict[str, list[Episode]], list[Episode], list[dict[str, Any]], set[str]]:
@@ -461,7 +444,7 @@ def _load_episode_files(
         if "scorer" in meta:
             scorers.add(str(meta["scorer"]))
         files_info.append(
-            {"path": str(path), "sha256": _sha256_file(path), "n_episodes": len(eps), "meta": meta}
+            {"path": str(path), "sha256": sha256_file(path), "n_episodes": len(eps), "meta": meta}
         )
     return train_eps, hold_by_set, all_eps, files_info, scorers
 
@@ -625,7 +608,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if hold_all and len(hold_by_set) > 1:
         metrics["all"] = compare_with_fixed(trained.choose_depth, hold_all, cap)
     metrics = {
-        "holdout": _round(metrics),
+        "holdout": json_safe(metrics, 6),
         "eval_cap": cap,
         "trained_on": "all" if args.refit_all or args.holdout_fraction == 0 else "train_split",
     }
