@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import time
@@ -311,7 +312,12 @@ class ShortlistEngine:
         t1 = time.perf_counter()
         timings["embed"] = t1 - t0
 
-        wanted = k if k is not None else max(cap, FEATURE_WINDOW)
+        if k is not None:
+            wanted = k
+        elif policy_name == "bor":  # the features read a window of FEATURE_WINDOW scores
+            wanted = max(cap, FEATURE_WINDOW)
+        else:  # gap also looks at the score just past the cap
+            wanted = cap + 1
         ids, scores = rank(scorer_name, prepared, snap.dense, snap.lexical, min(wanted, n))
         t2 = time.perf_counter()
         timings["search"] = t2 - t1
@@ -330,6 +336,7 @@ class ShortlistEngine:
             for r, (i, s) in enumerate(zip(ids[:depth], scores[:depth]))
         ]
         p_rand = bor.p_rand(n, 1, depth) if n and depth else 0.0
+        bor_max_bits = 0.0 - math.log2(p_rand) if p_rand > 0 else 0.0  # never -0.0
         timings["total"] = time.perf_counter() - started
         return Shortlist(
             shortlist_id=uuid.uuid4().hex,
@@ -340,7 +347,7 @@ class ShortlistEngine:
             k=len(items),
             n_tools=n,
             p_rand=p_rand,
-            bor_max_bits=bor.bor_max_bits(n, 1, depth) if n and depth else 0.0,
+            bor_max_bits=bor_max_bits,
             tools=items,
             timings=timings,
         )
