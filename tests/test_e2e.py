@@ -49,3 +49,34 @@ def test_real_server_finds_known_tools_and_survives_a_restart(server_factory):
     for query, names in answers.items():
         body = httpx.post(f"{again.url}/shortlist", json={"registry": "e2e", "query": query}).json()
         assert [t["name"] for t in body["tools"]] == names
+
+
+def test_every_policy_and_scorer_with_the_real_model(server_factory):
+    """gap, threshold and fixed on real MiniLM scores, not only on the fake embedder."""
+    tools = json.loads((ROOT / "examples" / "demo_tools.json").read_text())
+    server = server_factory(threshold="0.5")
+    httpx.put(f"{server.url}/registries/e2e", json=tools, timeout=60).raise_for_status()
+    for scorer in ("hybrid", "dense", "bm25"):
+        for policy in ("gap", "threshold", "fixed"):
+            for query, gold in KNOWN.items():
+                body = httpx.post(
+                    f"{server.url}/shortlist",
+                    json={"registry": "e2e", "query": query, "policy": policy, "scorer": scorer,
+                          "max_k": 10},
+                ).json()
+                scores = [t["score"] for t in body["tools"]]
+                assert body["policy"] == policy and 1 <= body["k"] <= 10
+                assert scores == sorted(scores, reverse=True)
+                if policy == "fixed":
+                    assert body["k"] == 5  # SHORTLIST_FIXED_K
+                if policy == "threshold" and body["k"] > 1:
+                    assert min(scores) >= 0.5
+                if policy == "gap" and body["k"] < 10:
+                    deeper = httpx.post(
+                        f"{server.url}/shortlist",
+                        json={"registry": "e2e", "query": query, "scorer": scorer, "k": 11},
+                    ).json()["tools"]
+                    drops = [a["score"] - b["score"] for a, b in zip(deeper, deeper[1:])]
+                    assert body["k"] == drops.index(max(drops)) + 1
+                if scorer == "hybrid":  # plain MiniLM puts a mortgage tool above send_email once
+                    assert body["tools"][0]["name"] == gold, (query, scorer, policy)
