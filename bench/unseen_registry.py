@@ -7,6 +7,10 @@ asks POST /shortlist twice: with the default policy, and with k=50 to learn wher
 ranks (which gives the found rate of every fixed K from the same ranking). Prints the policy's
 found rate, mean K and K distribution next to fixed K = 1, 3, 5, 10 and the fixed depth
 interpolated to the policy's mean K.
+
+``--record models/default`` also stores the figures in that policy's ``manifest.json`` under
+``metrics.unseen_<data set>`` (the manifest is not part of the hashed ONNX file, so the policy
+stays valid); pass the directory of the policy the server loaded.
 """
 
 from __future__ import annotations
@@ -22,8 +26,11 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import DEFAULT_EMBEDDER_CACHE, serve  # noqa: E402
 
+from registry.evaluate import depth_efficiency  # noqa: E402
+from registry.fsio import atomic_write_bytes  # noqa: E402
 
 
 def main() -> None:
@@ -33,6 +40,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-k", type=int, default=None)
     parser.add_argument("--embedder-cache", type=Path, default=DEFAULT_EMBEDDER_CACHE)
+    parser.add_argument("--record", type=Path, default=None, metavar="POLICY_DIR",
+                        help="store the figures in POLICY_DIR/manifest.json (metrics.unseen_<data set>)")
     args = parser.parse_args()
 
     tools = json.loads((args.data / "tools.json").read_text())
@@ -71,6 +80,22 @@ def main() -> None:
     print(f"fixed K at the same mean K (interpolated): found {100 * at_mean:.1f}%")
     for k in (1, 3, 5, 10, 20):
         print(f"fixed K={k:<3} found {100 * fixed[k]:.1f}%")
+    efficiency = depth_efficiency(np.array([0.0, *fixed.values()]), float(np.mean(found)), mean_k)
+    print(f"depth efficiency {efficiency:.2f}")
+    if args.record:
+        path = args.record / "manifest.json"
+        manifest = json.loads(path.read_text())
+        manifest.setdefault("metrics", {})[f"unseen_{args.data.name}"] = {
+            "how": f"python bench/unseen_registry.py --data {args.data} --max-queries {args.max_queries} "
+                   f"(real server over HTTP, max_k {args.max_k or 'service default'})",
+            "n_tools": info["tools"], "n_queries": len(ks), "found": round(float(np.mean(found)), 4),
+            "mean_k": round(mean_k, 3), "k_std": round(float(ks_arr.std()), 3), "distinct_k": len(dist),
+            "fixed_found_at_mean_k": round(at_mean, 4),
+            "fixed": {str(k): round(fixed[k], 4) for k in (1, 3, 5, 10, 20)},
+            "efficiency": round(efficiency, 3),
+        }
+        atomic_write_bytes(path, (json.dumps(manifest, indent=2) + "\n").encode())
+        print(f"recorded in {path}")
 
 
 if __name__ == "__main__":

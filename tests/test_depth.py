@@ -5,6 +5,7 @@ Self-contained: synthetic episodes only, nothing from ../shared.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import shutil
@@ -423,6 +424,40 @@ def test_onnx_matches_pytorch(trained, exported: Path) -> None:
     want = trained.q_values(x)
     assert got.shape == (x.shape[0], 2)
     assert float(np.max(np.abs(got - want))) < 1e-5
+
+
+def test_policy_clamps_inputs_to_the_training_range(trained, exported: Path) -> None:
+    """A registry unlike the training data (here 10^6 tools, absurd scores) is read as the
+    nearest training case, not extrapolated; torch and ONNX agree."""
+    import onnxruntime as ort
+    import torch
+
+    manifest = json.loads((exported / "manifest.json").read_text())
+    ranges = manifest["feature_range"]
+    assert list(ranges) == list(FEATURE_NAMES)
+    low = np.array([ranges[f][0] for f in FEATURE_NAMES], dtype=np.float32)
+    high = np.array([ranges[f][1] for f in FEATURE_NAMES], dtype=np.float32)
+    seen = np.concatenate([depth_features(e.scores, e.n_tools, 20) for e in _synthetic(200, seed=0)])
+    np.testing.assert_allclose(low, seen.min(axis=0), atol=1e-6)
+    np.testing.assert_allclose(high, seen.max(axis=0), atol=1e-6)
+    n_idx = FEATURE_NAMES.index("log2_n")
+    assert low[n_idx] == high[n_idx] == pytest.approx(math.log2(N_SYNTH))  # one registry size
+
+    far = np.concatenate([depth_features(e.scores * 40.0, 10**6, 20) for e in _synthetic(20, seed=4)])
+    assert (far[:, n_idx] > high[n_idx] + 10).all()
+    clipped = np.clip(far, low, high)
+    np.testing.assert_array_equal(trained.q_values(far), trained.q_values(clipped))
+    sess = ort.InferenceSession(str(exported / manifest["onnx_file"]), providers=["CPUExecutionProvider"])
+    (got,) = sess.run(["q_values"], {"features": far})
+    assert float(np.max(np.abs(got - trained.q_values(clipped)))) < 1e-5
+    # the clamp is not a no-op: the network standardises before its own +-10 sigma clip,
+    # so without the range clamp these rows would give other Q-values
+    unclamped = copy.deepcopy(trained.network)
+    unclamped.low.fill_(-np.inf)
+    unclamped.high.fill_(np.inf)
+    with torch.no_grad():
+        raw = unclamped(torch.as_tensor(far)).numpy()
+    assert float(np.max(np.abs(raw - trained.q_values(far)))) > 1e-3
 
 
 def test_manifest_contents(exported: Path) -> None:

@@ -5,8 +5,9 @@
 ``(batch, 2)`` = ``[Q_stop, Q_continue]``.
 
 ``out_dir/manifest.json``: name, feature schema version and names, ONNX file name and its
-sha256, opset, reward, step cost, gamma, max depth, seed, scorer, training data, metrics and
-the creation time. :class:`~registry.depth.policies.OnnxDepthPolicy` checks the schema and
+sha256, opset, reward, step cost, gamma, max depth, seed, scorer, the range each feature is
+clamped to inside the graph (``feature_range``, the range seen in training), training data,
+metrics and the creation time. :class:`~registry.depth.policies.OnnxDepthPolicy` checks the schema and
 the hash before serving.
 
 Both files are written atomically (temp file in the same directory, fsync, ``os.replace``),
@@ -123,6 +124,13 @@ def export_onnx(
         "seed": seed,
         "scorer": scorer or str(training_data.get("scorer", "unknown")),
         "network": {"hidden": cfg.get("hidden"), "parity_max_abs_diff": parity},
+        # inputs are clamped to this range inside the graph (the range seen in training)
+        "feature_range": {
+            feature: [float(lo), float(hi)]
+            for feature, lo, hi in zip(
+                trained.feature_names, trained.network.low.tolist(), trained.network.high.tolist()
+            )
+        },
         "training_data": training_data,
         "metrics": metrics,
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

@@ -8,9 +8,13 @@ that buffer; targets use a periodically synced target network with the Double-DQ
 (the online net picks the next action among the valid ones, the target net values it),
 a Huber loss and Adam with cosine learning-rate decay.
 
-The Q-network is a small ReLU MLP. Input standardisation (training mean/std) and a clamp
-to +-``INPUT_CLIP`` standard deviations live inside the network, so the exported ONNX takes
-raw :func:`~registry.depth.features.depth_features` rows.
+The Q-network is a small ReLU MLP. A clamp of every feature to the range it spanned in
+training, input standardisation (training mean/std) and a clamp to +-``INPUT_CLIP`` standard
+deviations live inside the network, so the exported ONNX takes raw
+:func:`~registry.depth.features.depth_features` rows. The range clamp is what makes a policy
+safe on a registry unlike its training data: a registry of 100,000 tools is read as one of
+the largest training size instead of being extrapolated (which made a policy trained on
+registries of a few hundred tools stop at depth 1 on a registry of 2,479; docs/results.md).
 
 CLI::
 
@@ -81,12 +85,21 @@ class QNetwork(nn.Module):
         hidden: Sequence[int] = (64, 64),
         mean: np.ndarray | None = None,
         std: np.ndarray | None = None,
+        low: np.ndarray | None = None,
+        high: np.ndarray | None = None,
     ) -> None:
         super().__init__()
+        big = float(np.finfo(np.float32).max)
         mean_t = torch.zeros(n_features) if mean is None else torch.as_tensor(mean, dtype=torch.float32)
         std_t = torch.ones(n_features) if std is None else torch.as_tensor(std, dtype=torch.float32)
+        low_t = torch.full((n_features,), -big) if low is None else torch.as_tensor(low, dtype=torch.float32)
+        high_t = torch.full((n_features,), big) if high is None else torch.as_tensor(high, dtype=torch.float32)
+        if bool((low_t > high_t).any()):
+            raise ValueError("feature range: low > high")
         self.register_buffer("mean", mean_t.clone())
         self.register_buffer("inv_std", 1.0 / std_t.clone())
+        self.register_buffer("low", low_t.clone())  # the range each feature spanned in training
+        self.register_buffer("high", high_t.clone())
         layers: list[nn.Module] = []
         width = n_features
         for h in hidden:
@@ -96,7 +109,8 @@ class QNetwork(nn.Module):
         self.mlp = nn.Sequential(*layers)
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        z = torch.clamp((features - self.mean) * self.inv_std, -INPUT_CLIP, INPUT_CLIP)
+        x = torch.minimum(torch.maximum(features, self.low), self.high)
+        z = torch.clamp((x - self.mean) * self.inv_std, -INPUT_CLIP, INPUT_CLIP)
         return self.mlp(z)
 
 
@@ -116,6 +130,14 @@ class QEnsemble(nn.Module):
     @property
     def inv_std(self) -> torch.Tensor:
         return self.members[0].inv_std
+
+    @property
+    def low(self) -> torch.Tensor:
+        return self.members[0].low
+
+    @property
+    def high(self) -> torch.Tensor:
+        return self.members[0].high
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         return torch.stack([m(features) for m in self.members]).mean(dim=0)
@@ -223,7 +245,9 @@ def train_dqn(
     n_states = replay.n_states
     next_index = torch.clamp(torch.arange(n_states) + 1, max=n_states - 1)
 
-    online = QNetwork(states.shape[1], hidden, mean, std)
+    online = QNetwork(
+        states.shape[1], hidden, mean, std, low=replay.states.min(axis=0), high=replay.states.max(axis=0)
+    )
     target = copy.deepcopy(online)
     target.eval()
     opt = torch.optim.Adam(online.parameters(), lr=lr, weight_decay=weight_decay)
