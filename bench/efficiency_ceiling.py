@@ -9,7 +9,12 @@ sees), then on the other 30% picks, per query, the depth maximising ``P(found by
 once, which the one-step DQN does not). Sweeping lambda traces found vs mean K; the table
 gives the best depth efficiency among operating points that find at least as often as fixed
 K=3. This is trained and tested IN-domain, so it bounds what a policy reading these features
-can expect on a registry it never saw. About 1 minute on one core.
+can expect on a registry it never saw. About 1 minute on one core per feature set.
+
+``--features extended`` appends 18 query- and tool-aware features that the serving path does
+not compute (see :func:`extended_features`: where the dense and the BM25 ranking put the
+tools, whether they agree, how similar the next tool is to the ones shown). If they raised the
+ceiling, a schema "2" would be worth its serving cost; they do not (docs/results.md).
 """
 
 from __future__ import annotations
@@ -22,13 +27,58 @@ import numpy as np
 import torch
 from torch import nn
 
+from registry.datasets import load_dataset
 from registry.depth.features import depth_features
-from registry.evaluate import fixed_curve, k_equivalent, load_or_build_table, rank_table
+from registry.evaluate import ScoreTable, fixed_curve, k_equivalent, load_or_build_table, rank_table
 from registry.index.embed import load_minilm
 
 ROOT = Path(__file__).resolve().parent.parent
 SETS = (("bfcl_simple", None), ("metatool", 2000), ("toolbench_stable", None))
 LAMBDAS = (0.003, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.07, 0.1, 0.15)
+
+
+def _positions(order: np.ndarray) -> np.ndarray:
+    pos = np.empty(order.size, dtype=np.int64)
+    pos[order] = np.arange(order.size)
+    return pos
+
+
+def extended_features(table: ScoreTable, tool_vecs: np.ndarray, i: int, order: np.ndarray, d: int) -> np.ndarray:
+    """``(d, 18)`` extra features of query ``i`` whose hybrid ranking is ``order``.
+
+    Per query: log2(1 + rank) of the hybrid top tool in the dense and in the BM25 ranking,
+    whether dense and BM25 agree on the top tool, the dense top cosine, its gap to the second
+    and its z-score in the top 51, the BM25 top score and gap (over the query's IDF sum),
+    the number of tools among ranks 2-10 with cosine > 0.7 to the top tool (a cluster of
+    near-synonyms). Per depth k: cosine of the k-th and of the next tool to the top tool, the
+    next tool's largest cosine to any tool shown, its log2 rank under dense and under BM25,
+    the overlap of the hybrid top k with the dense and with the BM25 top k, and the next
+    tool's dense cosine and normalised BM25 score.
+    """
+    dense, lex, ceil = table.dense[i], table.lexical[i], table.ceiling[i]
+    dense_order, lex_order = np.argsort(-dense, kind="stable"), np.argsort(-lex, kind="stable")
+    dpos, lpos = _positions(dense_order), _positions(lex_order)
+    top = order[: d + 1]
+    sims = tool_vecs[top] @ tool_vecs[top[0]]
+    lex_norm = lex / ceil if ceil > 0 else np.zeros_like(lex)
+    ds, ls = dense[dense_order[:51]], lex_norm[lex_order[:51]]
+    per_query = [
+        np.log2(1 + dpos[top[0]]), np.log2(1 + lpos[top[0]]), float(dense_order[0] == lex_order[0]),
+        ds[0], ds[0] - ds[1], (ds[0] - ds.mean()) / (ds.std() + 1e-9), ls[0], ls[0] - ls[1],
+        float(np.sum(sims[1:min(d + 1, 11)] > 0.7)),
+    ]
+    rows, hyb, den, lx = [], set(), set(), set()
+    for k in range(1, d + 1):
+        hyb.add(int(top[k - 1]))
+        den.add(int(dense_order[k - 1]))
+        lx.add(int(lex_order[k - 1]))
+        nxt = top[min(k, top.size - 1)]
+        rows.append(per_query + [
+            sims[k - 1], sims[min(k, sims.size - 1)], float(np.max(tool_vecs[top[:k]] @ tool_vecs[nxt])),
+            np.log2(1 + dpos[nxt]), np.log2(1 + lpos[nxt]), len(hyb & den) / k, len(hyb & lx) / k,
+            dense[nxt], lex_norm[nxt],
+        ])
+    return np.asarray(rows, dtype=np.float32)
 
 
 def fit(xs: list[np.ndarray], ys: list[np.ndarray], seed: int, steps: int = 3000):
@@ -57,27 +107,41 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "generated")
     ap.add_argument("--embedder-cache", type=Path, default=ROOT / "data" / "cache" / "embedder")
     ap.add_argument("--table-cache", type=Path, default=ROOT / "data" / "cache" / "scores")
+    ap.add_argument("--features", choices=("base", "extended"), default="base",
+                    help="base: the policy's 18 features; extended: plus 18 query/tool-aware ones")
     args = ap.parse_args()
     torch.set_num_threads(1)
     embedder = load_minilm(args.embedder_cache)
     rows = []
     for name, limit in SETS:
         table = load_or_build_table(args.shared / name, embedder, cache_dir=args.table_cache, max_queries=limit)
-        episodes = [e for e in rank_table(table, "hybrid").exact if e.n_gold > 0]
+        ranked = rank_table(table, "hybrid").exact
+        keep = [i for i, e in enumerate(ranked) if e.n_gold > 0]
+        episodes = [ranked[i] for i in keep]
+        extra: list[np.ndarray] = []
+        if args.features == "extended":
+            tools = load_dataset(args.shared / name).tools
+            tool_vecs = embedder.embed_documents([t.text() for t in tools])
+            hybrid = table.scores("hybrid")
+            for i in keep:
+                order = np.lexsort((np.arange(hybrid.shape[1]), -hybrid[i]))
+                extra.append(extended_features(table, tool_vecs, i, order, min(args.cap, table.n_tools)))
         best_per_seed = []
         for seed in args.seeds:
             order = np.random.default_rng(seed).permutation(len(episodes))
             n_test = int(round(0.3 * len(episodes)))
             test = [episodes[i] for i in order[:n_test]]
-            train = [episodes[i] for i in order[n_test:]]
 
-            def xy(eps):
-                xs = [depth_features(e.scores, e.n_tools, args.cap) for e in eps]
-                ys = [(np.arange(1, len(f) + 1) > e.first_gold_rank).astype(np.float32) for e, f in zip(eps, xs)]
+            def xy(idx):
+                xs = [depth_features(episodes[j].scores, episodes[j].n_tools, args.cap) for j in idx]
+                if extra:
+                    xs = [np.concatenate([x, extra[j]], axis=1) for x, j in zip(xs, idx)]
+                ys = [(np.arange(1, len(x) + 1) > episodes[j].first_gold_rank).astype(np.float32)
+                      for x, j in zip(xs, idx)]
                 return xs, ys
 
-            model = fit(*xy(train), seed=seed)
-            probs = [np.maximum.accumulate(model(f)) for f in xy(test)[0]]
+            model = fit(*xy(order[n_test:]), seed=seed)
+            probs = [np.maximum.accumulate(model(f)) for f in xy(order[:n_test])[0]]
             curve = fixed_curve(test, args.cap)
             first = np.array([e.first_gold_rank for e in test])
             points = []
@@ -92,15 +156,17 @@ def main() -> None:
             print(name, seed, best, flush=True)
         rows.append({"dataset": name, "seeds": best_per_seed})
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "ceiling.json").write_text(json.dumps(rows, indent=1) + "\n")
-    md = ["| data set (hybrid, full registry, cap 20) | best efficiency with found >= FK=3, per seed | "
+    stem = "ceiling" if args.features == "base" else "ceiling_extended"
+    (args.out / f"{stem}.json").write_text(json.dumps(rows, indent=1) + "\n")
+    md = [f"Features: {args.features} ({'18' if args.features == 'base' else '36'}).", "",
+          "| data set (hybrid, full registry, cap 20) | best efficiency with found >= FK=3, per seed | "
           "found % @ mean K at that point |", "|---|---|---|"]
     for r in rows:
         effs = [f"{s['best']['efficiency']:.2f}" if s["best"] else "none" for s in r["seeds"]]
         pts = [f"{100 * s['best']['found']:.1f} @ {s['best']['mean_k']:.2f} (FK=3 {100 * s['fk3']:.1f})"
                if s["best"] else "–" for s in r["seeds"]]
         md.append(f"| {r['dataset']} | {' / '.join(effs)} | {'; '.join(pts)} |")
-    (args.out / "ceiling.md").write_text("\n".join(md) + "\n")
+    (args.out / f"{stem}.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
 
 
