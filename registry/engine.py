@@ -16,7 +16,14 @@ import numpy as np
 
 from registry import bor
 from registry.depth.features import FEATURE_WINDOW
-from registry.depth.policies import DepthPolicy, FixedPolicy, GapPolicy, ThresholdPolicy
+from registry.depth.policies import (
+    MAX_DEPTH_BIAS,
+    DepthPolicy,
+    FixedPolicy,
+    GapPolicy,
+    ThresholdPolicy,
+    TunableDepthPolicy,
+)
 from registry.errors import (
     PayloadTooLarge,
     RegistryNotFound,
@@ -87,6 +94,7 @@ class Shortlist:
     bor_max_bits: float
     tools: list[ShortlistItem]
     timings: dict[str, float] = field(default_factory=dict)
+    depth_bias: float | None = None  # the bor policy's operating knob used; None for other policies
 
 
 def _equivalents_field(payload: Any) -> Any:
@@ -110,7 +118,7 @@ class ShortlistEngine:
         settings: Settings,
         store: Store,
         embedder: Embedder,
-        bor_policy: DepthPolicy,
+        bor_policy: TunableDepthPolicy,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -296,10 +304,19 @@ class ShortlistEngine:
         max_k: int | None = None,
         policy: str | None = None,
         scorer: str | None = None,
+        depth_bias: float | None = None,
     ) -> Shortlist:
-        """Rank the registry's tools for ``query`` and cut the list where the policy says."""
+        """Rank the registry's tools for ``query`` and cut the list where the policy says.
+
+        ``depth_bias`` (bits, ``|bias| <= 10``) tunes the ``bor`` policy for this request: it
+        stops only where STOP beats CONTINUE by at least that much (default: the
+        ``depth_bias`` setting). It is refused with ``k`` or another policy.
+        """
         started = time.perf_counter()
-        policy_name, scorer_name, cap = self._check_query(query, k, max_k, policy, scorer)
+        policy_name, scorer_name, cap = self._check_query(query, k, max_k, policy, scorer, depth_bias)
+        bias = None
+        if policy_name == "bor" and k is None:
+            bias = self.settings.depth_bias if depth_bias is None else float(depth_bias)
         snap = self.snapshot(registry)
         n = snap.n_tools
         if k is not None:
@@ -322,7 +339,7 @@ class ShortlistEngine:
         t2 = time.perf_counter()
         timings["search"] = t2 - t1
 
-        depth = self._choose_depth(policy_name, scores, n, k, cap)
+        depth = self._choose_depth(policy_name, scores, n, k, cap, bias or 0.0)
         t3 = time.perf_counter()
         timings["policy"] = t3 - t2
 
@@ -350,12 +367,19 @@ class ShortlistEngine:
             bor_max_bits=bor_max_bits,
             tools=items,
             timings=timings,
+            depth_bias=bias,
         )
 
     # -- internals ------------------------------------------------------------------------------
 
     def _check_query(
-        self, query: str, k: int | None, max_k: int | None, policy: str | None, scorer: str | None
+        self,
+        query: str,
+        k: int | None,
+        max_k: int | None,
+        policy: str | None,
+        scorer: str | None,
+        depth_bias: float | None = None,
     ) -> tuple[str, str, int]:
         problems = []
         if not query.strip():
@@ -383,13 +407,25 @@ class ShortlistEngine:
             problems.append(
                 {"field": "scorer", "message": f"unknown scorer {scorer_name!r}; use one of {list(SCORERS)}"}
             )
+        if depth_bias is not None:
+            if not (isinstance(depth_bias, (int, float)) and not isinstance(depth_bias, bool)
+                    and math.isfinite(depth_bias) and abs(depth_bias) <= MAX_DEPTH_BIAS):
+                problems.append({"field": "depth_bias",
+                                 "message": f"must be a number between {-MAX_DEPTH_BIAS:g} and "
+                                            f"{MAX_DEPTH_BIAS:g} bits, got {depth_bias!r}"})
+            elif k is not None:
+                problems.append({"field": "depth_bias",
+                                 "message": "tunes the 'bor' policy; it has no effect with k (a fixed depth)"})
+            elif policy_name != "bor":
+                problems.append({"field": "depth_bias",
+                                 "message": f"tunes the 'bor' policy only; this request uses {policy_name!r}"})
         if problems:
             summary = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
             raise ValidationFailed(f"invalid shortlist request: {summary}", problems)
         return policy_name, scorer_name, max_k or self.settings.default_max_k
 
     def _choose_depth(
-        self, policy: str, scores: np.ndarray, n: int, k: int | None, cap: int
+        self, policy: str, scores: np.ndarray, n: int, k: int | None, cap: int, bias: float = 0.0
     ) -> int:
         available = int(scores.shape[0])
         if available == 0:
@@ -398,8 +434,8 @@ class ShortlistEngine:
             return min(k, available)
         chosen: DepthPolicy
         if policy == "bor":
-            chosen = self.bor_policy
-        elif policy == "gap":
+            return min(self.bor_policy.choose_depth(scores, n, cap, bias=bias), cap, available)
+        if policy == "gap":
             chosen = self._gap
         elif policy == "threshold":
             chosen = self._threshold

@@ -42,6 +42,14 @@ class Settings(BaseSettings):
     default_max_k: int = Field(20, ge=1, le=1000, description="Cap on the policy's depth.")
     fixed_k: int = Field(5, ge=1, le=1000, description="Depth of the 'fixed' policy when no k is sent.")
     threshold: float = Field(0.35, description="Score cut-off of the 'threshold' policy.")
+    depth_bias: float = Field(
+        0.0,
+        ge=-10.0,
+        le=10.0,
+        description="Operating knob of the 'bor' policy, in bits: it stops only where STOP beats "
+        "CONTINUE by at least this much. > 0 gives longer lists, < 0 shorter; a request's "
+        "depth_bias overrides it.",
+    )
 
     feedback_retention_seconds: float = Field(
         3600.0, gt=0, description="How long a shortlist id accepts feedback."

@@ -234,6 +234,7 @@ class ShortlistRequest(BaseModel):
             "examples": [
                 {"registry": "demo", "query": "what's the weather in Paris tomorrow?"},
                 {"registry": "demo", "query": "convert 20 euros to yen", "k": 5},
+                {"registry": "demo", "query": "book a table for two tonight", "depth_bias": 0.25},
             ]
         },
     )
@@ -252,6 +253,15 @@ class ShortlistRequest(BaseModel):
     )
     policy: PolicyName | None = Field(None, description="Depth policy; default bor.")
     scorer: ScorerName | None = Field(None, description="Scorer; default hybrid.")
+    depth_bias: float | None = Field(
+        None,
+        ge=-10.0,
+        le=10.0,
+        allow_inf_nan=False,
+        description="Operating knob of the 'bor' policy, in bits: stop only where STOP beats "
+        "CONTINUE by at least this much. > 0 gives longer lists (more often holds the tool), "
+        "< 0 shorter ones; default SHORTLIST_DEPTH_BIAS (0). Refused with k or another policy.",
+    )
 
 
 class ShortlistTool(BaseModel):
@@ -271,6 +281,9 @@ class ShortlistResponse(BaseModel):
     n_tools: int = Field(description="Registry size N.")
     p_rand: float = Field(description="Chance that k random tools include the one needed (k/N).")
     bor_max_bits: float = Field(description="Bits over random if the shortlist holds the tool.")
+    depth_bias: float | None = Field(
+        None, description="The bor policy's operating knob used (bits); null for other policies."
+    )
     tools: list[ShortlistTool]
 
 

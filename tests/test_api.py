@@ -42,14 +42,19 @@ def test_shortlist_response(client, tools_payload):
     body = r.json()
     assert set(body) == {
         "shortlist_id", "registry", "version", "policy", "scorer", "k", "n_tools", "p_rand",
-        "bor_max_bits", "tools",
+        "bor_max_bits", "depth_bias", "tools",
     }
+    assert body["depth_bias"] == 0.0
     assert body["policy"] == "bor" and body["scorer"] == "hybrid" and body["n_tools"] == 4
     assert body["k"] == len(body["tools"]) >= 1
     assert body["tools"][0]["name"] == "get_weather"
     assert body["tools"][0]["definition"] == tools_payload[0]
     fixed = client.post("/shortlist", json={"registry": "r", "query": "weather", "k": 50}).json()
-    assert fixed["k"] == 4 and fixed["policy"] == "fixed"
+    assert fixed["k"] == 4 and fixed["policy"] == "fixed" and fixed["depth_bias"] is None
+    longest = client.post("/shortlist", json={"registry": "r", "query": "weather", "depth_bias": 10}).json()
+    assert (longest["k"], longest["depth_bias"]) == (4, 10.0)
+    shortest = client.post("/shortlist", json={"registry": "r", "query": "weather", "depth_bias": -10}).json()
+    assert shortest["k"] == 1
 
 
 @pytest.mark.parametrize(
@@ -61,6 +66,10 @@ def test_shortlist_response(client, tools_payload):
         ({"registry": "r", "query": "q", "k": "many"}, "k"),
         ({"registry": "r", "query": "q", "policy": "nope"}, "policy"),
         ({"registry": "r", "query": "q", "unexpected": 1}, "unexpected"),
+        ({"registry": "r", "query": "q", "depth_bias": 11}, "depth_bias"),
+        ({"registry": "r", "query": "q", "depth_bias": "longer"}, "depth_bias"),
+        ({"registry": "r", "query": "q", "depth_bias": 1, "policy": "gap"}, "depth_bias"),
+        ({"registry": "r", "query": "q", "depth_bias": 1, "k": 2}, "depth_bias"),
     ],
 )
 def test_bad_shortlist_requests_are_422(client, tools_payload, body, field):

@@ -580,3 +580,37 @@ def test_seed_ensemble_averages_members_and_exports(tmp_path: Path) -> None:
     policy = OnnxDepthPolicy.from_dir(out)
     for ep in eps:
         assert policy.choose_depth(ep.scores, ep.n_tools, 10) == ens.choose_depth(ep.scores, ep.n_tools, 10)
+
+
+# ----------------------------------------------------------------------------- operating knob
+
+
+def test_first_stop_rule_and_its_bias() -> None:
+    from registry.depth.policies import first_stop
+
+    adv = np.array([-0.3, 0.1, -0.2, 0.6, 0.2])  # Q_stop - Q_continue per depth
+    q = np.stack([adv, np.zeros_like(adv)], axis=1)
+    assert first_stop(q) == 2  # the served rule: first Q_stop >= Q_continue
+    assert first_stop(q, 0.5) == 4
+    assert first_stop(q, -0.25) == 2
+    assert first_stop(q, -0.3) == 1
+    assert first_stop(q, 0.7) == 5  # never worth stopping: the last depth
+    assert first_stop(np.zeros((0, 2))) == 0
+
+
+def test_bias_never_shortens_a_list_and_zero_is_the_trained_rule(bor_policy) -> None:
+    """On the shipped policy and many real-looking score lists: depth is non-decreasing in the
+    bias, bias 0 is the old rule, and the extremes give 1 tool and the cap."""
+    policy = bor_policy
+    biases = (-10.0, -1.0, -0.25, 0.0, 0.1, 0.25, 0.5, 1.0, 10.0)
+    lengths = []
+    for scores, n_tools, max_k in _random_cases(200):
+        ks = [policy.choose_depth(scores, n_tools, max_k, bias=b) for b in biases]
+        assert ks == sorted(ks), (ks, n_tools, max_k)
+        q = policy.q_values(scores, n_tools, max_k)
+        stop = np.flatnonzero(q[:, 0] >= q[:, 1])
+        assert ks[biases.index(0.0)] == (int(stop[0]) + 1 if stop.size else q.shape[0])
+        assert ks[0] == 1 and ks[-1] == q.shape[0]
+        lengths.append(ks)
+    mean = np.mean(lengths, axis=0)
+    assert mean[biases.index(-1.0)] < mean[biases.index(0.0)] < mean[biases.index(1.0)]

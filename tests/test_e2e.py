@@ -80,3 +80,28 @@ def test_every_policy_and_scorer_with_the_real_model(server_factory):
                     assert body["k"] == drops.index(max(drops)) + 1
                 if scorer == "hybrid":  # plain MiniLM puts a mortgage tool above send_email once
                     assert body["tools"][0]["name"] == gold, (query, scorer, policy)
+
+
+def test_depth_bias_knob_on_the_real_model(server_factory):
+    """The bor operating knob on real MiniLM scores and the shipped policy: per query the list
+    never gets shorter as the bias grows, the extremes give 1 tool and the cap, and the
+    server-wide default (SHORTLIST_DEPTH_BIAS) applies when a request sends none."""
+    tools = json.loads((ROOT / "examples" / "demo_tools.json").read_text())
+    server = server_factory(depth_bias="0.5")
+    httpx.put(f"{server.url}/registries/e2e", json=tools, timeout=60).raise_for_status()
+
+    def shortlist(query: str, **extra) -> dict:
+        body = {"registry": "e2e", "query": query, "max_k": 12, **extra}
+        return httpx.post(f"{server.url}/shortlist", json=body).raise_for_status().json()
+
+    means = {}
+    for bias in (-10.0, -1.0, 0.0, 0.5, 1.0, 10.0):
+        means[bias] = [shortlist(q, depth_bias=bias)["k"] for q in KNOWN]
+    for i, query in enumerate(KNOWN):
+        ks = [means[b][i] for b in sorted(means)]
+        assert ks == sorted(ks), (query, ks)
+        default = shortlist(query)
+        assert default["depth_bias"] == 0.5 and default["k"] == means[0.5][i]
+        assert default["tools"][0]["name"] == KNOWN[query]
+    assert set(means[-10.0]) == {1} and set(means[10.0]) == {12}
+    assert sum(means[-1.0]) < sum(means[1.0])

@@ -121,6 +121,11 @@ def test_every_policy_and_scorer_stays_within_bounds(engine, tools_payload, scor
         ({"query": "q", "max_k": 0}, "max_k"),
         ({"query": "q", "policy": "magic"}, "policy"),
         ({"query": "q", "scorer": "magic"}, "scorer"),
+        ({"query": "q", "depth_bias": 10.5}, "depth_bias"),
+        ({"query": "q", "depth_bias": float("nan")}, "depth_bias"),
+        ({"query": "q", "depth_bias": True}, "depth_bias"),
+        ({"query": "q", "depth_bias": 0.5, "k": 3}, "depth_bias"),
+        ({"query": "q", "depth_bias": 0.5, "policy": "gap"}, "depth_bias"),
     ],
 )
 def test_bad_shortlist_requests_name_the_field(engine, tools_payload, kwargs, field):
@@ -129,6 +134,28 @@ def test_bad_shortlist_requests_name_the_field(engine, tools_payload, kwargs, fi
     with pytest.raises(ValidationFailed) as err:
         engine.shortlist("r", query, **kwargs)
     assert [d["field"] for d in err.value.details] == [field]
+
+
+def test_depth_bias_moves_the_bor_cut_and_defaults_to_the_setting(settings, hashing_embedder, bor_policy):
+    tools = [{"name": f"tool_{i}", "description": f"does thing {i} with item {i % 7}"} for i in range(60)]
+    engine = ShortlistEngine(settings, LocalStore(settings.data_dir), hashing_embedder, bor_policy)
+    engine.put_registry("r", tools)
+    queries = [f"do thing {i} with item {i % 5}" for i in range(25)]
+    lengths = {b: [engine.shortlist("r", q, depth_bias=b).k for q in queries] for b in (-10, -0.5, 0, 0.5, 10)}
+    for i in range(len(queries)):
+        ks = [lengths[b][i] for b in (-10, -0.5, 0, 0.5, 10)]
+        assert ks == sorted(ks)
+    assert set(lengths[-10]) == {1} and set(lengths[10]) == {20}  # one tool / the default cap
+    result = engine.shortlist("r", queries[0], depth_bias=0.5)
+    assert result.depth_bias == 0.5 and result.policy == "bor"
+    assert engine.shortlist("r", queries[0]).depth_bias == 0.0
+    assert engine.shortlist("r", queries[0], policy="gap").depth_bias is None
+    assert engine.shortlist("r", queries[0], k=2).depth_bias is None
+
+    longer = ShortlistEngine(settings.model_copy(update={"depth_bias": 10.0}), engine.store, hashing_embedder, bor_policy)
+    longer.load_all()
+    assert longer.shortlist("r", queries[0]).k == 20
+    assert longer.shortlist("r", queries[0], depth_bias=-10).k == 1  # the request wins
 
 
 def test_empty_registry_gives_an_empty_shortlist(engine):

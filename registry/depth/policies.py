@@ -46,6 +46,14 @@ class DepthPolicy(Protocol):
         ...
 
 
+@runtime_checkable
+class TunableDepthPolicy(DepthPolicy, Protocol):
+    """A depth policy with an operating knob (``bias``, bits; 0 is the trained behaviour)."""
+
+    def choose_depth(self, scores: np.ndarray, n_tools: int, max_k: int, bias: float = 0.0) -> int:
+        ...
+
+
 def _upper(scores: np.ndarray, n_tools: int, max_k: int) -> int:
     """The largest depth a policy may return (0: nothing can be shown)."""
     return max(0, min(int(max_k), int(n_tools), len(scores)))
@@ -134,12 +142,30 @@ def _load_manifest(directory: Path) -> dict[str, Any]:
     return manifest
 
 
+MAX_DEPTH_BIAS = 10.0  # bits; beyond this every list is 1 tool or the cap
+
+
+def first_stop(q: np.ndarray, bias: float = 0.0) -> int:
+    """The depth a Q-network policy shows: the first ``k`` with ``Q_stop - Q_continue >= bias``.
+
+    ``q`` holds ``[Q_stop, Q_continue]`` per depth (row ``k-1``). With no such ``k`` the
+    answer is the last depth, ``len(q)`` (0 for an empty ``q``). ``bias`` is the operating knob
+    in bits of expected BoR reward: ``> 0`` asks for more evidence before stopping (longer
+    lists), ``< 0`` for less (shorter). For one query the depth never decreases as ``bias``
+    grows: the set of depths allowed to stop only shrinks.
+    """
+    if q.shape[0] == 0:
+        return 0
+    stop = np.flatnonzero(q[:, 0] - q[:, 1] >= bias)
+    return int(stop[0]) + 1 if stop.size else int(q.shape[0])
+
+
 class OnnxDepthPolicy:
     """The learned BoR depth policy, served from an ONNX Q-network.
 
     The network maps :func:`depth_features` rows to ``[Q_stop, Q_continue]``. One
     ``session.run`` scores all ``D`` states of a request; the depth is the first ``k`` whose
-    ``Q_stop >= Q_continue``, else ``D``. ``D`` is also capped by the ``max_depth`` the
+    ``Q_stop - Q_continue >= bias`` (``bias`` 0 by default; see :func:`first_stop`), else ``D``. ``D`` is also capped by the ``max_depth`` the
     policy was trained with (deeper states were never seen in training).
 
     Build with :meth:`from_dir`, which refuses artifacts built for another feature schema
@@ -205,13 +231,8 @@ class OnnxDepthPolicy:
         (q,) = self._session.run([OUTPUT_NAME], {INPUT_NAME: feats})
         return np.asarray(q)
 
-    def choose_depth(self, scores: np.ndarray, n_tools: int, max_k: int) -> int:
-        q = self.q_values(scores, n_tools, max_k)
-        d = q.shape[0]
-        if d == 0:
-            return 0
-        stop = np.flatnonzero(q[:, 0] >= q[:, 1])
-        return int(stop[0]) + 1 if stop.size else d
+    def choose_depth(self, scores: np.ndarray, n_tools: int, max_k: int, bias: float = 0.0) -> int:
+        return first_stop(self.q_values(scores, n_tools, max_k), bias)
 
     def __repr__(self) -> str:
         return f"OnnxDepthPolicy(name={self.name!r}, sha256={str(self.manifest.get('sha256'))[:12]})"

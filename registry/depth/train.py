@@ -50,7 +50,7 @@ from registry.depth.env import (
 )
 from registry.depth.episodes import Episode, load_episodes
 from registry.depth.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, depth_features
-from registry.depth.policies import FixedPolicy
+from registry.depth.policies import FixedPolicy, first_stop
 from registry.fsio import json_safe
 from registry.index.embed import sha256_file
 
@@ -149,7 +149,7 @@ class TrainedPolicy:
 
     ``choose_depth`` applies the same rule as the served
     :class:`~registry.depth.policies.OnnxDepthPolicy`: first ``k`` with
-    ``Q_stop >= Q_continue``, else the cap.
+    ``Q_stop - Q_continue >= bias`` (:func:`~registry.depth.policies.first_stop`), else the cap.
     """
 
     network: QNetwork | QEnsemble
@@ -169,13 +169,11 @@ class TrainedPolicy:
         with torch.no_grad():
             return self.network(torch.as_tensor(np.asarray(features, dtype=np.float32))).numpy()
 
-    def choose_depth(self, scores: np.ndarray, n_tools: int, max_k: int) -> int:
+    def choose_depth(self, scores: np.ndarray, n_tools: int, max_k: int, bias: float = 0.0) -> int:
         d = min(int(max_k), int(n_tools), len(scores), self.max_depth)
         if d < 1:
             return 0
-        q = self.q_values(depth_features(np.asarray(scores), n_tools, d))
-        stop = np.flatnonzero(q[:, 0] >= q[:, 1])
-        return int(stop[0]) + 1 if stop.size else d
+        return first_stop(self.q_values(depth_features(np.asarray(scores), n_tools, d)), bias)
 
 
 def _feature_stats(states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

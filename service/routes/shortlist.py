@@ -27,6 +27,7 @@ def shortlist(body: ShortlistRequest, engine: EngineDep, state: StateDep) -> Sho
         max_k=body.max_k,
         policy=body.policy,
         scorer=body.scorer,
+        depth_bias=body.depth_bias,
     )
     state.metrics.observe_shortlist(result)
     state.feedback.remember(
@@ -50,6 +51,7 @@ def shortlist(body: ShortlistRequest, engine: EngineDep, state: StateDep) -> Sho
         n_tools=result.n_tools,
         p_rand=result.p_rand,
         bor_max_bits=result.bor_max_bits,
+        depth_bias=result.depth_bias,
         tools=[
             ShortlistTool(name=t.name, rank=t.rank, score=t.score, definition=t.definition)
             for t in result.tools
