@@ -43,6 +43,9 @@ DEV = {
     "meta": SHARED / "metatool",  # --max-queries 2000 samples it (BFCL and ToolBench are smaller)
     "tool": SHARED / "toolbench_stable",
 }
+# (training sets, left-out set); "live" is BFCL live (data/bfcl_live, bench/convert_bfcl_live.py)
+FOLDS = [(["meta", "tool"], "bfcl"), (["bfcl", "tool"], "meta"), (["bfcl", "meta"], "tool"),
+         (["bfcl", "meta", "tool"], "live")]
 
 
 def train_args(names: list[str], out: Path, table_cache: Path, pooled: bool, sizes: list[str]) -> list[str]:
@@ -73,10 +76,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.pooled and not (ROOT / "data" / "merged" / "bfcl+meta+tool").is_dir():
         raise SystemExit(f"--pooled needs the pooled registries; run first:{PREPARE}")
-    folds = [(["meta", "tool"], "bfcl"), (["bfcl", "tool"], "meta"), (["bfcl", "meta"], "tool"),
-             (["bfcl", "meta", "tool"], "live")]
     rows = []
-    for train, left_out in folds:
+    for train, left_out in FOLDS:
         name = "+".join(train)
         policy_dir = args.work / f"policy-{name}"
         commands = [train_args(train, policy_dir, args.table_cache, args.pooled, args.candidate_sizes)]

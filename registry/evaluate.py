@@ -796,17 +796,26 @@ def write_report(
 # ----------------------------------------------------------------------------- CLI
 
 
-def load_policies(paths: Sequence[Path | str]) -> dict[str, PolicyFn]:
-    """ONNX depth policies by display name ``<manifest name>:<directory name>``."""
+def load_policies(paths: Sequence[Path | str], biases: Sequence[float] = (0.0,)) -> dict[str, PolicyFn]:
+    """ONNX depth policies by display name ``<manifest name>:<directory name>``.
+
+    Each policy is run at every operating-knob value in ``biases`` (bits, see
+    :func:`registry.depth.policies.first_stop`); a non-zero bias is appended to the name,
+    e.g. ``bor:default@+0.25``.
+    """
+    import functools
+
     from registry.depth.policies import OnnxDepthPolicy
 
     out: dict[str, PolicyFn] = {}
     for path in paths:
         policy = OnnxDepthPolicy.from_dir(path)
-        name = f"{policy.name}:{Path(path).resolve().name}"
-        while name in out:
-            name += "'"
-        out[name] = policy.choose_depth
+        base = f"{policy.name}:{Path(path).resolve().name}"
+        while any(name.split("@")[0] == base for name in out):
+            base += "'"
+        for bias in biases:
+            name = base if bias == 0 else f"{base}@{bias:+g}"
+            out[name] = functools.partial(policy.choose_depth, bias=float(bias))
     return out
 
 
@@ -852,6 +861,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--max-queries", type=int, default=None, help="sample this many queries per data set")
     ap.add_argument("--seed", type=int, default=0, help="query sample / random fill seed")
     ap.add_argument("--threshold", type=float, default=0.35, help="score cut-off of the threshold baseline")
+    ap.add_argument("--depth-bias", nargs="+", type=float, default=[0.0], metavar="BITS",
+                    help="evaluate every --policy at these operating-knob values (bits; > 0 longer "
+                         "lists, < 0 shorter; the service's depth_bias)")
     ap.add_argument("--buckets", default=None, help="difficulty buckets by gold rank, e.g. 1,2-3,4-10,11+")
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--img", type=Path, default=None, help="write the PNG plots here (default --out)")
@@ -872,7 +884,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "gap": GapPolicy().choose_depth,
         f"threshold {args.threshold:g}": ThresholdPolicy(args.threshold).choose_depth,
     }
-    policies.update(load_policies(args.policy))
+    if any(not -10.0 <= b <= 10.0 for b in args.depth_bias):
+        ap.error("--depth-bias values must lie between -10 and 10 bits")
+    policies.update(load_policies(args.policy, args.depth_bias))
     reports = []
     from tqdm import tqdm
 
