@@ -81,6 +81,16 @@ def extended_features(table: ScoreTable, tool_vecs: np.ndarray, i: int, order: n
     return np.asarray(rows, dtype=np.float32)
 
 
+def feature_rows(episodes: list, extra: list[np.ndarray], idx: np.ndarray, cap: int):
+    """Per episode in ``idx``: the feature rows (plus ``extra`` columns if any) and the labels
+    "a gold tool is within the top k"."""
+    xs = [depth_features(episodes[j].scores, episodes[j].n_tools, cap) for j in idx]
+    if extra:
+        xs = [np.concatenate([x, extra[j]], axis=1) for x, j in zip(xs, idx)]
+    ys = [(np.arange(1, len(x) + 1) > episodes[j].first_gold_rank).astype(np.float32) for x, j in zip(xs, idx)]
+    return xs, ys
+
+
 def fit(xs: list[np.ndarray], ys: list[np.ndarray], seed: int, steps: int = 3000):
     torch.manual_seed(seed)
     x = torch.tensor(np.concatenate(xs))
@@ -132,16 +142,8 @@ def main() -> None:
             n_test = int(round(0.3 * len(episodes)))
             test = [episodes[i] for i in order[:n_test]]
 
-            def xy(idx):
-                xs = [depth_features(episodes[j].scores, episodes[j].n_tools, args.cap) for j in idx]
-                if extra:
-                    xs = [np.concatenate([x, extra[j]], axis=1) for x, j in zip(xs, idx)]
-                ys = [(np.arange(1, len(x) + 1) > episodes[j].first_gold_rank).astype(np.float32)
-                      for x, j in zip(xs, idx)]
-                return xs, ys
-
-            model = fit(*xy(order[n_test:]), seed=seed)
-            probs = [np.maximum.accumulate(model(f)) for f in xy(order[:n_test])[0]]
+            model = fit(*feature_rows(episodes, extra, order[n_test:], args.cap), seed=seed)
+            probs = [np.maximum.accumulate(model(f)) for f in feature_rows(episodes, extra, order[:n_test], args.cap)[0]]
             curve = fixed_curve(test, args.cap)
             first = np.array([e.first_gold_rank for e in test])
             points = []

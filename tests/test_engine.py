@@ -152,7 +152,8 @@ def test_depth_bias_moves_the_bor_cut_and_defaults_to_the_setting(settings, hash
     assert engine.shortlist("r", queries[0], policy="gap").depth_bias is None
     assert engine.shortlist("r", queries[0], k=2).depth_bias is None
 
-    longer = ShortlistEngine(settings.model_copy(update={"depth_bias": 10.0}), engine.store, hashing_embedder, bor_policy)
+    longer_settings = settings.model_copy(update={"depth_bias": 10.0})
+    longer = ShortlistEngine(longer_settings, engine.store, hashing_embedder, bor_policy)
     longer.load_all()
     assert longer.shortlist("r", queries[0]).k == 20
     assert longer.shortlist("r", queries[0], depth_bias=-10).k == 1  # the request wins
