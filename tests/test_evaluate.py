@@ -243,6 +243,24 @@ def test_cli_evaluate_candidate_sets(trained_cli_policy: Path, tmp_path: Path) -
     assert not list(tmp_path.glob("*.png"))
 
 
+def test_cli_evaluate_sweeps_the_operating_knob(trained_cli_policy: Path, tmp_path: Path) -> None:
+    from registry.evaluate import main
+
+    rc = main([
+        "--data", str(OFFICE), "--policy", str(trained_cli_policy), "--scorer", "bm25", "--cap", "10",
+        "--depth-bias", "-10", "0", "0.5", "10", "--no-plots", "--out", str(tmp_path),
+    ])
+    assert rc == 0
+    (rep,) = json.loads((tmp_path / "results.json").read_text())
+    by = {p["policy"]: p for p in rep["policies"]}
+    assert {"bor:policy@-10", "bor:policy", "bor:policy@+0.5", "bor:policy@+10"} <= set(by)
+    ks = [by[n]["mean_k"] for n in ("bor:policy@-10", "bor:policy", "bor:policy@+0.5", "bor:policy@+10")]
+    assert ks == sorted(ks) and ks[0] == 1.0 and ks[-1] == by["fixed K=10"]["mean_k"]
+    assert by["bor:policy@+10"]["found"] == by["fixed K=10"]["found"]
+    with pytest.raises(SystemExit):
+        main(["--data", str(OFFICE), "--depth-bias", "11", "--out", str(tmp_path)])
+
+
 # ----------------------------------------------------------------------------- start-up refusal
 
 
