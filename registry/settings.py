@@ -60,6 +60,26 @@ class Settings(BaseSettings):
     live_window_seconds: float = Field(
         3600.0, gt=0, description="Sliding window of the live presentation-rate and BoR gauges."
     )
+    feedback_compact_events: int = Field(
+        200_000,
+        ge=1,
+        description="Compact the feedback log (fold events older than the live window into a "
+        "checkpoint of their counts) once it holds more than this many events.",
+    )
+    feedback_compact_interval_seconds: float = Field(
+        300.0, ge=0, description="Least time between two feedback-log compactions."
+    )
+    feedback_archive: bool = Field(
+        True,
+        description="Local mode: keep the events a compaction cuts, gzipped, in "
+        "<data_dir>/feedback/archive/ (training data); false drops them (their counts stay).",
+    )
+    feedback_compact_margin_seconds: float = Field(
+        600.0,
+        ge=0,
+        description="Compaction keeps every event younger than the live window plus this margin "
+        "(clock skew between replicas and Redis).",
+    )
     prune_min_calls: int = Field(
         5, ge=1, description="Calls before a tool with utility <= 0 becomes a prune candidate."
     )

@@ -7,6 +7,7 @@ One background thread per process::
         engine.refresh()         compare every registry's stored version with ours; rebuild the
                                  changed ones off the request path, swap them in; drop deleted
         feedback.catch_up()      count the feedback other replicas recorded
+        feedback.maybe_compact() fold old feedback into the checkpoint (rarely; one replica)
         on error (store down):   mark the store down, wait `interval`, try again
 
 The notification makes replication fast (a write is served everywhere after one snapshot
@@ -89,6 +90,7 @@ class StoreSync:
         self.engine.refresh()
         if self.feedback is not None:
             self.feedback.catch_up()
+            self.feedback.maybe_compact()
         if self._on_tick is not None:
             self._on_tick()
         self._set_up(True)

@@ -66,10 +66,18 @@ class ServiceState:
             memory = ShortlistMemory(
                 settings.feedback_retention_seconds, settings.max_remembered_shortlists
             )
-            feedback_log = LocalFeedbackLog.in_data_dir(settings.data_dir)
+            feedback_log = LocalFeedbackLog.in_data_dir(settings.data_dir, archive=settings.feedback_archive)
         self.store: Store = store or LocalStore(settings.data_dir)
         window = LiveWindow(settings.live_window_seconds)
-        self.feedback = FeedbackRecorder(memory, feedback_log, window, ToolEfficiency())
+        self.feedback = FeedbackRecorder(
+            memory,
+            feedback_log,
+            window,
+            ToolEfficiency(),
+            compact_after_events=settings.feedback_compact_events,
+            min_compact_interval_seconds=settings.feedback_compact_interval_seconds,
+            compact_margin_seconds=settings.feedback_compact_margin_seconds,
+        )
         self.feedback_metrics = FeedbackMetrics(self.metrics.registry, window)
         self.feedback.add_listener(self.feedback_metrics.observe)
         self.sync: StoreSync | None = None
@@ -150,6 +158,7 @@ class ServiceState:
             self._until_store_answers(lambda: self._load_demo(engine))
             restored = self._until_store_answers(self.feedback.restore)
             log.info("restored %d feedback events from the log", restored)
+            self.feedback.maybe_compact()
             for info in engine.list_registries():
                 self.registry_changed(info.registry, info.version, info.tools)
             if isinstance(self.store, SharedStore):

@@ -27,6 +27,7 @@ class Server:
     def __init__(self, data_dir: Path, embedder_cache: Path, **settings: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.data_dir = Path(data_dir)
         env = dict(
             os.environ,
             SHORTLIST_PORT=str(self.port),

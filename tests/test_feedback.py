@@ -378,7 +378,7 @@ def test_local_log_skips_torn_last_line_and_keeps_appending(tmp_path: Path) -> N
 
 
 def test_local_log_cuts_a_failed_append(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import registry.feedback as feedback
+    import os
 
     log = LocalFeedbackLog(tmp_path / "events.jsonl")
     first = make_event("a", 1.0)
@@ -387,7 +387,7 @@ def test_local_log_cuts_a_failed_append(tmp_path: Path, monkeypatch: pytest.Monk
     def broken_fsync(fd: int) -> None:
         raise OSError("EIO")
 
-    monkeypatch.setattr(feedback.os, "fsync", broken_fsync)
+    monkeypatch.setattr(os, "fsync", broken_fsync)
     with pytest.raises(OSError):
         log.append(make_event("b", 2.0))
     monkeypatch.undo()

@@ -159,3 +159,37 @@ def test_simulated_agent_feedback_loop(server_factory):
     )
     log = (server.log_path.parent / "data" / "feedback" / "events.jsonl").read_text().splitlines()
     assert len(log) == total
+
+
+def test_feedback_log_compaction_survives_sigkill(server_factory, tmp_path):
+    """A real server compacts its feedback log (tiny thresholds), is SIGKILLed, and the restarted
+    server reports exactly the same tool efficiency from checkpoint + remaining log."""
+    import time
+
+    settings = dict(feedback_compact_events="4", feedback_compact_interval_seconds="0",
+                    feedback_compact_margin_seconds="0", live_window_seconds="1")
+    server = server_factory(**settings)
+    tools = json.loads((ROOT / "examples" / "demo_tools.json").read_text())["tools"]
+    httpx.put(f"{server.url}/registries/agent", json={"tools": tools}).raise_for_status()
+    for i, (query, used) in enumerate(EPISODES):
+        sid = httpx.post(f"{server.url}/shortlist", json={"registry": "agent", "query": query}).json()
+        body = {"shortlist_id": sid["shortlist_id"], "used": [used],
+                "calls": [{"tool": used, "useful": i % 3 != 0}]}
+        httpx.post(f"{server.url}/feedback", json=body).raise_for_status()
+        if i == 5:
+            time.sleep(1.2)  # the first six leave the 1 s live window: compactable
+    checkpoint = server.data_dir / "feedback" / "checkpoint.json"
+    for _ in range(100):
+        if checkpoint.exists():
+            break
+        time.sleep(0.05)
+    assert checkpoint.exists()
+    folded = json.loads(checkpoint.read_text())["events_folded"]
+    assert 6 <= folded <= 12
+    before = httpx.get(f"{server.url}/registries/agent/report").json()
+    assert before["events"] == 12
+    server.stop(signal.SIGKILL)
+    again = server_factory(**settings)
+    assert httpx.get(f"{again.url}/registries/agent/report").json() == before
+    lines = (server.data_dir / "feedback" / "events.jsonl").read_bytes().splitlines()
+    assert json.loads(lines[0]).keys() == {"log_generation"} and len(lines) - 1 == 12 - folded

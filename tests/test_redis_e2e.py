@@ -249,3 +249,34 @@ def test_redis_outage_then_recovery_without_restart(cluster: Cluster) -> None:
     fb = httpx.post(f"{b.url}/feedback",
                     json={"shortlist_id": remembered["shortlist_id"], "used": ["convert_currency"]})
     assert fb.status_code == 200 and fb.json()["duplicate"] is False, fb.text
+
+
+def test_replicas_compact_the_shared_feedback_stream_and_agree(cluster: Cluster) -> None:
+    """Two replicas with tiny compaction thresholds on their own key prefix: the sync thread
+    compacts the stream, both keep reporting the same efficiency, and a replica started after
+    the compaction restores the same report from checkpoint + stream."""
+    settings = dict(redis_prefix="compaction:", feedback_compact_events="3",
+                    feedback_compact_interval_seconds="0", feedback_compact_margin_seconds="0",
+                    live_window_seconds="1")
+    a = cluster.servers.start(data_dir=cluster.base / "ca", redis_url=cluster.redis.url, **settings)
+    b = cluster.servers.start(data_dir=cluster.base / "cb", redis_url=cluster.redis.url, **settings)
+    httpx.put(f"{a.url}/registries/c", json=demo_tools()).raise_for_status()
+    wait_for(b, "c", 1, time.monotonic())
+    for i in range(10):
+        server = (a, b)[i % 2]
+        served = shortlist(server, QUERIES[i % len(QUERIES)], registry="c")
+        body = {"shortlist_id": served["shortlist_id"], "used": [served["tools"][0]["name"]],
+                "calls": [{"tool": served["tools"][0]["name"], "useful": i % 3 != 0}]}
+        httpx.post(f"{server.url}/feedback", json=body).raise_for_status()
+    time.sleep(1.2)  # all ten leave the 1 s window: compactable
+    client = connect(cluster.redis.url)
+    started = time.monotonic()
+    while client.get("compaction:feedback:checkpoint") is None:
+        assert time.monotonic() - started < 10, "no compaction"
+        shortlist(a, QUERIES[0], registry="c")  # keep the replicas ticking
+        time.sleep(0.1)
+    reports = [httpx.get(f"{s.url}/registries/c/report").json() for s in (a, b)]
+    assert reports[0] == reports[1] and reports[0]["events"] == 10
+    assert client.xlen("compaction:feedback") < 10
+    fresh = cluster.servers.start(data_dir=cluster.base / "cc", redis_url=cluster.redis.url, **settings)
+    assert httpx.get(f"{fresh.url}/registries/c/report").json() == reports[0]

@@ -38,8 +38,14 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from registry.errors import ShortlistNotFound, StoreUnavailable, VersionConflict
-from registry.feedback import FeedbackEvent, ShownShortlist
+from registry.errors import ArtifactError, ShortlistNotFound, StoreUnavailable, VersionConflict
+from registry.feedback import (
+    CHECKPOINT_FORMAT,
+    FeedbackEvent,
+    LogCompacted,
+    ShownShortlist,
+    ToolEfficiency,
+)
 from registry.store.base import RegistryRecord
 
 log = logging.getLogger(__name__)
@@ -174,6 +180,11 @@ class _RedisBase:
 
 STORE_DOWN = "the registry store (Redis) is unavailable; queries are still answered, retry writes later"
 FEEDBACK_DOWN = "the feedback store (Redis) is unavailable; feedback is not recorded, retry later"
+_COMPACT_LOCK_MS = 120_000
+_RELEASE_LOCK = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
 
 
 class RedisStore(_RedisBase):
@@ -433,12 +444,23 @@ class RedisShortlistMemory(_RedisBase):
             self._pending_unmarks.difference_update(pending)
 
 
+def _stream_id(entry_id: bytes | str) -> tuple[int, int]:
+    ms, _, seq = (entry_id.decode() if isinstance(entry_id, bytes) else entry_id).partition("-")
+    return int(ms), int(seq or 0)
+
+
 class RedisFeedbackLog(_RedisBase):
     """Feedback events in a Redis Stream shared by every replica (a ``SharedFeedbackLog``).
 
     Each entry holds the event JSON and the id of the process that wrote it, so
-    :meth:`read_new` can return only what *other* replicas recorded. The stream is not trimmed:
-    like the local log it is the durable record, replayed at start-up.
+    :meth:`read_new` can return only what *other* replicas recorded.
+
+    Compaction keeps the stream bounded: :meth:`compact` (one replica at a time, under a lock
+    key) folds the entries older than a cutoff into a checkpoint key (their tool-efficiency
+    counts and the last stream id they cover), then trims them with ``XTRIM MINID``. Replays
+    and reads start after the checkpoint's id, so a crash between the two steps counts
+    nothing twice. A replica whose read position falls behind the checkpoint (it was cut off
+    longer than the live window) gets :class:`~registry.feedback.LogCompacted` and resyncs.
     """
 
     def __init__(
@@ -446,8 +468,10 @@ class RedisFeedbackLog(_RedisBase):
     ) -> None:
         super().__init__(client, prefix, health)
         self.stream = self._key("feedback")
+        self.checkpoint_key = self._key("feedback:checkpoint")
+        self.lock_key = self._key("feedback:compacting")
         self.origin = uuid.uuid4().hex.encode()
-        self._position = b"-"
+        self._position: bytes | None = None  # None: start at the checkpoint
         self._read_lock = threading.Lock()
         self.skipped = 0
 
@@ -456,9 +480,9 @@ class RedisFeedbackLog(_RedisBase):
         with self._call("append", FEEDBACK_DOWN):
             self.client.xadd(self.stream, {"event": line, "origin": self.origin})
 
-    def _page(self, start: bytes, count: int) -> list[tuple[bytes, dict[bytes, bytes]]]:
+    def _page(self, start: bytes, count: int, end: bytes | str = "+") -> list[tuple[bytes, dict[bytes, bytes]]]:
         with self._call("replay", FEEDBACK_DOWN):
-            page = self.client.xrange(self.stream, min=start, max="+", count=count)
+            page = self.client.xrange(self.stream, min=start, max=end, count=count)
         return cast(list[tuple[bytes, dict[bytes, bytes]]], list(page or []))
 
     def _decode(self, entry_id: bytes, fields: dict[bytes, bytes]) -> FeedbackEvent | None:
@@ -469,8 +493,42 @@ class RedisFeedbackLog(_RedisBase):
             log.warning("feedback stream %s: skipping entry %s: %s", self.stream, entry_id, exc)
             return None
 
+    def _checkpoint(self) -> dict[str, Any] | None:
+        with self._call("read checkpoint", FEEDBACK_DOWN):
+            raw = self.client.get(self.checkpoint_key)
+        if raw is None:
+            return None
+        try:
+            doc = json.loads(raw)
+            if doc.get("format") != CHECKPOINT_FORMAT:
+                raise ValueError(f"format {doc.get('format')!r}, expected {CHECKPOINT_FORMAT}")
+            ToolEfficiency.from_state(doc["efficiency"])
+            _stream_id(doc["last_id"])
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ArtifactError(
+                f"feedback checkpoint {self.checkpoint_key} in Redis is unreadable: {exc}",
+                {"key": self.checkpoint_key},
+            ) from exc
+        return cast(dict[str, Any], doc)
+
+    def checkpoint_state(self) -> dict[str, Any] | None:
+        doc = self._checkpoint()
+        return None if doc is None else cast(dict[str, Any], doc["efficiency"])
+
+    def pending_events(self) -> int:
+        with self._call("length", FEEDBACK_DOWN):
+            return int(self.client.xlen(self.stream))
+
+    def rewind(self) -> dict[str, Any] | None:
+        with self._read_lock:
+            doc = self._checkpoint()
+            self._position = doc["last_id"].encode() if doc else b"0-0"
+        return None if doc is None else cast(dict[str, Any], doc["efficiency"])
+
     def replay(self) -> Iterator[FeedbackEvent]:
-        start = b"-"
+        """Every event after the checkpoint (whose counts :meth:`checkpoint_state` gives)."""
+        doc = self._checkpoint()
+        start = b"(" + doc["last_id"].encode() if doc else b"-"
         while True:
             page = self._page(start, 1000)
             for entry_id, fields in page:
@@ -481,21 +539,84 @@ class RedisFeedbackLog(_RedisBase):
                 return
             start = b"(" + page[-1][0]
 
-    def read_new(self, limit: int = 1000) -> list[FeedbackEvent]:
-        while True:
-            with self._read_lock:
-                start = self._position if self._position == b"-" else b"(" + self._position
-                page = self._page(start, limit)
-                if page:
-                    self._position = page[-1][0]
-            if not page:
-                return []
-            events = []
-            for entry_id, fields in page:
-                if fields.get(b"origin") == self.origin:
-                    continue  # counted when this process recorded it
-                event = self._decode(entry_id, fields)
-                if event is not None:
-                    events.append(event)
-            if events:
-                return events
+    def read_new(self, limit: int = 1000, *, include_own: bool = False) -> list[FeedbackEvent]:
+        with self._read_lock:
+            doc = self._checkpoint()
+            if self._position is None:
+                self._position = doc["last_id"].encode() if doc else b"0-0"
+            elif doc is not None and _stream_id(self._position) < _stream_id(doc["last_id"]):
+                raise LogCompacted(
+                    f"feedback stream compacted up to {doc['last_id']}, this replica read up to "
+                    f"{self._position.decode()}"
+                )
+            while True:
+                page = self._page(b"(" + self._position, limit)
+                if not page:
+                    return []
+                self._position = page[-1][0]
+                events = []
+                for entry_id, fields in page:
+                    if not include_own and fields.get(b"origin") == self.origin:
+                        continue  # counted when this process recorded it
+                    event = self._decode(entry_id, fields)
+                    if event is not None:
+                        events.append(event)
+                if events:
+                    return events
+
+    def compact(self, cutoff: float) -> int:
+        """Fold the entries added before ``cutoff`` (epoch seconds, compared with the stream
+        ids, which are Redis server milliseconds) into the checkpoint, then trim them.
+
+        Returns:
+            The number of entries folded (0 when another replica is compacting or none is older).
+
+        Raises:
+            StoreUnavailable: Redis cannot be reached (nothing half-done is left behind).
+        """
+        token = uuid.uuid4().hex
+        with self._call("compact", FEEDBACK_DOWN):
+            if not self.client.set(self.lock_key, token, nx=True, px=_COMPACT_LOCK_MS):
+                return 0
+        try:
+            doc = self._checkpoint()
+            counts = ToolEfficiency.from_state(doc["efficiency"] if doc else {})
+            last = doc["last_id"].encode() if doc else None
+            end = f"{max(int(cutoff * 1000) - 1, 0)}-18446744073709551615"
+            start = b"(" + last if last else b"-"
+            folded = 0
+            while True:
+                page = self._page(start, 1000, end)
+                for entry_id, fields in page:
+                    event = self._decode(entry_id, fields)
+                    if event is not None:
+                        counts.add(event)
+                        folded += 1
+                    last = entry_id
+                if len(page) < 1000:
+                    break
+                start = b"(" + page[-1][0]
+            if last is None or (doc and last.decode() == doc["last_id"]):
+                return 0
+            checkpoint = {
+                "format": CHECKPOINT_FORMAT,
+                "last_id": last.decode(),
+                "events_folded": int((doc or {}).get("events_folded", 0)) + folded,
+                "efficiency": counts.to_state(),
+            }
+            ms, seq = _stream_id(last)
+            with self._call("compact", FEEDBACK_DOWN):
+                # the checkpoint first: a crash before the trim leaves entries it already counts,
+                # and every reader starts after its last_id
+                self.client.set(self.checkpoint_key, json.dumps(checkpoint, separators=(",", ":")))
+                self.client.xtrim(self.stream, minid=f"{ms}-{seq + 1}", approximate=False)
+            log.info("feedback stream %s: compacted %d entries up to %s", self.stream, folded, last.decode())
+            return folded
+        finally:
+            try:
+                self._release_lock(token)
+            except redis.exceptions.RedisError:
+                pass  # the lock expires on its own
+
+    def _release_lock(self, token: str) -> None:
+        self.client.eval(_RELEASE_LOCK, 1, self.lock_key, token)

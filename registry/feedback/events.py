@@ -1,0 +1,544 @@
+"""Served shortlists, equivalent tools and feedback events: what an agent reports, validated."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from registry.bor import p_rand
+from registry.errors import ShortlistNotFound, ValidationFailed
+
+#: The two ways a shortlist can be credited with presenting a used tool.
+MATCHES: tuple[str, str] = ("exact", "equivalent")
+#: Upper bound on the calls one feedback event may report (keeps log lines bounded).
+MAX_CALLS = 10_000
+
+
+# -- served shortlists ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ShownShortlist:
+    """What the service remembers about a shortlist it served.
+
+    Attributes:
+        shortlist_id: opaque id returned to the client.
+        registry: registry name.
+        version: registry version the shortlist was computed on.
+        n_tools: registry size ``N`` at that version.
+        k: shortlist length ``K``.
+        shown: tool names shown, in rank order.
+        created: wall-clock seconds (``time.time()``) when it was served.
+    """
+
+    shortlist_id: str
+    registry: str
+    version: int
+    n_tools: int
+    k: int
+    shown: tuple[str, ...]
+    created: float
+
+
+@runtime_checkable
+class RememberedShortlists(Protocol):
+    """Where served shortlists wait for their feedback: :class:`ShortlistMemory` in one process,
+    ``registry.store.redis.RedisShortlistMemory`` across replicas."""
+
+    def remember(self, shortlist: ShownShortlist) -> None:
+        """Remember ``shortlist`` until the retention period ends."""
+        ...
+
+    def get(self, shortlist_id: str) -> ShownShortlist | None:
+        """The remembered shortlist, or ``None`` when unknown or expired."""
+        ...
+
+    def mark_feedback(self, shortlist_id: str) -> bool:
+        """Flag that feedback was recorded: ``True`` the first time, ``False`` on a resend.
+
+        Raises ``ShortlistNotFound`` when the id is unknown or expired.
+        """
+        ...
+
+    def unmark_feedback(self, shortlist_id: str) -> None:
+        """Undo :meth:`mark_feedback` (recording failed, so the client may retry)."""
+        ...
+
+
+class _Entry:
+    __slots__ = ("shortlist", "has_feedback")
+
+    def __init__(self, shortlist: ShownShortlist) -> None:
+        self.shortlist = shortlist
+        self.has_feedback = False
+
+
+class ShortlistMemory:
+    """Bounded, TTL'd memory of served shortlists, keyed by ``shortlist_id``.
+
+    Entries are kept in insertion order; expired entries are dropped from the old end and the
+    oldest ones are evicted beyond ``max_entries``, so every operation is amortised O(1).
+    Ages are measured from ``ShownShortlist.created`` with the injected wall clock.
+
+    Args:
+        retention_seconds: how long feedback is accepted after a shortlist was served.
+        max_entries: hard bound on remembered shortlists (memory bound under load).
+        clock: wall clock in seconds; injectable for tests.
+    """
+
+    def __init__(
+        self,
+        retention_seconds: float = 3600,
+        max_entries: int = 200_000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not retention_seconds > 0:
+            raise ValueError(f"retention_seconds must be > 0, got {retention_seconds}")
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+        self.retention_seconds = float(retention_seconds)
+        self.max_entries = int(max_entries)
+        self._clock = clock
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _expired(self, entry: _Entry, now: float) -> bool:
+        return now - entry.shortlist.created > self.retention_seconds
+
+    def _evict(self, now: float) -> None:
+        entries = self._entries
+        while entries and self._expired(next(iter(entries.values())), now):
+            entries.popitem(last=False)
+        while len(entries) > self.max_entries:
+            entries.popitem(last=False)
+
+    def _live(self, shortlist_id: str, now: float) -> _Entry | None:
+        entry = self._entries.get(shortlist_id)
+        if entry is None:
+            return None
+        if self._expired(entry, now):
+            del self._entries[shortlist_id]
+            return None
+        return entry
+
+    def remember(self, shortlist: ShownShortlist) -> None:
+        """Remember ``shortlist`` (replacing any entry with the same id, feedback flag reset)."""
+        with self._lock:
+            self._entries.pop(shortlist.shortlist_id, None)
+            self._entries[shortlist.shortlist_id] = _Entry(shortlist)
+            self._evict(self._clock())
+
+    def get(self, shortlist_id: str) -> ShownShortlist | None:
+        """The remembered shortlist, or ``None`` when unknown, evicted or older than retention."""
+        with self._lock:
+            entry = self._live(shortlist_id, self._clock())
+            return entry.shortlist if entry is not None else None
+
+    def mark_feedback(self, shortlist_id: str) -> bool:
+        """Atomically flag that feedback was recorded for ``shortlist_id``.
+
+        Returns:
+            ``True`` the first time, ``False`` on every later call (a resend).
+
+        Raises:
+            ShortlistNotFound: the id is unknown, evicted or expired (it may have expired
+                between :meth:`get` and this call; then nothing must be recorded).
+        """
+        with self._lock:
+            entry = self._live(shortlist_id, self._clock())
+            if entry is None:
+                raise ShortlistNotFound(shortlist_id)
+            if entry.has_feedback:
+                return False
+            entry.has_feedback = True
+            return True
+
+    def unmark_feedback(self, shortlist_id: str) -> None:
+        """Undo :meth:`mark_feedback` (recording failed, so the client may retry). No-op if gone."""
+        with self._lock:
+            entry = self._entries.get(shortlist_id)
+            if entry is not None:
+                entry.has_feedback = False
+
+    def __len__(self) -> int:
+        """Entries held, after dropping expired ones from the old end."""
+        with self._lock:
+            self._evict(self._clock())
+            return len(self._entries)
+
+
+# -- equivalent tools -----------------------------------------------------------------------------
+
+
+class EquivalenceClasses:
+    """Functionally equivalent tools, as disjoint classes.
+
+    Overlapping groups merge transitively (union-find): ``[a, b]`` and ``[b, c]`` make one
+    class ``{a, b, c}``. A name in no group is its own singleton class.
+
+    Attributes:
+        groups: the classes of two or more names, each sorted, sorted among themselves: the
+            normalised form to store and serialise.
+    """
+
+    __slots__ = ("_class_of", "groups")
+
+    def __init__(self, groups: Iterable[Iterable[str]] = ()) -> None:
+        parent: dict[str, str] = {}
+
+        def find(x: str) -> str:
+            root = x
+            while parent[root] != root:
+                root = parent[root]
+            while parent[x] != root:  # path compression
+                parent[x], x = root, parent[x]
+            return root
+
+        for group in groups:
+            names = list(dict.fromkeys(group))
+            for name in names:
+                parent.setdefault(name, name)
+            for name in names[1:]:
+                a, b = find(names[0]), find(name)
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+
+        members: dict[str, list[str]] = {}
+        for name in parent:
+            members.setdefault(find(name), []).append(name)
+        classes = sorted(tuple(sorted(m)) for m in members.values() if len(m) > 1)
+        self.groups: tuple[tuple[str, ...], ...] = tuple(classes)
+        self._class_of: dict[str, frozenset[str]] = {}
+        for cls in classes:
+            frozen = frozenset(cls)
+            for name in cls:
+                self._class_of[name] = frozen
+
+    def class_of(self, name: str) -> frozenset[str]:
+        """The class holding ``name``: ``{name}`` when it has no declared equivalent."""
+        return self._class_of.get(name) or frozenset((name,))
+
+    def expand(self, names: Iterable[str]) -> frozenset[str]:
+        """Union of the classes of ``names``."""
+        out: set[str] = set()
+        for name in names:
+            out |= self.class_of(name)
+        return frozenset(out)
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, EquivalenceClasses) and self.groups == other.groups
+
+    def __hash__(self) -> int:
+        return hash(self.groups)
+
+    def __repr__(self) -> str:
+        return f"EquivalenceClasses({[list(g) for g in self.groups]!r})"
+
+
+def validate_equivalents(groups: Any, known: Collection[str]) -> list[list[str]]:
+    """Check the ``equivalents`` field of a registry upload.
+
+    Args:
+        groups: the payload value: a list of groups, each a list of at least two distinct
+            tool-name strings. ``None`` (field absent) means no equivalents.
+        known: the tool names of the registry the groups refer to.
+
+    Returns:
+        The normalised groups (merged transitively, each sorted, sorted among themselves).
+
+    Raises:
+        ValidationFailed: listing every problem as ``{"field": "equivalents[i][j]",
+            "message": ...}`` (plus ``"tool"`` for an unknown name).
+    """
+    if groups is None:
+        return []
+    problems: list[dict[str, Any]] = []
+    if not isinstance(groups, list):
+        problems.append(
+            {"field": "equivalents", "message": "must be a list of lists of tool names"}
+        )
+        raise ValidationFailed("invalid equivalents", problems)
+    known_set = known if isinstance(known, (set, frozenset, dict)) else set(known)
+    clean: list[list[str]] = []
+    for i, group in enumerate(groups):
+        if not isinstance(group, list):
+            problems.append(
+                {"field": f"equivalents[{i}]", "message": "must be a list of tool names"}
+            )
+            continue
+        names: list[str] = []
+        for j, name in enumerate(group):
+            field = f"equivalents[{i}][{j}]"
+            if not isinstance(name, str):
+                problems.append({"field": field, "message": "must be a tool name (a string)"})
+            elif name not in known_set:
+                problems.append(
+                    {"field": field, "message": f"unknown tool {name!r}", "tool": name}
+                )
+            else:
+                names.append(name)
+        if len({name for name in group if isinstance(name, str)}) < 2:
+            problems.append(
+                {
+                    "field": f"equivalents[{i}]",
+                    "message": "a group needs at least 2 distinct tool names",
+                }
+            )
+        clean.append(names)
+    if problems:
+        raise ValidationFailed(
+            f"invalid equivalents: {len(problems)} problem(s)", problems
+        )
+    return [list(g) for g in EquivalenceClasses(clean).groups]
+
+
+# -- feedback events ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call of the agent's trajectory and the sign of its marginal utility."""
+
+    tool: str
+    useful: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tool": self.tool, "useful": self.useful}
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackEvent:
+    """One accepted feedback report, joined with the shortlist it refers to.
+
+    Attributes:
+        presented_exact: some used tool was shown.
+        presented_equivalent: some used tool, or an equivalent of one, was shown.
+        p_rand_exact: ``P_rand(N=n_tools, R=|used|, K=k)``.
+        p_rand_equivalent: ``P_rand(N, R=|union of the classes of used|, K)``, ``R`` clipped
+            to ``N``.
+        received: wall-clock seconds when the feedback was accepted.
+    """
+
+    shortlist_id: str
+    registry: str
+    version: int
+    n_tools: int
+    k: int
+    shown: tuple[str, ...]
+    used: tuple[str, ...]
+    success: bool | None
+    calls: tuple[ToolCall, ...]
+    presented_exact: bool
+    presented_equivalent: bool
+    p_rand_exact: float
+    p_rand_equivalent: float
+    received: float
+
+    def presented(self, match: str) -> bool:
+        """``presented_exact`` or ``presented_equivalent`` by ``match`` name."""
+        return self.presented_exact if match == "exact" else self.presented_equivalent
+
+    def p_rand(self, match: str) -> float:
+        """``p_rand_exact`` or ``p_rand_equivalent`` by ``match`` name."""
+        return self.p_rand_exact if match == "exact" else self.p_rand_equivalent
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "shortlist_id": self.shortlist_id,
+            "registry": self.registry,
+            "version": self.version,
+            "n_tools": self.n_tools,
+            "k": self.k,
+            "shown": list(self.shown),
+            "used": list(self.used),
+            "success": self.success,
+            "calls": [call.to_json() for call in self.calls],
+            "presented_exact": self.presented_exact,
+            "presented_equivalent": self.presented_equivalent,
+            "p_rand_exact": self.p_rand_exact,
+            "p_rand_equivalent": self.p_rand_equivalent,
+            "received": self.received,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> FeedbackEvent:
+        """Inverse of :meth:`to_json`. Raises ``KeyError``/``TypeError``/``ValueError``."""
+        success = d["success"]
+        if success is not None and not isinstance(success, bool):
+            raise TypeError(f"success must be a bool or null, got {success!r}")
+        return cls(
+            shortlist_id=str(d["shortlist_id"]),
+            registry=str(d["registry"]),
+            version=int(d["version"]),
+            n_tools=int(d["n_tools"]),
+            k=int(d["k"]),
+            shown=tuple(str(n) for n in d["shown"]),
+            used=tuple(str(n) for n in d["used"]),
+            success=success,
+            calls=tuple(ToolCall(str(c["tool"]), bool(c["useful"])) for c in d["calls"]),
+            presented_exact=bool(d["presented_exact"]),
+            presented_equivalent=bool(d["presented_equivalent"]),
+            p_rand_exact=float(d["p_rand_exact"]),
+            p_rand_equivalent=float(d["p_rand_equivalent"]),
+            received=float(d["received"]),
+        )
+
+
+_Checked = tuple[
+    tuple[str, ...], list[tuple[str, str]], tuple[ToolCall, ...], bool | None, list[dict[str, Any]]
+]
+
+
+def _check_feedback(used: Any, calls: Any, success: Any) -> _Checked:
+    """Structural checks. Returns (used, [(field, name)] to look up, calls, success, problems)."""
+    problems: list[dict[str, Any]] = []
+    names: list[tuple[str, str]] = []
+    used_out: list[str] = []
+    if not isinstance(used, (list, tuple)) or isinstance(used, str):
+        problems.append({"field": "used", "message": "must be a non-empty list of tool names"})
+    elif not used:
+        problems.append({"field": "used", "message": "must name at least one tool"})
+    else:
+        for i, name in enumerate(used):
+            if not isinstance(name, str) or not name:
+                problems.append(
+                    {"field": f"used[{i}]", "message": "must be a tool name (a non-empty string)"}
+                )
+            else:
+                names.append((f"used[{i}]", name))
+                used_out.append(name)
+
+    calls_out: list[ToolCall] = []
+    if calls is None:
+        pass
+    elif not isinstance(calls, (list, tuple)):
+        problems.append({"field": "calls", "message": "must be a list of {tool, useful} objects"})
+    elif len(calls) > MAX_CALLS:
+        problems.append(
+            {"field": "calls", "message": f"at most {MAX_CALLS} calls per feedback event"}
+        )
+    else:
+        for i, call in enumerate(calls):
+            tool: Any
+            useful: Any
+            if isinstance(call, ToolCall):
+                tool, useful = call.tool, call.useful
+            elif isinstance(call, dict):
+                tool, useful = call.get("tool"), call.get("useful")
+            else:
+                problems.append(
+                    {"field": f"calls[{i}]", "message": "must be an object {tool, useful}"}
+                )
+                continue
+            tool_ok = isinstance(tool, str) and bool(tool)
+            if not tool_ok:
+                problems.append(
+                    {
+                        "field": f"calls[{i}].tool",
+                        "message": "must be a tool name (a non-empty string)",
+                    }
+                )
+            if not isinstance(useful, bool):
+                problems.append({"field": f"calls[{i}].useful", "message": "must be true or false"})
+            elif isinstance(tool, str) and tool_ok:
+                names.append((f"calls[{i}].tool", tool))
+                calls_out.append(ToolCall(tool, useful))
+
+    if success is not None and not isinstance(success, bool):
+        problems.append({"field": "success", "message": "must be true, false or null"})
+        success = None
+    return tuple(dict.fromkeys(used_out)), names, tuple(calls_out), success, problems
+
+
+def parse_feedback(
+    used: Any, calls: Any = None, success: Any = None
+) -> tuple[tuple[str, ...], tuple[ToolCall, ...], bool | None]:
+    """Structural validation of the feedback payload fields (no registry lookup).
+
+    Args:
+        used: non-empty list of tool-name strings; duplicates are collapsed (first order kept).
+        calls: ``None`` or a list of ``{"tool": str, "useful": bool}`` (or :class:`ToolCall`).
+        success: ``None``, ``True`` or ``False``.
+
+    Returns:
+        ``(used, calls, success)`` typed and de-duplicated.
+
+    Raises:
+        ValidationFailed: listing every problem with fields like ``"used"``, ``"used[2]"``,
+            ``"calls[0].tool"``.
+    """
+    used_t, _, calls_t, success_v, problems = _check_feedback(used, calls, success)
+    if problems:
+        raise ValidationFailed(f"invalid feedback: {len(problems)} problem(s)", problems)
+    return used_t, calls_t, success_v
+
+
+def build_event(
+    shortlist: ShownShortlist,
+    used: Any,
+    calls: Any,
+    success: Any,
+    known_tools: Collection[str],
+    equivalence: EquivalenceClasses,
+    received: float,
+) -> FeedbackEvent:
+    """Validate a feedback report against its shortlist and registry and score it.
+
+    A name is accepted when it is a tool of the registry now (``known_tools``) or was shown
+    in the shortlist (it was a tool of the registry when served, even if since deleted).
+
+    Args:
+        shortlist: the shortlist the feedback quotes.
+        used, calls, success: raw payload values, as for :func:`parse_feedback`.
+        known_tools: current tool names of ``shortlist.registry``.
+        equivalence: the registry's equivalence classes.
+        received: wall-clock seconds, stored on the event.
+
+    Raises:
+        ValidationFailed: every structural problem and every unknown tool (``"tool"`` key in
+            the problem names it), all in one list.
+    """
+    used_t, names, calls_t, success_v, problems = _check_feedback(used, calls, success)
+    shown = set(shortlist.shown)
+    if not isinstance(known_tools, (set, frozenset, dict)):
+        known_tools = set(known_tools)
+    for field, name in names:
+        if name not in known_tools and name not in shown:
+            problems.append(
+                {
+                    "field": field,
+                    "message": f"tool {name!r} does not exist in registry {shortlist.registry!r}",
+                    "tool": name,
+                }
+            )
+    if problems:
+        raise ValidationFailed(f"invalid feedback: {len(problems)} problem(s)", problems)
+
+    relevant_equiv = equivalence.expand(used_t)
+    n = max(int(shortlist.n_tools), 1)
+    k = max(int(shortlist.k), 0)
+    return FeedbackEvent(
+        shortlist_id=shortlist.shortlist_id,
+        registry=shortlist.registry,
+        version=shortlist.version,
+        n_tools=shortlist.n_tools,
+        k=shortlist.k,
+        shown=tuple(shortlist.shown),
+        used=used_t,
+        success=success_v,
+        calls=calls_t,
+        presented_exact=not shown.isdisjoint(used_t),
+        presented_equivalent=not shown.isdisjoint(relevant_equiv),
+        p_rand_exact=p_rand(n, min(len(used_t), n), k),
+        p_rand_equivalent=p_rand(n, min(len(relevant_equiv), n), k),
+        received=float(received),
+    )
+
+

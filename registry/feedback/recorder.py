@@ -1,0 +1,249 @@
+"""Accepting feedback: validate, deduplicate, log durably, count; restore, compact, resync."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable
+from typing import Any
+
+from registry.errors import ShortlistError, ShortlistNotFound
+from registry.feedback.counts import LiveWindow, ToolEfficiency
+from registry.feedback.events import (
+    EquivalenceClasses,
+    FeedbackEvent,
+    RememberedShortlists,
+    ShownShortlist,
+    build_event,
+)
+from registry.feedback.log import CompactableFeedbackLog, FeedbackLog, LogCompacted, SharedFeedbackLog
+
+logger = logging.getLogger(__name__)
+
+FeedbackListener = Callable[[FeedbackEvent], None]
+
+
+class FeedbackRecorder:
+    """Accepts feedback for served shortlists: validate, deduplicate, log durably, then count.
+
+    Args:
+        memory: served shortlists.
+        log: durable event log.
+        window: live presentation-rate window.
+        efficiency: per-tool efficiency counts.
+        clock: wall clock stamped on events; injectable for tests.
+        on_event: listeners called with every newly recorded event (not resends, not
+            :meth:`restore`), e.g. to bump Prometheus counters. A listener that raises is
+            logged and ignored: the event is already recorded.
+    """
+
+    def __init__(
+        self,
+        memory: RememberedShortlists,
+        log: FeedbackLog,
+        window: LiveWindow,
+        efficiency: ToolEfficiency,
+        clock: Callable[[], float] = time.time,
+        on_event: Iterable[FeedbackListener] = (),
+        *,
+        compact_after_events: int = 200_000,
+        compact_margin_seconds: float = 600.0,
+        min_compact_interval_seconds: float = 300.0,
+    ) -> None:
+        self.memory = memory
+        self.log = log
+        self.window = window
+        self.efficiency = efficiency
+        self._clock = clock
+        self._listeners: list[FeedbackListener] = list(on_event)
+        self.compact_after_events = int(compact_after_events)
+        self.compact_margin_seconds = float(compact_margin_seconds)
+        self.min_compact_interval_seconds = float(min_compact_interval_seconds)
+        # Held across "append + count" and across a resynchronisation, so a shared log's
+        # resync never counts one of this process's events twice (or misses one).
+        self._count_lock = threading.Lock()
+        self._compacting = threading.Lock()
+        self._last_compact = -math.inf
+        self.compactions = 0
+
+    def add_listener(self, listener: FeedbackListener) -> None:
+        self._listeners.append(listener)
+
+    def remember(self, shortlist: ShownShortlist) -> None:
+        """Remember a served shortlist so feedback can quote its id."""
+        self.memory.remember(shortlist)
+
+    def submit(
+        self,
+        shortlist_id: str,
+        used: Any,
+        calls: Any,
+        success: Any,
+        *,
+        known_tools: Callable[[str], Collection[str]],
+        equivalence: Callable[[str], EquivalenceClasses],
+    ) -> tuple[FeedbackEvent, bool]:
+        """Record feedback for ``shortlist_id``.
+
+        Args:
+            shortlist_id: id of a served shortlist.
+            used, calls, success: payload fields (see :func:`build_event`).
+            known_tools: registry name -> its current tool names.
+            equivalence: registry name -> its equivalence classes.
+
+        Returns:
+            ``(event, resent)``. On a resend (feedback already recorded for this id) the event
+            is built from this request, and nothing is logged or counted.
+
+        Raises:
+            ShortlistNotFound: unknown or expired id.
+            ValidationFailed: bad payload; nothing is recorded.
+            OSError: the durable append failed; nothing is counted and a retry is accepted.
+        """
+        shortlist = self.memory.get(shortlist_id)
+        if shortlist is None:
+            raise ShortlistNotFound(shortlist_id)
+        event = build_event(
+            shortlist,
+            used,
+            calls,
+            success,
+            known_tools(shortlist.registry),
+            equivalence(shortlist.registry),
+            self._clock(),
+        )
+        if not self.memory.mark_feedback(shortlist_id):
+            return event, True
+        with self._count_lock:
+            try:
+                self.log.append(event)
+            except BaseException:
+                self.memory.unmark_feedback(shortlist_id)
+                raise
+            self._count(event)
+        self.maybe_compact()
+        for listener in self._listeners:
+            try:
+                listener(event)
+            except Exception:
+                logger.exception("feedback listener %r failed", listener)
+        return event, False
+
+    def _count(self, event: FeedbackEvent) -> None:
+        self.window.add(event)
+        self.efficiency.add(event)
+
+    def restore(self) -> int:
+        """Replay the durable log into the counters (call once, at start-up, before serving).
+
+        Every event goes into the efficiency counts; the window keeps those still inside it.
+        Listeners are not called.
+
+        Returns:
+            The number of events replayed.
+        """
+        if isinstance(self.log, SharedFeedbackLog):
+            self._load_checkpoint(self.log.rewind())
+            return self.catch_up()  # resumable: a store outage mid-replay never double counts
+        if isinstance(self.log, CompactableFeedbackLog):
+            self._load_checkpoint(self.log.checkpoint_state())
+        count = 0
+        for event in self.log.replay():
+            self._count(event)
+            count += 1
+        return count
+
+    def _load_checkpoint(self, state: dict[str, Any] | None) -> None:
+        self.efficiency.replace_with(ToolEfficiency.from_state(state or {}))
+
+    def maybe_compact(self, *, wait: bool = False) -> bool:
+        """Start a compaction of a compactable log when it holds more than
+        ``compact_after_events`` events past its checkpoint, at most once every
+        ``min_compact_interval_seconds``. Runs on a background thread (``wait``: inline).
+
+        Returns:
+            Whether a compaction was started.
+        """
+        log = self.log
+        if not isinstance(log, CompactableFeedbackLog):
+            return False
+        now = time.monotonic()
+        if now - self._last_compact < self.min_compact_interval_seconds:
+            return False
+        try:
+            if log.pending_events() <= self.compact_after_events:
+                return False
+        except ShortlistError:  # the shared store is down: try again later
+            return False
+        if not self._compacting.acquire(blocking=False):
+            return False
+        self._last_compact = now
+        if wait:
+            self._compact_now()
+        else:
+            threading.Thread(target=self._compact_now, name="feedback-compaction", daemon=True).start()
+        return True
+
+    def _compact_now(self) -> None:
+        try:
+            cutoff = self._clock() - self.window.window_seconds - self.compact_margin_seconds
+            folded = self.log.compact(cutoff)  # type: ignore[attr-defined]
+            self.compactions += 1
+            logger.info("feedback compaction folded %d events received before %.0f", folded, cutoff)
+        except Exception:
+            logger.exception("feedback compaction failed; the log is unchanged or consistent")
+        finally:
+            self._compacting.release()
+
+    def catch_up(self) -> int:
+        """Count the events other replicas appended to a shared log since the last call.
+
+        Keeps the efficiency report and the live window the same on every replica. Listeners
+        are not called: each replica's Prometheus counters count its own events, and PromQL
+        sums them. A no-op (returns 0) for a log that is not shared.
+
+        Raises:
+            StoreUnavailable: the shared log cannot be read; call again later.
+        """
+        if not isinstance(self.log, SharedFeedbackLog):
+            return 0
+        count = 0
+        try:
+            while events := self.log.read_new():
+                for event in events:
+                    self._count(event)
+                count += len(events)
+        except LogCompacted:
+            return self.resync()
+        return count
+
+    def resync(self) -> int:
+        """Rebuild the counts from a shared log's checkpoint and everything after it (this
+        replica fell behind a compaction, e.g. through a long outage).
+
+        Returns:
+            The number of events read after the checkpoint.
+        """
+        log = self.log
+        if not isinstance(log, SharedFeedbackLog):
+            return 0
+        with self._count_lock:  # no own event can be appended (and counted) meanwhile
+            for attempt in range(3):
+                try:
+                    efficiency = ToolEfficiency.from_state(log.rewind() or {})
+                    events: list[FeedbackEvent] = []
+                    while page := log.read_new(include_own=True):
+                        events += page
+                    break
+                except LogCompacted:  # compacted again while reading: start over
+                    if attempt == 2:
+                        raise
+            self.window.clear()
+            for event in events:
+                self.window.add(event)
+                efficiency.add(event)
+            self.efficiency.replace_with(efficiency)
+        logger.warning("feedback counts resynchronised from the checkpoint (%d events after it)", len(events))
+        return len(events)
