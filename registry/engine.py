@@ -97,6 +97,10 @@ class Shortlist:
     depth_bias: float | None = None  # the bor policy's operating knob used; None for other policies
 
 
+class _AlreadyExists(Exception):
+    """Internal: :meth:`ShortlistEngine.create_registry` found the registry already there."""
+
+
 def _equivalents_field(payload: Any) -> Any:
     return payload.get("equivalents") if isinstance(payload, dict) else None
 
@@ -241,6 +245,27 @@ class ShortlistEngine:
         tools = parse_tools(payload, self.limits)
         equivalents = validate_equivalents(_equivalents_field(payload), {t.name for t in tools})
         return self._write(registry, lambda current: (tools, equivalents))
+
+    def create_registry(self, registry: str, payload: Any) -> RegistryInfo | None:
+        """Like :meth:`put_registry`, but only if the registry does not exist yet, on this
+        replica or in the shared store (replicas racing to create it: one wins, at version 1).
+
+        Returns:
+            The new registry, or ``None`` when it already existed (nothing is written).
+        """
+        validate_registry_name(registry)
+        tools = parse_tools(payload, self.limits)
+        equivalents = validate_equivalents(_equivalents_field(payload), {t.name for t in tools})
+
+        def change(current: Snapshot | None) -> tuple[list[Tool], Any]:
+            if current is not None:
+                raise _AlreadyExists
+            return tools, equivalents
+
+        try:
+            return self._write(registry, change)
+        except _AlreadyExists:
+            return None
 
     def upsert_tools(self, registry: str, payload: Any) -> RegistryInfo:
         """Add or replace tools by name, keeping the others; creates the registry if missing.

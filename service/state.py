@@ -203,5 +203,6 @@ class ServiceState:
 
         payload = json.loads(Path(path).read_text(encoding="utf-8"))
         parse_tools(payload, ToolLimits())  # fail on a broken demo file before writing anything
-        info = engine.put_registry(DEMO_REGISTRY, payload)
-        log.info("loaded demo registry from %s (%d tools)", path, info.tools)
+        info = engine.create_registry(DEMO_REGISTRY, payload)  # replicas racing: one creates it
+        if info is not None:
+            log.info("loaded demo registry from %s (%d tools)", path, info.tools)

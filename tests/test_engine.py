@@ -40,6 +40,16 @@ def test_bad_registry_name(engine, tools_payload):
         engine.put_registry("../etc", tools_payload)
 
 
+def test_create_registry_only_when_absent(engine, tools_payload):
+    info = engine.create_registry("r", tools_payload)
+    assert info is not None and info.version == 1
+    assert engine.create_registry("r", tools_payload[:1]) is None
+    assert engine.snapshot("r").version == 1 and engine.snapshot("r").n_tools == len(tools_payload)
+    with pytest.raises(ValidationFailed):
+        engine.create_registry("s", [{"name": ""}])
+    assert not engine.has_registry("s")
+
+
 def test_upsert_merges_by_name_and_keeps_definitions(engine, tools_payload):
     engine.put_registry("r", tools_payload[:2])
     changed = {"name": "get_weather", "description": "Weather now and later.", "x-extra": [1]}

@@ -459,3 +459,25 @@ def test_settings_choose_the_backend(tmp_path, bor_policy, redis_server, redis_p
     assert isinstance(shared.feedback.log, RedisFeedbackLog)
     assert not (tmp_path / "shared").exists()  # nothing is written locally in Redis mode
     shared.close()
+
+
+def test_replicas_racing_to_create_a_registry_make_one_version(settings, bor_policy, redis_server, redis_prefix):
+    """The demo registry at start-up: every replica tries to create it, exactly one does."""
+    engines = [replica(settings, bor_policy, redis_server.url, redis_prefix) for _ in range(4)]
+    tools = weather_tools()
+    results: list = [None] * len(engines)
+    barrier = threading.Barrier(len(engines))
+
+    def create(i: int) -> None:
+        barrier.wait()
+        results[i] = engines[i].create_registry("demo", tools)
+
+    threads = [threading.Thread(target=create, args=(i,)) for i in range(len(engines))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    created = [r for r in results if r is not None]
+    assert len(created) == 1 and created[0].version == 1
+    assert engines[0].store.version("demo") == 1
+    assert engines[1].create_registry("demo", tools) is None
