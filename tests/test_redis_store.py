@@ -394,10 +394,13 @@ def test_outage_reads_keep_working_writes_fail_then_resync(settings, bor_policy,
         with pytest.raises(StoreUnavailable):
             a.delete_registry("w")
         assert a.snapshot("w").version == 1  # nothing changed locally either
-        memory.remember(shown("s-down"))  # skipped, never raises on the query path
-        assert memory.dropped == 1
+        memory.remember(shown("s-down"))  # held in memory, never raises on the query path
+        assert memory.pending_shortlists() == 1 and memory.dropped == 0
+        assert memory.get("s-down") is not None  # known here, not yet in Redis
         with pytest.raises(StoreUnavailable):
-            memory.get("s-down")
+            memory.mark_feedback("s-down")  # feedback during the outage: 503, retry later
+        with pytest.raises(StoreUnavailable):
+            memory.get("s-never-seen")
         with pytest.raises(StoreUnavailable):
             feedback_log.append(event(1))
         with pytest.raises(StoreUnavailable):
@@ -420,6 +423,12 @@ def test_outage_reads_keep_working_writes_fail_then_resync(settings, bor_policy,
         assert sync.up
         memory.remember(shown("s-up"))
         assert memory.get("s-up") is not None
+        # the shortlist served during the outage reaches Redis: any replica accepts its feedback
+        memory.flush_pending()
+        assert memory.pending_shortlists() == 0
+        other = RedisShortlistMemory(connect(own_redis.url), 60, redis_prefix)
+        assert other.get("s-down").shown == shown("s-down").shown
+        assert other.mark_feedback("s-down") is True and memory.mark_feedback("s-down") is False
     finally:
         sync.stop()
 
@@ -481,3 +490,21 @@ def test_replicas_racing_to_create_a_registry_make_one_version(settings, bor_pol
     assert len(created) == 1 and created[0].version == 1
     assert engines[0].store.version("demo") == 1
     assert engines[1].create_registry("demo", tools) is None
+
+
+def test_outage_buffer_is_bounded_and_skips_expired(client, redis_prefix):
+    now = [1000.0]
+    health = StoreHealth()
+    memory = RedisShortlistMemory(client, 60, redis_prefix, health, clock=lambda: now[0], max_pending=3)
+    health.up = False
+    for i in range(5):
+        memory.remember(ShownShortlist(f"b{i}", "r", 1, 10, 2, ("a", "b"), now[0] - 50 * (i == 0)))
+    assert memory.pending_shortlists() == 3 and memory.dropped == 2  # b0, b1 dropped (oldest)
+    now[0] += 30
+    health.up = True
+    memory.flush_pending()
+    assert memory.pending_shortlists() == 0
+    assert [memory.get(f"b{i}") is not None for i in range(5)] == [False, False, True, True, True]
+    ttl = client.pttl(memory._shown_key("b2"))
+    assert 0 < ttl <= 30_000  # the remaining retention, not a fresh one
+

@@ -29,6 +29,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
@@ -353,6 +354,7 @@ class RedisShortlistMemory(_RedisBase):
         prefix: str = "shortlist:",
         health: StoreHealth | None = None,
         clock: Any = time.time,
+        max_pending: int = 50_000,
     ) -> None:
         super().__init__(client, prefix, health)
         if not retention_seconds > 0:
@@ -361,8 +363,11 @@ class RedisShortlistMemory(_RedisBase):
         self._clock = clock
         self._mark = client.register_script(_MARK)
         self._pending_unmarks: set[str] = set()
+        # shortlists served while Redis was down, written once it is back (oldest dropped first)
+        self._pending_shown: OrderedDict[str, ShownShortlist] = OrderedDict()
+        self.max_pending = int(max_pending)
         self._lock = threading.Lock()
-        self.dropped = 0  # shortlists not remembered because Redis was down
+        self.dropped = 0  # shortlists never remembered: the outage buffer was full
 
     def _shown_key(self, shortlist_id: str) -> str:
         return self._key("shown", shortlist_id)
@@ -370,33 +375,52 @@ class RedisShortlistMemory(_RedisBase):
     def _mark_key(self, shortlist_id: str) -> str:
         return self._key("feedback-mark", shortlist_id)
 
+    def _ttl_ms(self, shortlist: ShownShortlist) -> int:
+        return int((self.retention_seconds - (self._clock() - shortlist.created)) * 1000)
+
+    def _buffer(self, shortlist: ShownShortlist) -> None:
+        with self._lock:
+            self._pending_shown[shortlist.shortlist_id] = shortlist
+            while len(self._pending_shown) > self.max_pending:
+                self._pending_shown.popitem(last=False)
+                self.dropped += 1
+
+    @staticmethod
+    def _record(shortlist: ShownShortlist) -> str:
+        return json.dumps(
+            {
+                "shortlist_id": shortlist.shortlist_id,
+                "registry": shortlist.registry,
+                "version": shortlist.version,
+                "n_tools": shortlist.n_tools,
+                "k": shortlist.k,
+                "shown": list(shortlist.shown),
+                "created": shortlist.created,
+            },
+            separators=(",", ":"),
+        )
+
     def remember(self, shortlist: ShownShortlist) -> None:
-        ttl_ms = int((self.retention_seconds - (self._clock() - shortlist.created)) * 1000)
+        """Store a served shortlist for its retention. While Redis is down it is kept in memory
+        (at most ``max_pending``) and written by :meth:`flush_pending` once Redis is back, so
+        feedback on it still counts after the outage; the query path never waits for Redis."""
+        ttl_ms = self._ttl_ms(shortlist)
         if ttl_ms <= 0:
             return
         if not self.health.up:
-            self.dropped += 1
-            return  # never slow the query path down during an outage
-        data = {
-            "shortlist_id": shortlist.shortlist_id,
-            "registry": shortlist.registry,
-            "version": shortlist.version,
-            "n_tools": shortlist.n_tools,
-            "k": shortlist.k,
-            "shown": list(shortlist.shown),
-            "created": shortlist.created,
-        }
+            self._buffer(shortlist)
+            return
         try:
             with self._call("remember", FEEDBACK_DOWN):
-                self.client.set(
-                    self._shown_key(shortlist.shortlist_id),
-                    json.dumps(data, separators=(",", ":")),
-                    px=ttl_ms,
-                )
+                self.client.set(self._shown_key(shortlist.shortlist_id), self._record(shortlist), px=ttl_ms)
         except StoreUnavailable:
-            self.dropped += 1
+            self._buffer(shortlist)
 
     def get(self, shortlist_id: str) -> ShownShortlist | None:
+        with self._lock:  # served during an outage and not written yet
+            buffered = self._pending_shown.get(shortlist_id)
+        if buffered is not None:
+            return buffered if self._ttl_ms(buffered) > 0 else None
         with self._call("get", FEEDBACK_DOWN):
             raw = self.client.get(self._shown_key(shortlist_id))
         if raw is None:
@@ -432,16 +456,35 @@ class RedisShortlistMemory(_RedisBase):
             with self._lock:
                 self._pending_unmarks.add(shortlist_id)
 
+    def pending_shortlists(self) -> int:
+        """Shortlists served during an outage and not yet written to Redis."""
+        with self._lock:
+            return len(self._pending_shown)
+
     def flush_pending(self) -> None:
-        """Retry the unmarks that failed during an outage (raises while Redis is still down)."""
+        """Write what an outage held back: the unmarks that failed and the shortlists served
+        meanwhile (expired ones are skipped). Raises while Redis is still down."""
         with self._lock:
             pending = list(self._pending_unmarks)
-        if not pending:
-            return
-        with self._call("unmark_feedback", FEEDBACK_DOWN):
-            self.client.delete(*[self._mark_key(i) for i in pending])
-        with self._lock:
-            self._pending_unmarks.difference_update(pending)
+            shown = list(self._pending_shown.values())
+        if pending:
+            with self._call("unmark_feedback", FEEDBACK_DOWN):
+                self.client.delete(*[self._mark_key(i) for i in pending])
+            with self._lock:
+                self._pending_unmarks.difference_update(pending)
+        if shown:
+            with self._call("remember", FEEDBACK_DOWN):
+                pipe = self.client.pipeline(transaction=False)
+                for shortlist in shown:
+                    ttl_ms = self._ttl_ms(shortlist)
+                    if ttl_ms > 0:  # NX: never overwrite one a feedback mark already refers to
+                        pipe.set(self._shown_key(shortlist.shortlist_id), self._record(shortlist),
+                                 px=ttl_ms, nx=True)
+                pipe.execute()
+            with self._lock:
+                for shortlist in shown:
+                    if self._pending_shown.get(shortlist.shortlist_id) is shortlist:
+                        del self._pending_shown[shortlist.shortlist_id]
 
 
 def _stream_id(entry_id: bytes | str) -> tuple[int, int]:
