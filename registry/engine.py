@@ -476,6 +476,10 @@ class ShortlistEngine:
         if current is not None:
             return current.version + 1
         stored = self.store.load(registry)
+        if stored is not None and self._shared:
+            # Another replica created the registry after our sync: building on "absent" would
+            # overwrite it (an upsert would lose its tools, a create would happen twice).
+            raise VersionConflict(registry, stored.version, stored.version)
         return stored.version + 1 if stored else 1
 
     def _build(
@@ -526,9 +530,9 @@ class ShortlistEngine:
                 if self._shared:
                     self._sync_locked(registry)
                 current = self._snapshots.get(registry)
-                tools, equivalents = change(current)
-                version = max(self._next_version(registry, current), floor)
                 try:
+                    version = max(self._next_version(registry, current), floor)
+                    tools, equivalents = change(current)
                     return self._commit(registry, version, tools, equivalents)
                 except VersionConflict as exc:
                     log.info("registry %r: %s", registry, exc.message)

@@ -508,3 +508,24 @@ def test_outage_buffer_is_bounded_and_skips_expired(client, redis_prefix):
     ttl = client.pttl(memory._shown_key("b2"))
     assert 0 < ttl <= 30_000  # the remaining retention, not a fresh one
 
+
+def test_a_write_from_a_stale_view_of_absence_never_overwrites(settings, bor_policy, redis_server, redis_prefix):
+    """B decides "the registry does not exist" (its sync ran just before A created it), then
+    upserts: it must notice A's version and merge into it, not replace it."""
+    a = replica(settings, bor_policy, redis_server.url, redis_prefix)
+    b = replica(settings, bor_policy, redis_server.url, redis_prefix)
+    real_sync = b._sync_locked
+    calls: list[str] = []
+
+    def stale_first_sync(registry: str):
+        calls.append(registry)
+        if len(calls) == 1:
+            a.put_registry("r", weather_tools())  # lands right after B's (empty) sync
+            return None
+        return real_sync(registry)
+
+    b._sync_locked = stale_first_sync  # type: ignore[method-assign]
+    b.upsert_tools("r", [tool("x", "Another tool.")])
+    names = sorted(t.name for t in b.snapshot("r").tools)
+    assert names == sorted([t.name for t in a.snapshot("r").tools] + ["x"])
+    assert b.snapshot("r").version == 2 and len(calls) >= 2
