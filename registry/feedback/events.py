@@ -43,6 +43,30 @@ class ShownShortlist:
     shown: tuple[str, ...]
     created: float
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "shortlist_id": self.shortlist_id,
+            "registry": self.registry,
+            "version": self.version,
+            "n_tools": self.n_tools,
+            "k": self.k,
+            "shown": list(self.shown),
+            "created": self.created,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ShownShortlist:
+        """Inverse of :meth:`to_json`. Raises ``KeyError``/``TypeError``/``ValueError``."""
+        return cls(
+            shortlist_id=str(d["shortlist_id"]),
+            registry=str(d["registry"]),
+            version=int(d["version"]),
+            n_tools=int(d["n_tools"]),
+            k=int(d["k"]),
+            shown=tuple(str(n) for n in d["shown"]),
+            created=float(d["created"]),
+        )
+
 
 @runtime_checkable
 class RememberedShortlists(Protocol):

@@ -387,18 +387,7 @@ class RedisShortlistMemory(_RedisBase):
 
     @staticmethod
     def _record(shortlist: ShownShortlist) -> str:
-        return json.dumps(
-            {
-                "shortlist_id": shortlist.shortlist_id,
-                "registry": shortlist.registry,
-                "version": shortlist.version,
-                "n_tools": shortlist.n_tools,
-                "k": shortlist.k,
-                "shown": list(shortlist.shown),
-                "created": shortlist.created,
-            },
-            separators=(",", ":"),
-        )
+        return json.dumps(shortlist.to_json(), separators=(",", ":"))
 
     def remember(self, shortlist: ShownShortlist) -> None:
         """Store a served shortlist for its retention. While Redis is down it is kept in memory
@@ -425,16 +414,7 @@ class RedisShortlistMemory(_RedisBase):
             raw = self.client.get(self._shown_key(shortlist_id))
         if raw is None:
             return None
-        d = json.loads(raw)
-        return ShownShortlist(
-            shortlist_id=str(d["shortlist_id"]),
-            registry=str(d["registry"]),
-            version=int(d["version"]),
-            n_tools=int(d["n_tools"]),
-            k=int(d["k"]),
-            shown=tuple(d["shown"]),
-            created=float(d["created"]),
-        )
+        return ShownShortlist.from_json(json.loads(raw))
 
     def mark_feedback(self, shortlist_id: str) -> bool:
         self.flush_pending()
