@@ -165,8 +165,9 @@ class OnnxDepthPolicy:
 
     The network maps :func:`depth_features` rows to ``[Q_stop, Q_continue]``. One
     ``session.run`` scores all ``D`` states of a request; the depth is the first ``k`` whose
-    ``Q_stop - Q_continue >= bias`` (``bias`` 0 by default; see :func:`first_stop`), else ``D``. ``D`` is also capped by the ``max_depth`` the
-    policy was trained with (deeper states were never seen in training).
+    ``Q_stop - Q_continue >= bias`` (``bias`` 0 by default; see :func:`first_stop`), else
+    ``D``. ``D`` is also capped by the ``max_depth`` the policy was trained with (deeper
+    states were never seen in training).
 
     Build with :meth:`from_dir`, which refuses artifacts built for another feature schema
     (:class:`PolicySchemaMismatch`) and files whose sha256 differs from the manifest
