@@ -275,8 +275,13 @@ def test_replicas_compact_the_shared_feedback_stream_and_agree(cluster: Cluster)
         assert time.monotonic() - started < 10, "no compaction"
         shortlist(a, QUERIES[0], registry="c")  # keep the replicas ticking
         time.sleep(0.1)
-    reports = [httpx.get(f"{s.url}/registries/c/report").json() for s in (a, b)]
-    assert reports[0] == reports[1] and reports[0]["events"] == 10
+    started = time.monotonic()
+    while True:  # both replicas have tailed every event
+        reports = [httpx.get(f"{s.url}/registries/c/report").json() for s in (a, b)]
+        if reports[0] == reports[1] and reports[0]["events"] == 10:
+            break
+        assert time.monotonic() - started < REPLICATION_SECONDS, reports
+        time.sleep(0.05)
     assert client.xlen("compaction:feedback") < 10
     fresh = cluster.servers.start(data_dir=cluster.base / "cc", redis_url=cluster.redis.url, **settings)
     assert httpx.get(f"{fresh.url}/registries/c/report").json() == reports[0]
