@@ -493,6 +493,7 @@ class ShortlistEngine:
             self.store,
             hnsw_min_tools=self.settings.hnsw_min_tools,
             equivalents=equivalents,
+            previous=self._snapshots.get(registry),
         )
         trim_heap()  # embedding batches leave hundreds of MB of freed heap behind
         return snap

@@ -28,6 +28,7 @@ class Snapshot:
     lexical: LexicalIndex
     equivalents: tuple[tuple[str, ...], ...] = field(default_factory=tuple)
     equivalence: EquivalenceClasses = field(default_factory=EquivalenceClasses)
+    content_hashes: tuple[str, ...] = ()  # per tool, the embedding cache key of its text
 
     @property
     def n_tools(self) -> int:
@@ -37,10 +38,25 @@ class Snapshot:
         return [tool.definition for tool in self.tools]
 
 
-def embed_tools(tools: Sequence[Tool], embedder: Embedder, store: Store) -> np.ndarray:
-    """Embeddings of ``tools`` in order, reusing the store's cache keyed by content hash."""
-    hashes = [tool.content_hash() for tool in tools]
-    cached = store.get_embeddings(embedder.model_id, list(dict.fromkeys(hashes)))
+def embed_tools(
+    tools: Sequence[Tool],
+    embedder: Embedder,
+    store: Store,
+    *,
+    hashes: Sequence[str] | None = None,
+    known: dict[str, np.ndarray] | None = None,
+) -> np.ndarray:
+    """Embeddings of ``tools`` in order, reusing the store's cache keyed by content hash.
+
+    ``hashes`` are the tools' content hashes when the caller has them; ``known`` maps hashes
+    to vectors already at hand (the previous version's), which skips the cache for them.
+    """
+    if hashes is None:
+        hashes = [tool.content_hash() for tool in tools]
+    cached = dict(known or {})
+    wanted = [h for h in dict.fromkeys(hashes) if h not in cached]
+    if wanted:
+        cached.update(store.get_embeddings(embedder.model_id, wanted))
     missing: dict[str, str] = {}
     for tool, content_hash in zip(tools, hashes):
         if content_hash not in cached and content_hash not in missing:
@@ -65,16 +81,35 @@ def build_snapshot(
     *,
     hnsw_min_tools: int,
     equivalents: Sequence[Sequence[str]] = (),
+    previous: Snapshot | None = None,
 ) -> Snapshot:
-    """Embed (through the cache) and index ``tools`` into a servable snapshot."""
-    embeddings = embed_tools(tools, embedder, store)
+    """Embed (through the cache) and index ``tools`` into a servable snapshot.
+
+    With ``previous`` (the version being replaced) the vectors of unchanged tools are taken
+    from it and a large HNSW index is derived from its graph (:meth:`DenseIndex.updated`)
+    instead of being rebuilt: a one-tool change to a 100,000-tool registry then skips the
+    graph construction.
+    """
+    hashes = [tool.content_hash() for tool in tools]
+    position: dict[str, int] = {}
+    known: dict[str, np.ndarray] = {}
+    if previous is not None and len(previous.content_hashes) == previous.n_tools:
+        position = {h: i for i, h in enumerate(previous.content_hashes)}
+        known = {h: previous.dense.embeddings[i] for h, i in position.items()}
+    embeddings = embed_tools(tools, embedder, store, hashes=hashes, known=known)
+    if previous is not None and position:
+        reuse = np.array([position.get(h, -1) for h in hashes], dtype=np.int64)
+        dense = DenseIndex.updated(previous.dense, embeddings, reuse, hnsw_min_tools=hnsw_min_tools)
+    else:
+        dense = DenseIndex(embeddings, hnsw_min_tools=hnsw_min_tools)
     return Snapshot(
         registry=registry,
         version=version,
         tools=tuple(tools),
         by_name={tool.name: i for i, tool in enumerate(tools)},
-        dense=DenseIndex(embeddings, hnsw_min_tools=hnsw_min_tools),
+        dense=dense,
         lexical=LexicalIndex([tool.text() for tool in tools]),
         equivalents=tuple(tuple(group) for group in equivalents),
         equivalence=EquivalenceClasses(equivalents),
+        content_hashes=tuple(hashes),
     )

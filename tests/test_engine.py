@@ -178,3 +178,29 @@ def test_empty_registry_gives_an_empty_shortlist(engine):
 def test_unknown_registry(engine):
     with pytest.raises(RegistryNotFound):
         engine.shortlist("nope", "q")
+
+
+def test_writes_to_a_large_registry_derive_the_hnsw_graph(settings, hashing_embedder, bor_policy):
+    """Above hnsw_min_tools an upsert or delete reuses the previous graph; search stays right:
+    the new tool is found, the deleted one never comes back, changed text is searched anew."""
+    small = settings.model_copy(update={"hnsw_min_tools": 50})
+    engine = ShortlistEngine(small, LocalStore(small.data_dir), hashing_embedder, bor_policy)
+    tools = [{"name": f"tool_{i}", "description": f"handles topic{i} and subject{i % 9}"} for i in range(120)]
+    engine.put_registry("big", tools)
+    assert engine.snapshot("big").dense.kind == "hnsw"
+    first_graph = engine.snapshot("big").dense._index
+    engine.upsert_tools("big", [{"name": "zebra_tool", "description": "counts zebras on the savanna"}])
+    engine.delete_tool("big", "tool_7")
+    engine.upsert_tools("big", [{"name": "tool_3", "description": "now about volcanoes and lava"}])
+    snap = engine.snapshot("big")
+    assert snap.dense._index is not first_graph and snap.dense.dead_slots == 2  # tool_7, old tool_3
+    found = engine.shortlist("big", "counts zebras on the savanna", scorer="dense", k=1)
+    assert found.tools[0].name == "zebra_tool"
+    assert engine.shortlist("big", "volcanoes and lava", scorer="dense", k=1).tools[0].name == "tool_3"
+    for query in ("handles topic7 and subject7", "topic7"):
+        names = [t.name for t in engine.shortlist("big", query, scorer="dense", k=50).tools]
+        assert "tool_7" not in names and len(names) == 50
+    restarted = ShortlistEngine(small, LocalStore(small.data_dir), hashing_embedder, bor_policy)
+    restarted.load_all()  # a fresh build gives the same answers
+    assert restarted.snapshot("big").dense.dead_slots == 0
+    assert restarted.shortlist("big", "counts zebras on the savanna", scorer="dense", k=1).tools[0].name == "zebra_tool"
