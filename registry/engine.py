@@ -33,7 +33,7 @@ from registry.errors import (
     ValidationFailed,
     VersionConflict,
 )
-from registry.feedback import validate_equivalents
+from registry.feedback import ShownShortlist, validate_equivalents
 from registry.index.embed import Embedder
 from registry.index.hybrid import SCORERS, Query, rank
 from registry.index.lexical import tokenize
@@ -95,6 +95,37 @@ class Shortlist:
     tools: list[ShortlistItem]
     timings: dict[str, float] = field(default_factory=dict)
     depth_bias: float | None = None  # the bor policy's operating knob used; None for other policies
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``POST /shortlist`` body (``service.schemas.ShortlistResponse``), timings left out."""
+        return {
+            "shortlist_id": self.shortlist_id,
+            "registry": self.registry,
+            "version": self.version,
+            "policy": self.policy,
+            "scorer": self.scorer,
+            "k": self.k,
+            "n_tools": self.n_tools,
+            "p_rand": self.p_rand,
+            "bor_max_bits": self.bor_max_bits,
+            "depth_bias": self.depth_bias,
+            "tools": [
+                {"name": t.name, "rank": t.rank, "score": t.score, "definition": t.definition}
+                for t in self.tools
+            ],
+        }
+
+    def shown(self, created: float) -> ShownShortlist:
+        """What the feedback memory keeps of this shortlist, served at ``created``."""
+        return ShownShortlist(
+            shortlist_id=self.shortlist_id,
+            registry=self.registry,
+            version=self.version,
+            n_tools=self.n_tools,
+            k=self.k,
+            shown=tuple(t.name for t in self.tools),
+            created=created,
+        )
 
 
 class _AlreadyExists(Exception):
