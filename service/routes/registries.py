@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request, Response
@@ -21,6 +22,7 @@ from service.schemas import (
     ToolReport,
     error_responses,
 )
+from service.state import ServiceState
 
 # Reads and writes are separate routers so that create_app can guard each with its own token.
 router = APIRouter(prefix="/registries", tags=["registries"])
@@ -71,6 +73,16 @@ def _out(info: RegistryInfo) -> RegistryInfoOut:
     return RegistryInfoOut(registry=info.registry, version=info.version, tools=info.tools)
 
 
+async def _write(
+    write: Callable[[str, Any], RegistryInfo], registry: str, request: Request, state: ServiceState
+) -> RegistryInfoOut:
+    """Parse the body off the event loop, apply ``write`` (an engine method), publish the change."""
+    payload = await _json_body(request)
+    info = await run_in_threadpool(write, registry, payload)
+    state.registry_changed(info.registry, info.version, info.tools)
+    return _out(info)
+
+
 @admin_router.put(
     "/{registry}",
     response_model=RegistryInfoOut,
@@ -81,10 +93,7 @@ async def put_registry(
     registry: RegistryPath, request: Request, engine: EngineDep, state: StateDep
 ) -> RegistryInfoOut:
     """Replace a registry's tools (creating it if needed); the version increases."""
-    payload = await _json_body(request)
-    info = await run_in_threadpool(engine.put_registry, registry, payload)
-    state.registry_changed(info.registry, info.version, info.tools)
-    return _out(info)
+    return await _write(engine.put_registry, registry, request, state)
 
 
 @admin_router.post(
@@ -97,10 +106,7 @@ async def upsert_tools(
     registry: RegistryPath, request: Request, engine: EngineDep, state: StateDep
 ) -> RegistryInfoOut:
     """Add or replace tools by name, keeping the rest; creates the registry if missing."""
-    payload = await _json_body(request)
-    info = await run_in_threadpool(engine.upsert_tools, registry, payload)
-    state.registry_changed(info.registry, info.version, info.tools)
-    return _out(info)
+    return await _write(engine.upsert_tools, registry, request, state)
 
 
 @router.get("", response_model=RegistryList, responses=error_responses(503))
