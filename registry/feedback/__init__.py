@@ -50,6 +50,7 @@ from registry.feedback.log import (
     LocalFeedbackLog,
     LogCompacted,
     SharedFeedbackLog,
+    parse_checkpoint,
 )
 from registry.feedback.recorder import FeedbackListener, FeedbackRecorder
 
@@ -74,6 +75,7 @@ __all__ = [
     "ToolEfficiency",
     "WindowStats",
     "build_event",
+    "parse_checkpoint",
     "parse_feedback",
     "validate_equivalents",
 ]

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from registry.errors import ArtifactError
 from registry.feedback.counts import ToolEfficiency
@@ -80,6 +81,26 @@ class SharedFeedbackLog(CompactableFeedbackLog, Protocol):
 
 CHECKPOINT_FORMAT = 1
 _GENERATION_KEY = "log_generation"
+
+
+def parse_checkpoint(
+    raw: bytes | str, where: str, position: Callable[[dict[str, Any]], object], details: dict[str, Any]
+) -> dict[str, Any]:
+    """A validated compaction checkpoint: format, tool-efficiency state, and the log position
+    it covers (``position`` reads it and raises on a bad one).
+
+    Raises:
+        ArtifactError: naming ``where``; counts built on a broken checkpoint would be wrong.
+    """
+    try:
+        doc = json.loads(raw)
+        if doc.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"format {doc.get('format')!r}, expected {CHECKPOINT_FORMAT}")
+        ToolEfficiency.from_state(doc["efficiency"])
+        position(doc)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ArtifactError(f"feedback checkpoint {where} is unreadable: {exc}", details) from exc
+    return cast(dict[str, Any], doc)
 
 
 def _event_line(event: FeedbackEvent) -> bytes:
@@ -167,18 +188,12 @@ class LocalFeedbackLog:
             return None
         except OSError as exc:
             raise ArtifactError(f"cannot read feedback checkpoint {self.checkpoint_path}: {exc}") from exc
-        try:
-            doc = json.loads(raw)
-            if doc.get("format") != CHECKPOINT_FORMAT:
-                raise ValueError(f"format {doc.get('format')!r}, expected {CHECKPOINT_FORMAT}")
-            ToolEfficiency.from_state(doc["efficiency"])
-            int(doc[_GENERATION_KEY]), int(doc["log_offset"])
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise ArtifactError(
-                f"feedback checkpoint {self.checkpoint_path} is unreadable: {exc}",
-                {"path": str(self.checkpoint_path)},
-            ) from exc
-        return doc
+        return parse_checkpoint(
+            raw,
+            str(self.checkpoint_path),
+            lambda doc: (int(doc[_GENERATION_KEY]), int(doc["log_offset"])),
+            {"path": str(self.checkpoint_path)},
+        )
 
     def _replay_start(self, header: int) -> int:
         """Byte offset of the first event the checkpoint does not already count."""
@@ -382,8 +397,6 @@ class LocalFeedbackLog:
             return folded
 
     def _archive(self, generation: int, start: int, end: int) -> None:
-        import gzip
-
         assert self.archive_dir is not None
         self.archive_dir.mkdir(exist_ok=True)
         with open(self.path, "rb") as src:
@@ -394,8 +407,6 @@ class LocalFeedbackLog:
 
     def archived_events(self) -> Iterator[FeedbackEvent]:
         """Every archived (compacted) event, oldest first (e.g. to build training data)."""
-        import gzip
-
         if self.archive_dir is None or not self.archive_dir.is_dir():
             return
         for file in sorted(self.archive_dir.glob("events-*.jsonl.gz")):

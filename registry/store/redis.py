@@ -39,13 +39,14 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from registry.errors import ArtifactError, ShortlistNotFound, StoreUnavailable, VersionConflict
+from registry.errors import ShortlistNotFound, StoreUnavailable, VersionConflict
 from registry.feedback import (
     CHECKPOINT_FORMAT,
     FeedbackEvent,
     LogCompacted,
     ShownShortlist,
     ToolEfficiency,
+    parse_checkpoint,
 )
 from registry.store.base import RegistryRecord
 
@@ -492,6 +493,7 @@ class RedisFeedbackLog(_RedisBase):
         super().__init__(client, prefix, health)
         self.stream = self._key("feedback")
         self.checkpoint_key = self._key("feedback:checkpoint")
+        self.checkpoint_id_key = self._key("feedback:checkpoint:last-id")  # read every tick
         self.lock_key = self._key("feedback:compacting")
         self.origin = uuid.uuid4().hex.encode()
         self._position: bytes | None = None  # None: start at the checkpoint
@@ -521,18 +523,16 @@ class RedisFeedbackLog(_RedisBase):
             raw = self.client.get(self.checkpoint_key)
         if raw is None:
             return None
-        try:
-            doc = json.loads(raw)
-            if doc.get("format") != CHECKPOINT_FORMAT:
-                raise ValueError(f"format {doc.get('format')!r}, expected {CHECKPOINT_FORMAT}")
-            ToolEfficiency.from_state(doc["efficiency"])
-            _stream_id(doc["last_id"])
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise ArtifactError(
-                f"feedback checkpoint {self.checkpoint_key} in Redis is unreadable: {exc}",
-                {"key": self.checkpoint_key},
-            ) from exc
-        return cast(dict[str, Any], doc)
+        return parse_checkpoint(
+            raw, f"{self.checkpoint_key} in Redis", lambda doc: _stream_id(doc["last_id"]),
+            {"key": self.checkpoint_key},
+        )
+
+    def _checkpoint_id(self) -> bytes | None:
+        """The last stream id the checkpoint covers (a small key: no need to parse the counts)."""
+        with self._call("read checkpoint", FEEDBACK_DOWN):
+            raw = self.client.get(self.checkpoint_id_key)
+        return None if raw is None else bytes(raw)
 
     def checkpoint_state(self) -> dict[str, Any] | None:
         doc = self._checkpoint()
@@ -550,8 +550,8 @@ class RedisFeedbackLog(_RedisBase):
 
     def replay(self) -> Iterator[FeedbackEvent]:
         """Every event after the checkpoint (whose counts :meth:`checkpoint_state` gives)."""
-        doc = self._checkpoint()
-        start = b"(" + doc["last_id"].encode() if doc else b"-"
+        last = self._checkpoint_id()
+        start = b"(" + last if last else b"-"
         while True:
             page = self._page(start, 1000)
             for entry_id, fields in page:
@@ -564,12 +564,12 @@ class RedisFeedbackLog(_RedisBase):
 
     def read_new(self, limit: int = 1000, *, include_own: bool = False) -> list[FeedbackEvent]:
         with self._read_lock:
-            doc = self._checkpoint()
+            last = self._checkpoint_id()
             if self._position is None:
-                self._position = doc["last_id"].encode() if doc else b"0-0"
-            elif doc is not None and _stream_id(self._position) < _stream_id(doc["last_id"]):
+                self._position = last or b"0-0"
+            elif last is not None and _stream_id(self._position) < _stream_id(last):
                 raise LogCompacted(
-                    f"feedback stream compacted up to {doc['last_id']}, this replica read up to "
+                    f"feedback stream compacted up to {last.decode()}, this replica read up to "
                     f"{self._position.decode()}"
                 )
             while True:
@@ -631,7 +631,8 @@ class RedisFeedbackLog(_RedisBase):
             with self._call("compact", FEEDBACK_DOWN):
                 # the checkpoint first: a crash before the trim leaves entries it already counts,
                 # and every reader starts after its last_id
-                self.client.set(self.checkpoint_key, json.dumps(checkpoint, separators=(",", ":")))
+                self.client.mset({self.checkpoint_key: json.dumps(checkpoint, separators=(",", ":")),
+                                  self.checkpoint_id_key: last})  # one atomic write
                 self.client.xtrim(self.stream, minid=f"{ms}-{seq + 1}", approximate=False)
             log.info("feedback stream %s: compacted %d entries up to %s", self.stream, folded, last.decode())
             return folded
