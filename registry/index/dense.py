@@ -26,22 +26,30 @@ class DenseIndex:
     """
 
     def __init__(self, embeddings: np.ndarray, *, hnsw_min_tools: int) -> None:
-        self.embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
-        n, dim = self.embeddings.shape
-        self.kind = "hnsw" if n >= hnsw_min_tools else "flat"
-        if self.kind == "hnsw":
+        embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
+        n, dim = embeddings.shape
+        kind = "hnsw" if n >= hnsw_min_tools else "flat"
+        if kind == "hnsw":
             index = faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
             index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
             index.hnsw.efSearch = HNSW_EF_SEARCH
         else:
             index = faiss.IndexFlatIP(dim)
         if n:
-            index.add(self.embeddings)
+            index.add(embeddings)
+        self._assemble(embeddings, kind, index, np.arange(n, dtype=np.int64))
+
+    def _assemble(self, embeddings: np.ndarray, kind: str, index: faiss.Index, slot_tool: np.ndarray) -> None:
+        self.embeddings = embeddings
+        self.kind = kind
         self._index = index
         # slot (vector id in the FAISS index) -> tool position, -1 for a dead slot
-        self._slot_tool = np.arange(n, dtype=np.int64)
+        self._slot_tool = slot_tool
         self._live_bits: np.ndarray | None = None  # kept alive: the selector points into it
         self._selector: faiss.IDSelector | None = None
+        if (slot_tool < 0).any():
+            self._live_bits = np.packbits(slot_tool >= 0, bitorder="little")
+            self._selector = faiss.IDSelectorBitmap(slot_tool.size, faiss.swig_ptr(self._live_bits))
 
     @classmethod
     def updated(
@@ -88,16 +96,8 @@ class DenseIndex:
         index = faiss.clone_index(previous._index)
         if new_rows.size:
             index.add(embeddings[new_rows])
-        out = cls.__new__(cls)
-        out.embeddings = embeddings
-        out.kind = "hnsw"
-        out._index = index
-        out._slot_tool = slot_tool
-        out._live_bits = None
-        out._selector = None
-        if (slot_tool < 0).any():
-            out._live_bits = np.packbits(slot_tool >= 0, bitorder="little")
-            out._selector = faiss.IDSelectorBitmap(n_slots, faiss.swig_ptr(out._live_bits))
+        out = cls.__new__(cls)  # the graph is already built: skip __init__
+        out._assemble(embeddings, "hnsw", index, slot_tool)
         return out
 
     def __len__(self) -> int:
