@@ -29,6 +29,7 @@ from registry.feedback import (  # noqa: E402
     FeedbackRecorder,
     LiveWindow,
     LocalFeedbackLog,
+    ShortlistMemory,
     ShownShortlist,
     ToolEfficiency,
     build_event,
@@ -53,16 +54,12 @@ def make_events(n: int, start: float, hours: float, seed: int = 0) -> list:
 def restore(path: Path, now: float) -> tuple[float, dict]:
     started = time.perf_counter()
     log = LocalFeedbackLog(path)
-    rec = FeedbackRecorder(_NoMemory(), log, LiveWindow(3600, clock=lambda: now), ToolEfficiency(),
+    rec = FeedbackRecorder(ShortlistMemory(), log, LiveWindow(3600, clock=lambda: now), ToolEfficiency(),
                            clock=lambda: now)
     rec.restore()
     seconds = time.perf_counter() - started
     log.close()
     return seconds, rec.efficiency.to_state()
-
-
-class _NoMemory:
-    """restore() never touches the shortlist memory."""
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ from registry.feedback import (
     FeedbackRecorder,
     LiveWindow,
     LocalFeedbackLog,
+    ShortlistMemory,
     ShownShortlist,
     ToolCall,
     ToolEfficiency,
@@ -196,7 +197,7 @@ def test_recorder_compacts_past_the_threshold_and_restores_the_same_report(tmp_p
     now = [100_000.0]
     window = LiveWindow(3600, clock=lambda: now[0])
     log = LocalFeedbackLog.in_data_dir(tmp_path)
-    rec = FeedbackRecorder(_Memory(), log, window, ToolEfficiency(), clock=lambda: now[0],
+    rec = FeedbackRecorder(ShortlistMemory(10**9), log, window, ToolEfficiency(), clock=lambda: now[0],
                            compact_after_events=20, compact_margin_seconds=60,
                            min_compact_interval_seconds=0)
     for i in range(30):
@@ -211,36 +212,16 @@ def test_recorder_compacts_past_the_threshold_and_restores_the_same_report(tmp_p
     assert rec.compactions >= 1 and log.pending_events() < 31
     report = rec.efficiency.report("r")
     log.close()
-    again = FeedbackRecorder(_Memory(), LocalFeedbackLog.in_data_dir(tmp_path),
+    again = FeedbackRecorder(ShortlistMemory(), LocalFeedbackLog.in_data_dir(tmp_path),
                              LiveWindow(3600, clock=lambda: now[0]), ToolEfficiency(), clock=lambda: now[0])
     again.restore()
     assert again.efficiency.report("r") == report and report["events"] == 31
     assert again.window.stats("r", "exact").events == window.stats("r", "exact").events == 1
 
 
-class _Memory:
-    """Remembers every shortlist forever (what the recorder needs from it, nothing more)."""
-
-    def __init__(self) -> None:
-        self.marked: set[str] = set()
-
-    def remember(self, shortlist: ShownShortlist) -> None:
-        pass
-
-    def get(self, shortlist_id: str) -> ShownShortlist:
-        return ShownShortlist(shortlist_id, "r", 1, 20, 2, ("get_weather", "send_email"), 0.0)
-
-    def mark_feedback(self, shortlist_id: str) -> bool:
-        if shortlist_id in self.marked:
-            return False
-        self.marked.add(shortlist_id)
-        return True
-
-    def unmark_feedback(self, shortlist_id: str) -> None:
-        self.marked.discard(shortlist_id)
-
-
 def _submit(rec: FeedbackRecorder, sid: str) -> None:
+    """Serve a shortlist (remembered in the recorder's real memory), then report on it."""
+    rec.remember(ShownShortlist(sid, "r", 1, 20, 2, ("get_weather", "send_email"), time.time()))
     rec.submit(sid, ["get_weather"], [{"tool": "get_weather", "useful": True}], True,
                known_tools=lambda r: {"get_weather", "send_email"}, equivalence=lambda r: EquivalenceClasses())
 
@@ -256,9 +237,10 @@ def redis_client(redis_server):
 
 
 def _redis_recorder(client, prefix: str, clock=time.time) -> FeedbackRecorder:
-    from registry.store.redis import RedisFeedbackLog
+    from registry.store.redis import RedisFeedbackLog, RedisShortlistMemory
 
-    return FeedbackRecorder(_Memory(), RedisFeedbackLog(client, prefix), LiveWindow(3600, clock=clock),
+    return FeedbackRecorder(RedisShortlistMemory(client, 600, prefix), RedisFeedbackLog(client, prefix),
+                            LiveWindow(3600, clock=clock),
                             ToolEfficiency(), clock=clock, min_compact_interval_seconds=0)
 
 
