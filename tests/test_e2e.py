@@ -105,3 +105,42 @@ def test_depth_bias_knob_on_the_real_model(server_factory):
         assert default["tools"][0]["name"] == KNOWN[query]
     assert set(means[-10.0]) == {1} and set(means[10.0]) == {12}
     assert sum(means[-1.0]) < sum(means[1.0])
+
+
+def test_writes_to_an_hnsw_registry_with_the_real_model(server_factory):
+    """The demo registry served from HNSW (SHORTLIST_HNSW_MIN_TOOLS=10) with real MiniLM: after an
+    upsert, a changed description and a delete (graph derived, old slots masked) every query
+    still finds its tool, the new one is found, the deleted one never comes back, and a
+    restart (graph rebuilt from scratch) answers the same."""
+    tools = json.loads((ROOT / "examples" / "demo_tools.json").read_text())
+    server = server_factory(hnsw_min_tools="10")
+    url = server.url
+    httpx.put(f"{url}/registries/h", json=tools, timeout=60).raise_for_status()
+    new = {"name": "zebra_census", "description": "Count the zebras seen in a national park survey."}
+    httpx.post(f"{url}/registries/h/tools", json=[new], timeout=60).raise_for_status()
+    changed = {"name": "book_flight", "description": "Reserve a table at a restaurant for tonight."}
+    httpx.post(f"{url}/registries/h/tools", json=[changed], timeout=60).raise_for_status()
+    httpx.delete(f"{url}/registries/h/tools/send_email", timeout=60).raise_for_status()
+
+    def top(query: str, k: int = 1) -> list[str]:
+        body = {"registry": "h", "query": query, "scorer": "dense", "k": k}
+        return [t["name"] for t in httpx.post(f"{url}/shortlist", json=body).json()["tools"]]
+
+    def answers() -> dict[str, list[str]]:
+        queries = {q: top(q) for q, gold in KNOWN.items() if gold not in ("send_email", "book_flight")}
+        queries["how many zebras are in the park?"] = top("how many zebras are in the park?")
+        queries["book a restaurant table tonight"] = top("book a restaurant table tonight")
+        return queries
+
+    before = answers()
+    for query, gold in KNOWN.items():
+        if gold not in ("send_email", "book_flight"):
+            assert before[query] == [gold], query
+    assert before["how many zebras are in the park?"] == ["zebra_census"]
+    assert before["book a restaurant table tonight"] == ["book_flight"]
+    assert "send_email" not in top("email the quarterly report to bob@example.com", k=29)
+    assert len(top("anything at all", k=50)) == 30  # 30 demo tools + 1 new - 1 deleted
+    server.stop(signal.SIGTERM)
+    again = server_factory(hnsw_min_tools="10")
+    url = again.url
+    assert answers() == before
