@@ -335,15 +335,7 @@ def _check_name(
         got = "an empty string" if name == "" else _json_type(name)
         problems.add(i, label, where, f"must be a non-empty string, got {got}")
         return None
-    ok = True
-    if len(name) > limits.max_name_chars:
-        problems.add(
-            i,
-            label,
-            where,
-            f"must be at most {limits.max_name_chars} characters, got {len(name)}",
-        )
-        ok = False
+    ok = not _too_long(i, label, where, name, limits.max_name_chars, problems)
     bad = _CONTROL.search(name)
     if bad:
         problems.add(
@@ -372,15 +364,17 @@ def _check_description(
     if not isinstance(description, str):
         problems.add(i, label, where, f"must be a string, got {_json_type(description)}")
         return None
-    if len(description) > limits.max_description_chars:
-        problems.add(
-            i,
-            label,
-            where,
-            f"must be at most {limits.max_description_chars} characters, got {len(description)}",
-        )
+    if _too_long(i, label, where, description, limits.max_description_chars, problems):
         return None
     return description
+
+
+def _too_long(i: int, label: str | None, where: str, text: str, limit: int, problems: _Problems) -> bool:
+    """Record a problem when ``text`` exceeds ``limit`` characters; True if it does."""
+    if len(text) <= limit:
+        return False
+    problems.add(i, label, where, f"must be at most {limit} characters, got {len(text)}")
+    return True
 
 
 def validate_registry_name(name: str) -> str:
