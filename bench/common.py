@@ -25,10 +25,73 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def rss_mib(pid: int) -> float:
+    """Resident memory of a process in MiB (``nan`` if /proc does not say)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 @dataclass(frozen=True)
 class RunningServer:
     url: str
     pid: int
+
+
+class Server:
+    """One `shortlist serve` process on a free loopback port; call :meth:`wait_ready` next.
+
+    Keyword arguments become ``SHORTLIST_<NAME>`` settings; output goes to ``log_path`` (or is
+    discarded).
+    """
+
+    def __init__(
+        self, embedder_cache: Path, data_dir: Path, *, log_path: Path | None = None, **settings: str
+    ) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = dict(
+            os.environ,
+            SHORTLIST_PORT=str(self.port),
+            SHORTLIST_DATA_DIR=str(data_dir),
+            SHORTLIST_EMBEDDER_CACHE_DIR=str(embedder_cache),
+            SHORTLIST_DEMO_REGISTRY="",
+            HF_HUB_OFFLINE="1",
+            **{f"SHORTLIST_{key.upper()}": value for key, value in settings.items()},
+        )
+        self._log = open(log_path, "wb") if log_path else None  # a file: a full pipe would block
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "serve", "--log-level", "warning"],
+            env=env, cwd=ROOT, stdout=self._log or subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def wait_ready(self, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"server not ready after {timeout:.0f} s")
+            time.sleep(0.1)
+
+    def stop(self, *, kill: bool = False) -> None:
+        if kill:
+            self.proc.kill()
+        else:
+            self.proc.terminate()
+        self.proc.wait(30)
+        if self._log is not None:
+            self._log.close()
 
 
 @contextlib.contextmanager
@@ -40,35 +103,9 @@ def serve(
     Keyword arguments become ``SHORTLIST_<NAME>`` settings.
     """
     with tempfile.TemporaryDirectory() as tmp:
-        port = free_port()
-        env = dict(
-            os.environ,
-            SHORTLIST_PORT=str(port),
-            SHORTLIST_DATA_DIR=str(data_dir or tmp),
-            SHORTLIST_EMBEDDER_CACHE_DIR=str(embedder_cache),
-            SHORTLIST_DEMO_REGISTRY="",
-            HF_HUB_OFFLINE="1",
-            **{f"SHORTLIST_{key.upper()}": value for key, value in settings.items()},
-        )
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve", "--log-level", "warning"],
-            env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        url = f"http://127.0.0.1:{port}"
+        server = Server(embedder_cache, data_dir or Path(tmp), **settings)
         try:
-            deadline = time.monotonic() + 300
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"server exited with {proc.returncode}")
-                try:
-                    if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise TimeoutError("server not ready after 300 s")
-                time.sleep(0.2)
-            yield RunningServer(url=url, pid=proc.pid)
+            server.wait_ready()
+            yield RunningServer(url=server.url, pid=server.pid)
         finally:
-            proc.terminate()
-            proc.wait(30)
+            server.stop()

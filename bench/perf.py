@@ -32,7 +32,7 @@ import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DEFAULT_EMBEDDER_CACHE, ROOT, serve  # noqa: E402
+from common import DEFAULT_EMBEDDER_CACHE, ROOT, rss_mib, serve  # noqa: E402
 
 VERBS = "get list create update delete search find fetch compute convert send schedule cancel export import validate summarize translate track book".split()
 NOUNS = "invoice order customer ticket flight hotel payment report user account shipment forecast quote document image video playlist contract lead campaign recipe".split()
@@ -73,13 +73,6 @@ def real_queries(data_root: Path, limit: int = 500) -> list[str]:
             queries += [json.loads(line)["query"] for line in handle][:limit // 3 + 1]
     random.Random(0).shuffle(queries)
     return queries[:limit]
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def stage_means(before: str, after: str) -> dict[str, float]:
@@ -175,7 +168,7 @@ def bench_size(n_tools: int, tools: list[dict], queries: list[str], args, workdi
             load = run_wrk(server.url, bodies, script, concurrency, args.duration)
             after = client.get("/metrics").text
             result[f"c{concurrency}"] = {**load, "stages": stage_means(before, after)}
-        result["rss_mb"] = rss_mb(server.pid)
+        result["rss_mb"] = rss_mib(server.pid)
     shutil.rmtree(data_dir, ignore_errors=True)
     return result
 

@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,6 +33,9 @@ from typing import Any
 
 import httpx
 import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import Server, free_port, rss_mib  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 QUERIES = [
@@ -47,19 +48,6 @@ QUERIES = [
     "look up the lyrics of a song",
     "show me football match results from yesterday",
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
 
 
 def start_redis(directory: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -82,46 +70,9 @@ def start_redis(directory: Path) -> tuple[subprocess.Popen[bytes], str]:
     raise RuntimeError("redis-server did not start")
 
 
-class Replica:
-    def __init__(self, name: str, base: Path, redis_url: str, embedder_cache: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(
-            os.environ,
-            HF_HUB_OFFLINE="1",
-            SHORTLIST_PORT=str(self.port),
-            SHORTLIST_DATA_DIR=str(base / name),
-            SHORTLIST_EMBEDDER_CACHE_DIR=str(embedder_cache),
-            SHORTLIST_DEMO_REGISTRY="",
-            SHORTLIST_REDIS_URL=redis_url,
-        )
-        self.log = open(base / f"{name}.log", "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve", "--log-level", "warning"],
-            env=env, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
-        )
-
-    def wait_ready(self, timeout: float = 180) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"replica exited; see {self.log.name}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        raise TimeoutError("replica not ready")
-
-    def version(self, registry: str) -> int | None:
-        body = httpx.get(f"{self.url}/registries", timeout=5).json()
-        return next((r["version"] for r in body["registries"] if r["registry"] == registry), None)
-
-    def stop(self) -> None:
-        self.proc.kill()
-        self.proc.wait(10)
-        self.log.close()
+def served_version(server: Server, registry: str) -> int | None:
+    body = httpx.get(f"{server.url}/registries", timeout=5).json()
+    return next((r["version"] for r in body["registries"] if r["registry"] == registry), None)
 
 
 def big_registry(n: int, toolbench: Path | None) -> list[dict[str, Any]]:
@@ -146,12 +97,12 @@ def big_registry(n: int, toolbench: Path | None) -> list[dict[str, Any]]:
     return tools
 
 
-def lag(a: Replica, b: Replica, registry: str, write: Any, poll: float = 0.002) -> float:
+def lag(a: Server, b: Server, registry: str, write: Any, poll: float = 0.002) -> float:
     response = write()
     acked = time.perf_counter()
     response.raise_for_status()
     version = response.json()["version"]
-    while b.version(registry) != version:
+    while served_version(b, registry) != version:
         if time.perf_counter() - acked > 30:
             raise TimeoutError(f"B never served version {version} of {registry}")
         time.sleep(poll)
@@ -181,20 +132,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         redis_proc, redis_url = start_redis(base)
-        a = Replica("a", base, redis_url, args.embedder_cache)
-        b = Replica("b", base, redis_url, args.embedder_cache)
+        a, b = (Server(args.embedder_cache, base / name, log_path=base / f"{name}.log", redis_url=redis_url)
+                for name in ("a", "b"))
         try:
             a.wait_ready()
             b.wait_ready()
             time.sleep(1)
-            results["rss_idle_mib"] = {"a": rss_mib(a.proc.pid), "b": rss_mib(b.proc.pid)}
+            results["rss_idle_mib"] = {"a": rss_mib(a.pid), "b": rss_mib(b.pid)}
 
             t0 = time.perf_counter()
             r = httpx.put(f"{a.url}/registries/big", json=big, timeout=1800)
             r.raise_for_status()
             results["upload_seconds"] = time.perf_counter() - t0  # A embeds every tool
             t1 = time.perf_counter()
-            while b.version("big") != 1:
+            while served_version(b, "big") != 1:
                 time.sleep(0.002)
             results["first_load_lag_seconds"] = time.perf_counter() - t1  # B: from Redis
 
@@ -213,17 +164,17 @@ def main() -> None:
             results["lag_big"] = summary(lags_big)
             results["lag_small_raw_ms"] = [round(x * 1000, 2) for x in lags_small]
             results["lag_big_raw_ms"] = [round(x * 1000, 2) for x in lags_big]
-            results["rss_loaded_mib"] = {"a": rss_mib(a.proc.pid), "b": rss_mib(b.proc.pid)}
+            results["rss_loaded_mib"] = {"a": rss_mib(a.pid), "b": rss_mib(b.pid)}
             for i in range(500):
                 for replica in (a, b):
                     httpx.post(f"{replica.url}/shortlist",
                                json={"registry": "big", "query": QUERIES[i % len(QUERIES)]}).raise_for_status()
-            results["rss_after_queries_mib"] = {"a": rss_mib(a.proc.pid), "b": rss_mib(b.proc.pid)}
+            results["rss_after_queries_mib"] = {"a": rss_mib(a.pid), "b": rss_mib(b.pid)}
             info = redis.Redis.from_url(redis_url).info("memory")
             results["redis_used_memory_mib"] = info["used_memory"] / 2**20
         finally:
-            a.stop()
-            b.stop()
+            a.stop(kill=True)
+            b.stop(kill=True)
             redis_proc.kill()
             redis_proc.wait(10)
 

@@ -21,8 +21,8 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DEFAULT_EMBEDDER_CACHE, ROOT, serve  # noqa: E402
-from perf import real_queries, real_tools, rss_mb, synthetic_tools  # noqa: E402
+from common import DEFAULT_EMBEDDER_CACHE, ROOT, rss_mib, serve  # noqa: E402
+from perf import real_queries, real_tools, synthetic_tools  # noqa: E402
 
 
 def main() -> None:
@@ -88,7 +88,7 @@ def main() -> None:
             print("  t(s)  RSS(MB)  requests")
             while any(t.is_alive() for t in threads):
                 time.sleep(10)
-                samples.append((time.monotonic() - start, rss_mb(server.pid)))
+                samples.append((time.monotonic() - start, rss_mib(server.pid)))
                 print(f"{samples[-1][0]:6.0f}  {samples[-1][1]:7.1f}  {len(latencies):8d}", flush=True)
     arr = np.array(latencies) * 1000
     half = [rss for t, rss in samples if t >= samples[-1][0] / 2]

@@ -15,7 +15,6 @@ embedder made the vectors. Also checks the derived snapshot answers like a rebui
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 import tempfile
 import time
@@ -26,25 +25,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(ROOT / "bench"))
+from perf import synthetic_tools  # noqa: E402
+
 from registry.depth.policies import OnnxDepthPolicy  # noqa: E402
 from registry.engine import ShortlistEngine  # noqa: E402
 from registry.index.embed import HashingEmbedder  # noqa: E402
 from registry.settings import Settings  # noqa: E402
 from registry.snapshot import build_snapshot  # noqa: E402
 from registry.store.local import LocalStore  # noqa: E402
-
-
-def synthetic_tools(n: int, seed: int = 0) -> list[dict]:
-    rng = random.Random(seed)
-    verbs = ["get", "list", "create", "update", "delete", "search", "send", "convert", "book", "cancel"]
-    nouns = [f"thing{i}" for i in range(3000)]
-    return [
-        {
-            "name": f"{rng.choice(verbs)}_{rng.choice(nouns)}_{i}",
-            "description": " ".join(rng.choice(nouns) for _ in range(12)) + f" for account {i % 97}",
-        }
-        for i in range(n)
-    ]
 
 
 def best(fn, repeat: int) -> float:
