@@ -128,10 +128,6 @@ class Shortlist:
         )
 
 
-class _AlreadyExists(Exception):
-    """Internal: :meth:`ShortlistEngine.create_registry` found the registry already there."""
-
-
 def _equivalents_field(payload: Any) -> Any:
     return payload.get("equivalents") if isinstance(payload, dict) else None
 
@@ -275,7 +271,7 @@ class ShortlistEngine:
         validate_registry_name(registry)
         tools = parse_tools(payload, self.limits)
         equivalents = validate_equivalents(_equivalents_field(payload), {t.name for t in tools})
-        return self._write(registry, lambda current: (tools, equivalents))
+        return self._apply(registry, lambda current: (tools, equivalents))
 
     def create_registry(self, registry: str, payload: Any) -> RegistryInfo | None:
         """Like :meth:`put_registry`, but only if the registry does not exist yet, on this
@@ -288,15 +284,8 @@ class ShortlistEngine:
         tools = parse_tools(payload, self.limits)
         equivalents = validate_equivalents(_equivalents_field(payload), {t.name for t in tools})
 
-        def change(current: Snapshot | None) -> tuple[list[Tool], Any]:
-            if current is not None:
-                raise _AlreadyExists
-            return tools, equivalents
-
-        try:
-            return self._write(registry, change)
-        except _AlreadyExists:
-            return None
+        # decided after the sync inside _write: a replica may have created it meanwhile
+        return self._write(registry, lambda current: None if current is not None else (tools, equivalents))
 
     def upsert_tools(self, registry: str, payload: Any) -> RegistryInfo:
         """Add or replace tools by name, keeping the others; creates the registry if missing.
@@ -322,7 +311,7 @@ class ShortlistEngine:
             equivalents = validate_equivalents(kept + added, merged) if added else kept
             return tools, equivalents
 
-        return self._write(registry, change)
+        return self._apply(registry, change)
 
     def delete_registry(self, registry: str) -> None:
         with self._lock(registry):
@@ -347,7 +336,7 @@ class ShortlistEngine:
             )
             return tools, equivalents
 
-        return self._write(registry, change)
+        return self._apply(registry, change)
 
     # -- queries --------------------------------------------------------------------------------
 
@@ -544,14 +533,23 @@ class ShortlistEngine:
         self._install(snap)
         return RegistryInfo(registry, version, len(tools))
 
-    def _write(
+    def _apply(
         self, registry: str, change: Callable[[Snapshot | None], tuple[list[Tool], Any]]
     ) -> RegistryInfo:
+        """:meth:`_write` for a change that always writes."""
+        info = self._write(registry, change)
+        assert info is not None
+        return info
+
+    def _write(
+        self, registry: str, change: Callable[[Snapshot | None], tuple[list[Tool], Any] | None]
+    ) -> RegistryInfo | None:
         """Apply ``change`` to the registry's current snapshot and commit the result.
 
         With a shared store the current snapshot is first brought in line with the store, and a
         commit that loses a version race (another replica saved first) is redone on top of the
-        winner's version.
+        winner's version. ``change`` returning ``None`` means "nothing to write" (checked
+        against the synced state): nothing is committed and ``None`` is returned.
         """
         with self._lock(registry):
             floor = 0
@@ -564,8 +562,10 @@ class ShortlistEngine:
                 current = self._snapshots.get(registry)
                 try:
                     version = max(self._next_version(registry, current), floor)
-                    tools, equivalents = change(current)
-                    return self._commit(registry, version, tools, equivalents)
+                    changed = change(current)
+                    if changed is None:
+                        return None
+                    return self._commit(registry, version, *changed)
                 except VersionConflict as exc:
                     log.info("registry %r: %s", registry, exc.message)
                     conflict = exc
