@@ -128,6 +128,20 @@ class Shortlist:
         )
 
 
+def _depth_bias_problem(depth_bias: Any, k: int | None, policy: str) -> str | None:
+    """What is wrong with a request's ``depth_bias`` (``None``: nothing, or none was sent)."""
+    if depth_bias is None:
+        return None
+    number = isinstance(depth_bias, (int, float)) and not isinstance(depth_bias, bool)
+    if not (number and math.isfinite(depth_bias) and abs(depth_bias) <= MAX_DEPTH_BIAS):
+        return f"must be a number between {-MAX_DEPTH_BIAS:g} and {MAX_DEPTH_BIAS:g} bits, got {depth_bias!r}"
+    if k is not None:
+        return "tunes the 'bor' policy; it has no effect with k (a fixed depth)"
+    if policy != "bor":
+        return f"tunes the 'bor' policy only; this request uses {policy!r}"
+    return None
+
+
 def _equivalents_field(payload: Any) -> Any:
     return payload.get("equivalents") if isinstance(payload, dict) else None
 
@@ -452,18 +466,9 @@ class ShortlistEngine:
             problems.append(
                 {"field": "scorer", "message": f"unknown scorer {scorer_name!r}; use one of {list(SCORERS)}"}
             )
-        if depth_bias is not None:
-            if not (isinstance(depth_bias, (int, float)) and not isinstance(depth_bias, bool)
-                    and math.isfinite(depth_bias) and abs(depth_bias) <= MAX_DEPTH_BIAS):
-                problems.append({"field": "depth_bias",
-                                 "message": f"must be a number between {-MAX_DEPTH_BIAS:g} and "
-                                            f"{MAX_DEPTH_BIAS:g} bits, got {depth_bias!r}"})
-            elif k is not None:
-                problems.append({"field": "depth_bias",
-                                 "message": "tunes the 'bor' policy; it has no effect with k (a fixed depth)"})
-            elif policy_name != "bor":
-                problems.append({"field": "depth_bias",
-                                 "message": f"tunes the 'bor' policy only; this request uses {policy_name!r}"})
+        bias_problem = _depth_bias_problem(depth_bias, k, policy_name)
+        if bias_problem:
+            problems.append({"field": "depth_bias", "message": bias_problem})
         if problems:
             summary = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
             raise ValidationFailed(f"invalid shortlist request: {summary}", problems)
