@@ -327,74 +327,90 @@ class LocalFeedbackLog:
                     raise ValueError(f"feedback log {self.path} is closed")
                 size, start, generation = self._size, self._start, self._generation
             counts = ToolEfficiency.from_state(self.checkpoint_state() or {})
-            cut, folded, lines = start, 0, 0
-            for end, raw in self._lines(start, size):
-                if not raw.endswith(b"\n"):
-                    break
-                try:
-                    event = FeedbackEvent.from_json(json.loads(raw))
-                except (ValueError, KeyError, TypeError):
-                    cut, lines = end, lines + 1  # unreadable: replay skips it too; drop it
-                    continue
-                if event.received >= cutoff:
-                    break
-                counts.add(event)
-                cut, folded, lines = end, folded + 1, lines + 1
+            cut, folded, lines = self._fold_prefix(start, size, cutoff, counts)
             if cut == start:
                 return 0
             if self.archive_dir is not None:
                 # 0. The cut events, before anything forgets them. Named by where they start, so
                 #    a compaction re-run after a crash replaces this file instead of adding one.
                 self._archive(generation, start, cut)
-            previous = self._checkpoint
-            checkpoint = {
-                "format": CHECKPOINT_FORMAT,
-                _GENERATION_KEY: generation,
-                "log_offset": cut,
-                "events_folded": int((previous or {}).get("events_folded", 0)) + folded,
-                "efficiency": counts.to_state(),
-            }
             # 1. The checkpoint now covers [0, cut) of this generation: a crash from here on
-            #    replays from `cut` (the old file) or all of the new file (after step 3).
-            atomic_write_bytes(
-                self.checkpoint_path,
-                json.dumps(checkpoint, separators=(",", ":"), allow_nan=False).encode("utf-8"),
-            )
-            with self._lock:
-                self._checkpoint, self._start = checkpoint, cut
-                self._pending -= lines
-            # 2. The new file: header + the kept suffix, written beside the log.
-            header = (json.dumps({_GENERATION_KEY: generation + 1}) + "\n").encode("utf-8")
-            with open(self._rewrite_path, "wb") as out, open(self.path, "rb") as src:
-                out.write(header)
-                src.seek(cut)
-                copied, kept = cut, 0
-                while copied < size:
-                    chunk = src.read(min(1 << 20, size - copied))
-                    if not chunk:
-                        break
-                    out.write(chunk)
-                    copied += len(chunk)
-                    kept += chunk.count(b"\n")
-                # 3. Under the append lock: what was appended meanwhile, then the rename.
-                with self._lock:
-                    src.seek(size)
-                    tail = src.read(self._size - size)
-                    out.write(tail)
-                    kept += tail.count(b"\n")
-                    out.flush()
-                    os.fsync(out.fileno())
-                    os.replace(self._rewrite_path, self.path)
-                    fsync_dir(self.path.parent)
-                    old_fd = self._fd
-                    self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-                    if old_fd is not None:
-                        os.close(old_fd)
-                    self._size = os.fstat(self._fd).st_size
-                    self._generation, self._start = generation + 1, len(header)
-                    self._pending = kept
+            #    replays from `cut` (the old file) or all of the new file (after the rewrite).
+            self._save_checkpoint(generation, cut, folded, counts, lines)
+            # 2 and 3. The new file beside the log, then the rename.
+            self._rewrite(generation, cut, size)
             logger.info("feedback log %s: compacted %d events into %s", self.path, folded, self.checkpoint_path)
             return folded
+
+    def _fold_prefix(
+        self, start: int, size: int, cutoff: float, counts: ToolEfficiency
+    ) -> tuple[int, int, int]:
+        """Count the events from ``start`` up to the first one at or after ``cutoff`` into
+        ``counts``; returns ``(cut offset, events folded, lines cut)``."""
+        cut, folded, lines = start, 0, 0
+        for end, raw in self._lines(start, size):
+            if not raw.endswith(b"\n"):
+                break
+            try:
+                event = FeedbackEvent.from_json(json.loads(raw))
+            except (ValueError, KeyError, TypeError):
+                cut, lines = end, lines + 1  # unreadable: replay skips it too; drop it
+                continue
+            if event.received >= cutoff:
+                break
+            counts.add(event)
+            cut, folded, lines = end, folded + 1, lines + 1
+        return cut, folded, lines
+
+    def _save_checkpoint(
+        self, generation: int, cut: int, folded: int, counts: ToolEfficiency, lines: int
+    ) -> None:
+        checkpoint = {
+            "format": CHECKPOINT_FORMAT,
+            _GENERATION_KEY: generation,
+            "log_offset": cut,
+            "events_folded": int((self._checkpoint or {}).get("events_folded", 0)) + folded,
+            "efficiency": counts.to_state(),
+        }
+        atomic_write_bytes(
+            self.checkpoint_path,
+            json.dumps(checkpoint, separators=(",", ":"), allow_nan=False).encode("utf-8"),
+        )
+        with self._lock:
+            self._checkpoint, self._start = checkpoint, cut
+            self._pending -= lines
+
+    def _rewrite(self, generation: int, cut: int, size: int) -> None:
+        """Write header + the log from ``cut`` as the next generation and rename it over the
+        log; appends wait only while the last bytes are copied and the file is swapped."""
+        header = (json.dumps({_GENERATION_KEY: generation + 1}) + "\n").encode("utf-8")
+        with open(self._rewrite_path, "wb") as out, open(self.path, "rb") as src:
+            out.write(header)
+            src.seek(cut)
+            copied, kept = cut, 0
+            while copied < size:
+                chunk = src.read(min(1 << 20, size - copied))
+                if not chunk:
+                    break
+                out.write(chunk)
+                copied += len(chunk)
+                kept += chunk.count(b"\n")
+            with self._lock:  # what was appended meanwhile, then the rename
+                src.seek(size)
+                tail = src.read(self._size - size)
+                out.write(tail)
+                kept += tail.count(b"\n")
+                out.flush()
+                os.fsync(out.fileno())
+                os.replace(self._rewrite_path, self.path)
+                fsync_dir(self.path.parent)
+                old_fd = self._fd
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+                if old_fd is not None:
+                    os.close(old_fd)
+                self._size = os.fstat(self._fd).st_size
+                self._generation, self._start = generation + 1, len(header)
+                self._pending = kept
 
     def _archive(self, generation: int, start: int, end: int) -> None:
         assert self.archive_dir is not None
