@@ -139,8 +139,9 @@ def test_a_crash_at_any_step_loses_or_doubles_nothing(tmp_path: Path, monkeypatc
 
 
 def test_crash_right_after_the_rename(tmp_path: Path) -> None:
-    """The disk state after step 3 but before the process noted it: old checkpoint generation,
-    new file. Rebuilt here by hand from a finished compaction."""
+    """The disk state right after the rename: a checkpoint of generation G next to the file of
+    generation G+1 (exactly what a finished compaction leaves; the checkpoint is not rewritten
+    after the rename). Reopening must replay the whole new file and count the cut events once."""
     path = tmp_path / "events.jsonl"
     evs = events(30)
     with LocalFeedbackLog(path) as log:
