@@ -25,6 +25,17 @@ when ``P_rand`` is ~1e-7 (N = 10^7, R = K = 1), where a difference of ``lgamma``
 the cheaper ``lgamma`` form is used: its small absolute error on ``q`` barely moves
 ``P_rand``. ``log P_rand = log(-expm1(q))`` goes through the usual two-branch ``log1mexp``,
 so tiny and near-one probabilities both keep full precision.
+
+**Every needed tool ("all").** A multi-tool task needs all ``R`` relevant tools; a random
+shortlist of ``K`` tools holds every one of them with probability (hypergeometric, all ``R``
+successes drawn)::
+
+    P_rand_all(N, R, K) = C(N-R, K-R) / C(N, K) = C(K, R) / C(N, R)      (0 when K < R)
+
+and ``BoR_all = log2(P_obs_all / P_rand_all)``. The ratio is ``prod_{j<R} (K-j)/(N-j)`` and,
+since ``C(N-R, K-R) = C(N-R, N-K)``, also ``prod_{i<N-K} (N-R-i)/(N-i)``: ``log P_rand_all``
+is a sum of ``min(R, N-K)`` same-sign logs (``log1p`` for factors near 1, so no term loses
+precision), or the ``lgamma`` form beyond 10^5 terms. For ``R = 1`` it equals ``P_rand``.
 """
 
 from __future__ import annotations
@@ -40,6 +51,11 @@ __all__ = [
     "bor_bits",
     "bor_max_bits",
     "bor_ceiling_bits",
+    "log_p_rand_all",
+    "log_p_rand_all_curve",
+    "p_rand_all",
+    "bor_all_bits",
+    "bor_all_max_bits",
 ]
 
 # Above this many product terms the lgamma form is used (see module docstring).
@@ -190,3 +206,119 @@ def bor_ceiling_bits(n: int, k: int) -> float:
     if k < 1:
         raise ValueError(f"k must be >= 1 for the ceiling, got {k}")
     return math.log2(n) - math.log2(k)
+
+
+# ----------------------------------------------------------------------------- every needed tool
+
+
+def _log_falling_ratio(n: int, a: int, m: int) -> float:
+    """``sum_{j<m} log((a-j)/(n-j))`` for ``m <= a < n``, every term to a few ulps.
+
+    A factor near 1 goes through ``log1p(-(n-a)/(n-j))``, a small one through ``log`` of the
+    ratio itself: ``log1p(-x)`` with ``x`` close to 1 would turn the rounding of ``x`` into a
+    large relative error of ``1 - x``.
+    """
+    j = np.arange(m, dtype=np.float64)
+    den = n - j
+    ratio = (a - j) / den
+    terms = np.where(ratio > 0.5, np.log1p(-(n - a) / den), np.log(np.maximum(ratio, 1e-300)))
+    return float(np.sum(terms))
+
+
+def _log_ratio_all(n: int, r: int, k: int) -> float:
+    """``log(C(n-r, k-r) / C(n, k))`` for ``r <= k < n``.
+
+    The ratio is ``prod_{j<r} (k-j)/(n-j)`` and, by ``C(n-r, k-r) = C(n-r, n-k)``, also
+    ``prod_{i<n-k} (n-r-i)/(n-i)``; the shorter product is used (``lgamma`` beyond 10^5 terms,
+    where the log is below -1000 and the probability underflows anyway).
+    """
+    if r <= n - k:
+        m, a = r, k
+    else:
+        m, a = n - k, n - r
+    if m <= _PRODUCT_TERMS_MAX:
+        return _log_falling_ratio(n, a, m)
+    return math.lgamma(k + 1) - math.lgamma(k - r + 1) - math.lgamma(n + 1) + math.lgamma(n - r + 1)
+
+
+def log_p_rand_all(n: int, r: int, k: int) -> float:
+    """Natural log of ``P_rand_all = C(n-r, k-r) / C(n, k)``: ``k`` random tools hold all ``r``.
+
+    Args:
+        n: registry size ``N >= 1``.
+        r: number of needed tools, ``1 <= r <= n``.
+        k: shortlist length ``k >= 0``; values above ``n`` are clamped to ``n``.
+
+    Returns:
+        ``log P_rand_all``: ``-inf`` for ``k < r`` (a list shorter than the task cannot hold
+        it), ``0.0`` for ``k == n``.
+
+    Raises:
+        ValueError: as :func:`log_p_rand`.
+    """
+    n, r, k = _validate(n, r, k)
+    if k < r:
+        return -math.inf
+    if k == n:
+        return 0.0
+    return min(_log_ratio_all(n, r, k), 0.0)
+
+
+def log_p_rand_all_curve(n: int, r: int, k_max: int) -> np.ndarray:
+    """``log P_rand_all(n, r, k)`` for ``k = 0 .. k_max`` at once (float64, length ``k_max + 1``).
+
+    ``-inf`` below ``k = r``; from there ``P_all(k+1) / P_all(k) = (k+1) / (k+1-r)`` is
+    accumulated in log space from the exact scalar value at ``k = r``. Meant for reward tables.
+    """
+    n, r, k_max_c = _validate(n, r, k_max)
+    out = np.full(k_max + 1, -np.inf, dtype=np.float64)
+    if k_max_c < r:
+        return out
+    ks = np.arange(r + 1, k_max_c + 1, dtype=np.float64)
+    steps = np.log1p(r / (ks - r))
+    out[r : k_max_c + 1] = log_p_rand_all(n, r, r) + np.concatenate([[0.0], np.cumsum(steps)])
+    out[k_max_c : k_max + 1] = log_p_rand_all(n, r, k_max_c)  # exact at the clamp (0 at k = n)
+    return np.minimum(out, 0.0)
+
+
+def p_rand_all(n: int, r: int, k: int) -> float:
+    """``P_rand_all = C(n-r, k-r) / C(n, k)``: chance that ``k`` random tools include all ``r``.
+
+    Underflows to ``0.0`` for astronomically unlikely cases (use :func:`log_p_rand_all`
+    there). See :func:`log_p_rand_all` for arguments and errors.
+    """
+    return math.exp(log_p_rand_all(n, r, k))
+
+
+def bor_all_bits(p_obs_all: float, n: int, r: int, k: int) -> float:
+    """``BoR_all = log2(P_obs_all / P_rand_all(n, r, k))`` in bits, computed in log space.
+
+    Works where ``P_rand_all`` underflows a float (``r`` large, ``n`` huge).
+
+    Args:
+        p_obs_all: observed rate of shortlists holding every needed tool, in ``[0, 1]``;
+            ``0`` gives ``-inf``.
+        n, r, k: as :func:`log_p_rand_all`; ``k >= r`` (shorter lists cannot succeed).
+
+    Raises:
+        ValueError: ``p_obs_all`` outside ``[0, 1]``, ``k < r``, or invalid ``n, r, k``.
+    """
+    p = float(p_obs_all)
+    if not (0.0 <= p <= 1.0):
+        raise ValueError(f"p_obs_all must be in [0, 1], got {p}")
+    log_pr = log_p_rand_all(n, r, k)
+    if log_pr == -math.inf:
+        raise ValueError(f"P_rand_all is 0 for k={k} < r={r}: no list that short holds every needed tool")
+    if p == 0.0:
+        return -math.inf
+    return math.log2(p) - log_pr / _LN2
+
+
+def bor_all_max_bits(n: int, r: int, k: int) -> float:
+    """``-log2 P_rand_all(n, r, k)``: BoR_all of a system that always shows every needed tool.
+
+    The ceiling is highest at ``k = r`` (``log2 C(n, r)``: an exact answer) and falls to 0 at
+    ``k = n``; ``+inf`` for ``k < r`` (no system succeeds there). For ``r = 1`` it equals
+    :func:`bor_max_bits` and :func:`bor_ceiling_bits`. Errors as :func:`log_p_rand_all`.
+    """
+    return -log_p_rand_all(n, r, k) / _LN2 + 0.0

@@ -10,12 +10,17 @@ import pytest
 from scipy.stats import hypergeom
 
 from registry.bor import (
+    bor_all_bits,
+    bor_all_max_bits,
     bor_bits,
     bor_ceiling_bits,
     bor_max_bits,
     log_p_rand,
+    log_p_rand_all,
+    log_p_rand_all_curve,
     log_p_rand_curve,
     p_rand,
+    p_rand_all,
 )
 
 
@@ -175,3 +180,122 @@ def test_max_and_ceiling_bits() -> None:
         bor_ceiling_bits(370, 0)
     with pytest.raises(ValueError):
         bor_ceiling_bits(0, 1)
+
+
+# ----------------------------------------------------------------------------- every needed tool
+
+
+def _exact_p_rand_all(n: int, r: int, k: int) -> Fraction:
+    k = min(k, n)
+    return Fraction(math.comb(n - r, k - r), math.comb(n, k)) if k >= r else Fraction(0)
+
+
+@pytest.mark.parametrize(("n", "r", "k"), GRID)
+def test_p_rand_all_matches_scipy_hypergeom(n: int, r: int, k: int) -> None:
+    want = float(hypergeom(n, r, k).pmf(r))  # every one of the r needed tools drawn
+    got = p_rand_all(n, r, k)
+    if want < 1e-280:  # scipy's pmf underflows; compare the logs instead
+        assert log_p_rand_all(n, r, k) == pytest.approx(float(hypergeom(n, r, k).logpmf(r)), rel=1e-6)
+    else:
+        assert got == pytest.approx(want, rel=1e-6)
+        # abs 1e-8: near P = 1 at N = 1e7 scipy's pmf is off by ~2e-9 (the exact-rational test
+        # below holds ours to 1e-12)
+        assert log_p_rand_all(n, r, k) == pytest.approx(math.log(want), rel=1e-6, abs=1e-8)
+
+
+@pytest.mark.parametrize(
+    ("n", "r", "k"),
+    [(n, r, k) for (n, r, k) in GRID if n <= 10_000 and min(r, n - k) <= 2000]
+    + [(10_000_000, 3, 10), (10_000_000, 2, 5000), (10_000_000, 1, 123), (2479, 6, 50)],
+)
+def test_p_rand_all_matches_exact_rationals(n: int, r: int, k: int) -> None:
+    exact = _exact_p_rand_all(n, r, k)
+    if exact == 0:
+        assert p_rand_all(n, r, k) == 0.0
+        return
+    want = math.log(exact.numerator) - math.log(exact.denominator)
+    assert log_p_rand_all(n, r, k) == pytest.approx(want, rel=1e-12, abs=1e-12)
+    if float(exact) > 1e-300:
+        assert p_rand_all(n, r, k) == pytest.approx(float(exact), rel=1e-11)
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 6, 8])
+def test_p_rand_all_matches_brute_force_enumeration(n: int) -> None:
+    """Count the K-subsets of a tiny registry that hold every needed tool {0..R-1}."""
+    from itertools import combinations
+
+    for r in range(1, n + 1):
+        needed = set(range(r))
+        for k in range(0, n + 1):
+            subsets = list(combinations(range(n), k))
+            hits = sum(1 for s in subsets if needed <= set(s))
+            assert p_rand_all(n, r, k) == pytest.approx(hits / len(subsets), rel=1e-12, abs=0)
+            # and the "any" chance, by the same enumeration
+            any_hits = sum(1 for s in subsets if needed & set(s))
+            assert p_rand(n, r, k) == pytest.approx(any_hits / len(subsets), rel=1e-12, abs=0)
+
+
+def test_p_rand_all_edges_and_relations() -> None:
+    assert p_rand_all(370, 3, 2) == 0.0 and log_p_rand_all(370, 3, 2) == -math.inf
+    assert p_rand_all(370, 1, 0) == 0.0
+    assert p_rand_all(370, 3, 370) == 1.0 and log_p_rand_all(370, 3, 10**6) == 0.0  # clamped
+    assert p_rand_all(10, 10, 10) == 1.0
+    # R = 3, K = 3: exactly the needed tools, 1 / C(N, 3)
+    assert p_rand_all(100, 3, 3) == pytest.approx(1 / math.comb(100, 3), rel=1e-13)
+    for n, r, k in ((370, 1, 1), (370, 1, 17), (2479, 1, 50), (10_000_000, 1, 3)):
+        assert p_rand_all(n, r, k) == pytest.approx(p_rand(n, r, k), rel=1e-12)  # R = 1: any == all
+    for n, r, k in ((370, 2, 5), (2479, 3, 20), (50, 5, 30)):
+        assert p_rand_all(n, r, k) < p_rand(n, r, k)  # all is harder than any
+    # monotone: up in K, down in R
+    curve = [p_rand_all(200, 4, k) for k in range(0, 201)]
+    assert all(b >= a for a, b in zip(curve, curve[1:], strict=False))
+    by_r = [p_rand_all(200, r, 30) for r in range(1, 40)]
+    assert all(b <= a for a, b in zip(by_r, by_r[1:], strict=False))
+    # a tiny probability keeps full precision: N = 1e7, R = 3, K = 10 -> 720 / (N (N-1) (N-2))
+    n = 10_000_000
+    assert p_rand_all(n, 3, 10) == pytest.approx(720 / (n * (n - 1) * (n - 2)), rel=1e-13)
+    # far below float range: still finite in log space
+    assert p_rand_all(n, 200, 1000) == 0.0
+    assert math.isfinite(log_p_rand_all(n, 200, 1000)) and log_p_rand_all(n, 200, 1000) < -1000
+    for bad in ((0, 1, 1), (10, 0, 1), (10, 11, 1), (10, 1, -1), (10, 1, 2.5)):
+        with pytest.raises(ValueError):
+            log_p_rand_all(*bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("n", "r"), [(1, 1), (10, 3), (370, 1), (370, 6), (2479, 2), (10_000_000, 4), (50, 50)])
+def test_all_curve_matches_scalar(n: int, r: int) -> None:
+    k_max = min(n + 5, 400)
+    curve = log_p_rand_all_curve(n, r, k_max)
+    assert curve.shape == (k_max + 1,)
+    for k in range(0, k_max + 1):
+        want = log_p_rand_all(n, r, k)
+        if want == -math.inf:
+            assert curve[k] == -math.inf
+        else:
+            assert curve[k] == pytest.approx(want, rel=1e-11, abs=1e-11)
+
+
+def test_bor_all_bits_and_ceiling() -> None:
+    # a system that always shows both needed tools at K = 2 of 100: log2 C(100, 2) bits
+    assert bor_all_max_bits(100, 2, 2) == pytest.approx(math.log2(math.comb(100, 2)), rel=1e-12)
+    assert bor_all_bits(1.0, 100, 2, 2) == pytest.approx(math.log2(4950), rel=1e-12)
+    assert bor_all_bits(0.5, 100, 2, 10) == pytest.approx(
+        math.log2(0.5) - math.log2(float(_exact_p_rand_all(100, 2, 10))), rel=1e-12
+    )
+    assert bor_all_bits(0.0, 100, 2, 10) == -math.inf
+    # where P_rand_all underflows a float, bits stay finite
+    n = 10_000_000
+    assert bor_all_bits(0.5, n, 200, 1000) == pytest.approx(-1 - log_p_rand_all(n, 200, 1000) / math.log(2))
+    # R = 1: the "any" ceiling
+    for nn, k in ((370, 1), (370, 7), (2479, 20)):
+        assert bor_all_max_bits(nn, 1, k) == pytest.approx(bor_ceiling_bits(nn, k), rel=1e-12)
+    # the ceiling peaks at K = R and reaches 0 at K = N; infinite below R
+    assert bor_all_max_bits(50, 3, 2) == math.inf
+    assert bor_all_max_bits(50, 3, 50) == 0.0
+    ceil = [bor_all_max_bits(50, 3, k) for k in range(3, 51)]
+    assert all(b <= a for a, b in zip(ceil, ceil[1:], strict=False))
+    # needing every tool is harder by chance, so the all-ceiling is at least the any-ceiling
+    assert bor_all_max_bits(370, 3, 10) > bor_max_bits(370, 3, 10)
+    for bad in ((1.2, 100, 2, 5), (-0.1, 100, 2, 5), (0.5, 100, 3, 2)):
+        with pytest.raises(ValueError):
+            bor_all_bits(*bad)
