@@ -2,6 +2,9 @@
 
 A data directory holds ``tools.json`` (any tool JSON the service accepts) and ``queries.jsonl``
 with one ``{"id", "query", "gold": [names], "gold_alternatives"?: [[names]]}`` per line.
+
+A query with several gold tools is a multi-tool task: it needs every one of them. A
+``gold_alternatives`` group stands in for one gold tool (see :func:`needed_groups`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,26 @@ class LabelledQuery:
     query: str
     gold: tuple[str, ...]
     gold_alternatives: tuple[tuple[str, ...], ...] = field(default_factory=tuple)
+
+
+def needed_groups(query: LabelledQuery) -> list[tuple[str, ...]]:
+    """What a multi-tool task needs: per gold tool, the tool and the tools equivalent to it.
+
+    An alternatives group is a gold tool's equivalents when it names that tool, when the query
+    has a single gold tool, or when ``gold_alternatives`` runs parallel to ``gold`` (same
+    length: group ``i`` stands in for ``gold[i]``). Other groups cannot be attributed and count
+    only for "any" (the flat hit set), never for "all".
+    """
+    alternatives = query.gold_alternatives
+    parallel = len(alternatives) == len(query.gold)
+    out = []
+    for i, tool in enumerate(query.gold):
+        members = {tool}
+        for j, group in enumerate(alternatives):
+            if tool in group or len(query.gold) == 1 or (parallel and i == j):
+                members.update(group)
+        out.append(tuple(sorted(members)))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,11 +122,17 @@ def rank_queries(
     return episodes
 
 
-def found_at(episodes: Sequence[Episode], k: int) -> float:
-    """Fraction of episodes with a gold tool in the top ``k``."""
+def found_at(episodes: Sequence[Episode], k: int, *, need: str = "any") -> float:
+    """Fraction of episodes with a gold tool (``need="all"``: every gold tool) in the top ``k``.
+
+    Gold ranks beyond the kept scores count; :func:`registry.evaluate.fixed_curve` is the
+    same figure with depth capped at the kept list, as a policy's would be.
+    """
+    from registry.evaluate import needed_ranks
+
     if not episodes:
         return 0.0
-    return float(np.mean([int(e.gold_ranks.min()) < k for e in episodes]))
+    return float(np.mean(needed_ranks(episodes, need) < k))
 
 
 def dataset_episodes(

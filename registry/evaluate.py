@@ -13,6 +13,13 @@ A shown tool is an *exact* hit when it is in ``gold``; it is an *equivalence-awa
 it is in ``gold`` or in any ``gold_alternatives`` group (tools that do the job equally well).
 Both found rates are reported side by side; BoR uses ``R_q`` = the size of the hit set.
 
+**Any and all.** A query with several gold tools is a multi-tool task. *Found* (any) means at
+least one gold tool is shown; *all found* means every gold tool is shown, i.e. at depth ``K``
+every gold rank is ``< K``. Equivalence-aware "all" counts a gold tool as shown when it or one
+of its equivalents is (:func:`registry.datasets.needed_groups`); equivalence-aware "any" keeps
+the flat hit set. ``BoR_all`` uses ``P_rand_all(N, R_q, K) = C(N-R_q, K-R_q) / C(N, K)``.
+On single-gold queries the two coincide.
+
 **Depth efficiency.** For a policy with found rate ``F`` at mean depth ``K_p``, ``K_eq`` is
 the fixed depth whose found rate equals ``F``, linearly interpolated on the fixed-K curve
 ``found(K), K = 0, 1, ..., cap`` (``found(0) = 0``), and efficiency ``= K_eq / K_p``: how many
@@ -38,8 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from registry.bor import p_rand
-from registry.datasets import LabelledQuery, load_dataset
+from registry.bor import log_p_rand_all, p_rand
+from registry.datasets import LabelledQuery, load_dataset, needed_groups
 from registry.depth.episodes import Episode
 from registry.depth.features import FEATURE_WINDOW
 from registry.fsio import json_safe
@@ -56,7 +63,10 @@ __all__ = [
     "load_or_build_table",
     "rank_table",
     "candidate_episodes",
+    "NEEDS",
+    "needed_ranks",
     "fixed_curve",
+    "fixed_found_at",
     "k_equivalent",
     "depth_efficiency",
     "policy_depths",
@@ -78,7 +88,8 @@ DEFAULT_BUCKETS: tuple[tuple[str, int, int | None], ...] = (
     ("hard", 6, 20),
     ("very hard", 21, None),
 )
-TABLE_FORMAT_VERSION = 1
+TABLE_FORMAT_VERSION = 2  # 2: per-query needed groups (for "all found" with equivalents)
+NEEDS: tuple[str, ...] = ("any", "all")
 
 PolicyFn = Callable[[np.ndarray, int, int], int]
 
@@ -93,7 +104,8 @@ class ScoreTable:
     ``dense`` is the MiniLM cosine (``None`` when built without an embedder), ``lexical`` the
     BM25 score and ``ceiling`` the query's BM25 bound (sum of its terms' IDF) used by the
     hybrid scorer. ``gold[i]`` / ``hits[i]`` are tool indices of query ``i``'s exact gold and
-    of its equivalence-aware hit set (gold plus alternatives).
+    of its equivalence-aware hit set (gold plus alternatives); ``needs[i]`` holds one index
+    array per gold tool (the tool and its equivalents; ``None``: each gold tool alone).
     """
 
     name: str
@@ -105,6 +117,13 @@ class ScoreTable:
     gold: list[np.ndarray]
     hits: list[np.ndarray]
     meta: dict[str, Any] = field(default_factory=dict)
+    needs: list[list[np.ndarray]] | None = None
+
+    def needed(self, i: int) -> list[np.ndarray]:
+        """Query ``i``'s needed groups: one index array per gold tool."""
+        if self.needs is None:
+            return [np.array([g], dtype=np.int64) for g in self.gold[i]]
+        return self.needs[i]
 
     @property
     def n_tools(self) -> int:
@@ -143,6 +162,7 @@ class ScoreTable:
             gold=[self.gold[i] for i in idx],
             hits=[self.hits[i] for i in idx],
             meta=dict(self.meta),
+            needs=None if self.needs is None else [self.needs[i] for i in idx],
         )
 
 
@@ -199,12 +219,16 @@ def score_table(
         tokens = tokenize(q.query)
         lexical[i] = lexical_index.scores(tokens)
         ceiling[i] = lexical_index.ceiling(tokens)
-    gold, hits = [], []
+    gold, hits, needs = [], [], []
     for q in queries:
         g = sorted({by_name[name] for name in q.gold if name in by_name})
         alt = {by_name[name] for group in q.gold_alternatives for name in group if name in by_name}
         gold.append(np.asarray(g, dtype=np.int64))
         hits.append(np.asarray(sorted(set(g) | alt), dtype=np.int64))
+        needs.append([
+            np.asarray(sorted(by_name[name] for name in group if name in by_name), dtype=np.int64)
+            for group in needed_groups(q)
+        ])
     meta = {
         "dataset": data.name,
         "path": str(directory),
@@ -216,6 +240,7 @@ def score_table(
         "sample_seed": seed,
         "embedder": getattr(embedder, "model_id", None),
         "n_with_alternatives": int(sum(1 for q in queries if q.gold_alternatives)),
+        "n_multi_gold": int(sum(1 for g in gold if g.size >= 2)),
     }
     return ScoreTable(
         name=data.name,
@@ -227,6 +252,7 @@ def score_table(
         gold=gold,
         hits=hits,
         meta=meta,
+        needs=needs,
     )
 
 
@@ -277,6 +303,8 @@ def load_or_build_table(
         with np.load(path, allow_pickle=False) as z:
             gold = _split_ragged(z["gold"], z["gold_offsets"])
             hits = _split_ragged(z["hits"], z["hits_offsets"])
+            groups = _split_ragged(z["needs"], z["needs_offsets"])
+            needs = [groups[a:b] for a, b in zip(z["needs_query"][:-1], z["needs_query"][1:])]
             return ScoreTable(
                 name=str(z["name"]),
                 tool_names=[str(s) for s in z["tool_names"]],
@@ -287,10 +315,14 @@ def load_or_build_table(
                 gold=gold,
                 hits=hits,
                 meta=json.loads(str(z["meta_json"])),
+                needs=needs,
             )
     table = score_table(directory, embedder, max_queries=max_queries, seed=seed, progress=progress)
     gold_flat, gold_off = _concat_ragged(table.gold)
     hits_flat, hits_off = _concat_ragged(table.hits)
+    groups = [table.needed(i) for i in range(table.n_queries)]
+    needs_flat, needs_off = _concat_ragged([a for per_query in groups for a in per_query])
+    needs_query = np.concatenate([[0], np.cumsum([len(g) for g in groups])]).astype(np.int64)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.npz")
     np.savez(
@@ -306,6 +338,9 @@ def load_or_build_table(
         gold_offsets=gold_off,
         hits=hits_flat,
         hits_offsets=hits_off,
+        needs=needs_flat,
+        needs_offsets=needs_off,
+        needs_query=needs_query,
         meta_json=np.array(json.dumps(table.meta, sort_keys=True)),
     )
     tmp.replace(path)
@@ -319,7 +354,11 @@ def load_or_build_table(
 class RankedSet:
     """One data set ranked under one scorer: exact and equivalence-aware episodes.
 
-    Both lists hold the same score lists; they differ only in which tools count as hits.
+    All lists hold the same score lists; they differ only in which tools count as hits.
+    ``all_equiv`` is for "all found" counting equivalents: its ``gold_ranks`` hold, per gold
+    tool, the best rank of the tool or an equivalent (so every one shown = all ranks ``< K``).
+    ``None`` (built by hand): a single-gold episode takes its best equivalence-aware rank, a
+    multi-gold one its exact ranks (equivalents cannot be attributed to a gold tool).
     """
 
     name: str
@@ -327,6 +366,18 @@ class RankedSet:
     exact: list[Episode]
     equiv: list[Episode]
     meta: dict[str, Any] = field(default_factory=dict)
+    all_equiv: list[Episode] | None = None
+
+    def needed_equiv(self) -> list[Episode]:
+        """The episodes for equivalence-aware "all found" (``all_equiv`` or its fallback)."""
+        if self.all_equiv is not None:
+            return self.all_equiv
+        out = []
+        for ex, eq in zip(self.exact, self.equiv):
+            if ex.n_gold <= 1 and eq.n_gold:
+                ex = Episode(ex.scores, eq.gold_ranks[:1], ex.n_tools, ex.query_id)
+            out.append(ex)
+        return out
 
     @property
     def n_tools_label(self) -> str:
@@ -340,20 +391,24 @@ def _order(scores: np.ndarray, tool_index: np.ndarray | None = None) -> np.ndarr
     return np.lexsort((key, -scores))
 
 
-def _episode(
-    scores: np.ndarray, hit_idx: np.ndarray, depth: int, query_id: str, tool_index: np.ndarray | None = None
-) -> Episode:
+def _episodes(
+    scores: np.ndarray,
+    hit_sets: Sequence[np.ndarray],
+    needs: Sequence[np.ndarray],
+    depth: int,
+    query_id: str,
+    tool_index: np.ndarray | None = None,
+) -> list[Episode]:
+    """One ranking, one episode per hit set, plus the needed-groups episode (last)."""
     # Ties go by registry index, never by position in a candidate list (which puts the gold
     # first and would hand it every tie, e.g. all the zero BM25 scores).
     order = _order(scores, tool_index)
     position = np.empty(scores.size, dtype=np.int64)
     position[order] = np.arange(scores.size)
-    return Episode(
-        scores=scores[order[:depth]],
-        gold_ranks=np.sort(position[hit_idx]),
-        n_tools=scores.size,
-        query_id=query_id,
-    )
+    top = scores[order[:depth]]
+    ranks = [np.sort(position[h]) for h in hit_sets]
+    ranks.append(np.sort([int(position[g].min()) for g in needs if g.size]).astype(np.int64))
+    return [Episode(scores=top, gold_ranks=r, n_tools=scores.size, query_id=query_id) for r in ranks]
 
 
 def rank_table(
@@ -372,13 +427,16 @@ def rank_table(
     depth = max(depth, FEATURE_WINDOW)
     all_scores = table.scores(scorer, alpha)
     idx = range(table.n_queries) if rows is None else rows
-    exact, equiv = [], []
+    exact, equiv, all_equiv = [], [], []
     for i in idx:
-        s = all_scores[i]
-        exact.append(_episode(s, table.gold[i], depth, table.query_ids[i]))
-        equiv.append(_episode(s, table.hits[i], depth, table.query_ids[i]))
+        ex, eq, ae = _episodes(
+            all_scores[i], [table.gold[i], table.hits[i]], table.needed(i), depth, table.query_ids[i]
+        )
+        exact.append(ex)
+        equiv.append(eq)
+        all_equiv.append(ae)
     meta = dict(table.meta, scorer=scorer, alpha=alpha if scorer == "hybrid" else None, candidates="full")
-    return RankedSet(table.name, scorer, exact, equiv, meta)
+    return RankedSet(table.name, scorer, exact, equiv, meta, all_equiv)
 
 
 def candidate_episodes(
@@ -421,7 +479,7 @@ def candidate_episodes(
         hard_by = "bm25"
     hard_scores = table.scores(hard_by, alpha)
     idx = range(table.n_queries) if rows is None else rows
-    exact, equiv = [], []
+    exact, equiv, all_equiv = [], [], []
     for i in idx:
         must = table.hits[i]
         n_fill = n - must.size
@@ -441,31 +499,58 @@ def candidate_episodes(
         s = rank_scores[i][cand]
         gold_local = np.array([local[int(g)] for g in table.gold[i] if int(g) in local], dtype=np.int64)
         hits_local = np.array([local[int(g)] for g in must], dtype=np.int64)
-        qid = table.query_ids[i]
-        exact.append(_episode(s, gold_local, depth, qid, cand))
-        equiv.append(_episode(s, hits_local, depth, qid, cand))
+        needs_local = [
+            np.array([local[int(t)] for t in g if int(t) in local], dtype=np.int64)
+            for g in table.needed(i)
+        ]
+        ex, eq, ae = _episodes(s, [gold_local, hits_local], needs_local, depth, table.query_ids[i], cand)
+        exact.append(ex)
+        equiv.append(eq)
+        all_equiv.append(ae)
     meta = dict(
         table.meta, scorer=scorer, alpha=alpha if scorer == "hybrid" else None,
         candidates={"n": n, "n_hard": n_hard, "hard_by": hard_by, "seed": seed},
     )
-    return RankedSet(table.name, scorer, exact, equiv, meta)
+    return RankedSet(table.name, scorer, exact, equiv, meta, all_equiv)
 
 
 # ----------------------------------------------------------------------------- metrics
 
 
-def fixed_curve(episodes: Sequence[Episode], cap: int) -> np.ndarray:
+def needed_ranks(episodes: Sequence[Episode], need: str = "any") -> np.ndarray:
+    """Per episode, the 0-based rank a list must reach to count as found.
+
+    ``need="any"``: the best gold rank (at least one gold tool shown); ``"all"``: the worst
+    (every gold tool shown). ``n_tools`` (never reached) for an episode without gold.
+    A list of depth ``K`` (a prefix of the ranking) is found iff this rank is ``< K``.
+    """
+    if need not in NEEDS:
+        raise ValueError(f"need must be one of {NEEDS}, got {need!r}")
+    pick = np.min if need == "any" else np.max
+    return np.array(
+        [int(pick(e.gold_ranks)) if e.gold_ranks.size else e.n_tools for e in episodes], dtype=np.int64
+    )
+
+
+def fixed_curve(episodes: Sequence[Episode], cap: int, *, need: str = "any") -> np.ndarray:
     """Found rate of fixed depth ``K = 0..cap`` (index ``K``; ``found(0) = 0``).
 
     Depth is capped per episode at ``min(len(scores), n_tools)``, as a policy's would be.
+    ``need="all"``: the rate at which every gold tool is shown (see :func:`needed_ranks`).
     """
     if not episodes:
         return np.zeros(cap + 1)
-    first = np.array([e.first_gold_rank for e in episodes])
+    needed = needed_ranks(episodes, need)
     caps = np.array([min(e.scores.size, e.n_tools) for e in episodes])
     ks = np.arange(0, cap + 1)
     eff = np.minimum(ks[None, :], caps[:, None])
-    return (first[:, None] < eff).mean(axis=0)
+    return (needed[:, None] < eff).mean(axis=0)
+
+
+def fixed_found_at(curve: np.ndarray, mean_k: float) -> float:
+    """Found rate of a fixed depth at a fractional ``mean_k``, linear on ``curve[K], K = 0..``."""
+    c = np.asarray(curve, dtype=np.float64)
+    return float(np.interp(mean_k, np.arange(c.size), c))
 
 
 def k_equivalent(curve: np.ndarray, found: float) -> float:
@@ -508,6 +593,22 @@ def _bucket_of(rank1: int, buckets: Sequence[tuple[str, int, int | None]]) -> st
     return None
 
 
+def _found_bits_all(episodes: Sequence[Episode], ks: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """Every-gold-shown flags, mean ``P_rand_all`` and ``BoR_all`` bits (mean taken in log space)."""
+    found = needed_ranks(episodes, "all") < ks
+    logs = np.array(
+        [log_p_rand_all(e.n_tools, min(max(e.n_gold, 1), e.n_tools), int(k))
+         for e, k in zip(episodes, ks)]
+    )
+    rate = float(found.mean()) if found.size else 0.0
+    if not logs.size or np.all(np.isneginf(logs)):
+        return found, 0.0, -math.inf
+    top = float(logs.max())
+    log_mean = top + math.log(float(np.exp(logs - top).mean()))
+    bits = (math.log(rate) - log_mean) / math.log(2) if rate > 0 else -math.inf
+    return found, math.exp(log_mean), bits
+
+
 def _found_bits(episodes: Sequence[Episode], ks: np.ndarray) -> tuple[np.ndarray, float, float]:
     found = np.array([e.first_gold_rank < k for e, k in zip(episodes, ks)], dtype=bool)
     pr = np.array(
@@ -527,21 +628,36 @@ def policy_metrics(
     *,
     buckets: Sequence[tuple[str, int, int | None]] = DEFAULT_BUCKETS,
     curves: tuple[np.ndarray, np.ndarray] | None = None,
+    all_curves: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict[str, Any]:
-    """Found rates (exact and equivalence-aware), depth statistics, BoR and efficiency.
+    """Found rates (any and all, exact and equivalence-aware), depth statistics, BoR, efficiency.
 
     Keys: ``found``, ``found_equiv``, ``mean_k``, ``k_std``, ``k_median``, ``distinct_k``,
     ``mean_p_rand``, ``bor_bits`` (exact hits), ``k_eq``, ``efficiency`` and their
     ``*_equiv`` twins, ``fixed_found_at_mean_k`` (fixed curve interpolated at ``mean_k``),
-    and ``buckets``: per difficulty bucket of the exact gold rank, ``n``, ``mean_k``, ``found``.
+    and ``buckets``: per difficulty bucket of the exact gold rank, ``n``, ``mean_k``, ``found``,
+    ``found_all``.
+
+    Every needed tool shown ("all"): ``found_all``, ``found_all_equiv``, ``n_multi_gold``
+    (episodes with >= 2 gold tools), ``mean_p_rand_all``, ``bor_bits_all`` (exact),
+    ``k_eq_all`` / ``efficiency_all`` (and ``*_equiv``) on the fixed all-found curve,
+    ``fixed_found_all_at_mean_k`` and ``found_all_margin`` (``found_all`` minus it).
+    ``curves`` / ``all_curves``: precomputed (exact, equiv) fixed curves, any / all.
     """
     ks = np.asarray(ks, dtype=np.int64)
     exact, equiv = ranked.exact, ranked.equiv
+    needed_eq = ranked.needed_equiv()
     curve, curve_eq = curves if curves is not None else (fixed_curve(exact, cap), fixed_curve(equiv, cap))
+    if all_curves is None:
+        all_curves = (fixed_curve(exact, cap, need="all"), fixed_curve(needed_eq, cap, need="all"))
+    curve_all, curve_all_eq = all_curves
     found, mean_pr, bits = _found_bits(exact, ks)
     found_eq, mean_pr_eq, bits_eq = _found_bits(equiv, ks)
+    found_all, mean_pr_all, bits_all = _found_bits_all(exact, ks)
+    found_all_eq = needed_ranks(needed_eq, "all") < ks
     mean_k = float(ks.mean())
     rate, rate_eq = float(found.mean()), float(found_eq.mean())
+    rate_all, rate_all_eq = float(found_all.mean()), float(found_all_eq.mean())
     rows = []
     ranks1 = np.array([e.first_gold_rank + 1 for e in exact])
     for bname, _, _ in buckets:
@@ -553,10 +669,14 @@ def policy_metrics(
                 "n": n,
                 "mean_k": float(ks[sel].mean()) if n else math.nan,
                 "found": float(found[sel].mean()) if n else math.nan,
+                "found_all": float(found_all[sel].mean()) if n else math.nan,
             }
         )
     k_eq = k_equivalent(curve, rate)
     k_eq_eq = k_equivalent(curve_eq, rate_eq)
+    k_eq_all = k_equivalent(curve_all, rate_all)
+    k_eq_all_eq = k_equivalent(curve_all_eq, rate_all_eq)
+    fixed_all_at = fixed_found_at(curve_all, mean_k)
     return {
         "policy": name,
         "n": len(exact),
@@ -573,7 +693,18 @@ def policy_metrics(
         "efficiency": k_eq / mean_k if mean_k > 0 else math.nan,
         "k_eq_equiv": k_eq_eq,
         "efficiency_equiv": k_eq_eq / mean_k if mean_k > 0 else math.nan,
-        "fixed_found_at_mean_k": float(np.interp(mean_k, np.arange(curve.size), curve)),
+        "fixed_found_at_mean_k": fixed_found_at(curve, mean_k),
+        "n_multi_gold": int(sum(1 for e in exact if e.n_gold >= 2)),
+        "found_all": rate_all,
+        "found_all_equiv": rate_all_eq,
+        "mean_p_rand_all": mean_pr_all,
+        "bor_bits_all": bits_all,
+        "k_eq_all": k_eq_all,
+        "efficiency_all": k_eq_all / mean_k if mean_k > 0 else math.nan,
+        "k_eq_all_equiv": k_eq_all_eq,
+        "efficiency_all_equiv": k_eq_all_eq / mean_k if mean_k > 0 else math.nan,
+        "fixed_found_all_at_mean_k": fixed_all_at,
+        "found_all_margin": rate_all - fixed_all_at,
         "buckets": rows,
     }
 
@@ -599,16 +730,23 @@ def evaluate_ranked(
 
     Returns:
         ``{"dataset", "scorer", "n_tools", "n", "cap", "fixed_curve", "fixed_curve_equiv",
-        "found_at": {1, 5, 10}, "policies": [metrics...]}``; fixed-K rows come first.
+        "found_at": {1, 5, 10}, "policies": [metrics...]}``; fixed-K rows come first. Every
+        needed tool shown: ``"n_multi_gold"``, ``"fixed_curve_all"``,
+        ``"fixed_curve_all_equiv"``, ``"found_all_at": {1, 5, 10}``.
     """
     curve = fixed_curve(ranked.exact, cap)
     curve_eq = fixed_curve(ranked.equiv, cap)
+    all_curves = (
+        fixed_curve(ranked.exact, cap, need="all"),
+        fixed_curve(ranked.needed_equiv(), cap, need="all"),
+    )
+    curves = {"curves": (curve, curve_eq), "all_curves": all_curves}
     rows = []
     for k in fixed_ks:
         if k > cap:
             continue
         ks = np.array([min(k, e.scores.size, e.n_tools) for e in ranked.exact], dtype=np.int64)
-        rows.append(policy_metrics(f"fixed K={k}", ks, ranked, cap, buckets=buckets, curves=(curve, curve_eq)))
+        rows.append(policy_metrics(f"fixed K={k}", ks, ranked, cap, buckets=buckets, **curves))
     items: Iterable[tuple[str, PolicyFn]] = policies.items()
     if progress:
         from tqdm import tqdm
@@ -616,8 +754,9 @@ def evaluate_ranked(
         items = tqdm(list(items), desc=f"policies {ranked.name}", unit="policy")
     for name, fn in items:
         ks = policy_depths(fn, ranked.exact, cap)
-        rows.append(policy_metrics(name, ks, ranked, cap, buckets=buckets, curves=(curve, curve_eq)))
-    firsts = np.array([e.first_gold_rank for e in ranked.exact])
+        rows.append(policy_metrics(name, ks, ranked, cap, buckets=buckets, **curves))
+    firsts = needed_ranks(ranked.exact, "any")
+    lasts = needed_ranks(ranked.exact, "all")
     return {
         "dataset": ranked.name,
         "scorer": ranked.scorer,
@@ -628,6 +767,10 @@ def evaluate_ranked(
         "fixed_curve": curve.tolist(),
         "fixed_curve_equiv": curve_eq.tolist(),
         "found_at": {str(k): float((firsts < k).mean()) for k in (1, 5, 10)},
+        "n_multi_gold": int(sum(1 for e in ranked.exact if e.n_gold >= 2)),
+        "fixed_curve_all": all_curves[0].tolist(),
+        "fixed_curve_all_equiv": all_curves[1].tolist(),
+        "found_all_at": {str(k): float((lasts < k).mean()) for k in (1, 5, 10)},
         "buckets": [list(b) for b in buckets],
         "policies": rows,
     }
@@ -636,11 +779,11 @@ def evaluate_ranked(
 # ----------------------------------------------------------------------------- reports
 
 
-def _pct(x: float) -> str:
+def _pct(x: float | None) -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}"
 
 
-def _num(x: float, nd: int = 2) -> str:
+def _num(x: float | None, nd: int = 2) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "–"
     if isinstance(x, float) and math.isinf(x):
@@ -649,35 +792,50 @@ def _num(x: float, nd: int = 2) -> str:
 
 
 def markdown_tables(reports: Sequence[Mapping[str, Any]]) -> str:
-    """One Markdown section per report: the policy table and the difficulty-bucket table."""
+    """One Markdown section per report: the policy table and the difficulty-bucket table.
+
+    Found (any gold tool shown) and all found (every gold tool shown) sit side by side; reports
+    written before "all" existed (no ``found_all`` keys) show "–" there.
+    """
     out: list[str] = []
     for rep in reports:
         out.append(
             f"## {rep['dataset']} ({rep['scorer']}, N={rep['n_tools']}, {rep['n']} queries, cap {rep['cap']})\n"
         )
         fa = rep["found_at"]
+        fall = rep.get("found_all_at", {})
         out.append(
-            f"Scorer found@1/5/10: {_pct(fa['1'])} / {_pct(fa['5'])} / {_pct(fa['10'])}. "
-            "Efficiency = K_eq / mean K, K_eq = fixed depth with the same found rate (interpolated).\n"
+            f"Scorer found@1/5/10: {_pct(fa['1'])} / {_pct(fa['5'])} / {_pct(fa['10'])}; every gold "
+            f"tool found@1/5/10: {_pct(fall.get('1'))} / {_pct(fall.get('5'))} / {_pct(fall.get('10'))} "
+            f"({rep.get('n_multi_gold', '–')} of {rep['n']} queries need >= 2 tools). "
+            "Efficiency = K_eq / mean K, K_eq = fixed depth with the same found rate (interpolated); "
+            "all-found efficiency uses the fixed all-found curve.\n"
         )
         out.append(
-            "| policy | found % | found % (equiv.) | mean K | K std | distinct K | BoR bits | K_eq | efficiency |"
+            "| policy | found % | found % (equiv.) | all found % | all found % (equiv.) | mean K | K std "
+            "| distinct K | BoR bits | BoR all bits | K_eq | efficiency | all: fixed K at mean K % "
+            "| all: efficiency |"
         )
-        out.append("|---|---|---|---|---|---|---|---|---|")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for p in rep["policies"]:
             out.append(
-                f"| {p['policy']} | {_pct(p['found'])} | {_pct(p['found_equiv'])} | {_num(p['mean_k'])} | "
-                f"{_num(p['k_std'])} | {p['distinct_k']} | {_num(p['bor_bits'])} | {_num(p['k_eq'])} | "
-                f"{_num(p['efficiency'])} |"
+                f"| {p['policy']} | {_pct(p['found'])} | {_pct(p['found_equiv'])} | "
+                f"{_pct(p.get('found_all'))} | {_pct(p.get('found_all_equiv'))} | {_num(p['mean_k'])} | "
+                f"{_num(p['k_std'])} | {p['distinct_k']} | {_num(p['bor_bits'])} | "
+                f"{_num(p.get('bor_bits_all'))} | {_num(p['k_eq'])} | {_num(p['efficiency'])} | "
+                f"{_pct(p.get('fixed_found_all_at_mean_k'))} | {_num(p.get('efficiency_all'))} |"
             )
         names = [b[0] for b in rep["buckets"]]
         counts = {b["bucket"]: b["n"] for b in rep["policies"][0]["buckets"]}
         out.append("")
-        out.append("Per difficulty bucket (rank of the best gold tool): mean K / found %\n")
+        out.append("Per difficulty bucket (rank of the best gold tool): mean K / found % / all found %\n")
         out.append("| policy | " + " | ".join(f"{n} (n={counts[n]})" for n in names) + " |")
         out.append("|---|" + "---|" * len(names))
         for p in rep["policies"]:
-            cells = [f"{_num(b['mean_k'], 1)} / {_pct(b['found'])}" for b in p["buckets"]]
+            cells = [
+                f"{_num(b['mean_k'], 1)} / {_pct(b['found'])} / {_pct(b.get('found_all'))}"
+                for b in p["buckets"]
+            ]
             out.append(f"| {p['policy']} | " + " | ".join(cells) + " |")
         out.append("")
     return "\n".join(out)
@@ -741,6 +899,12 @@ def plot_report(
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     ks = np.arange(1, curve.size)
     ax.plot(ks, 100 * curve[1:], "-", color="0.4", label="fixed K (K = 1..cap)")
+    if rep.get("n_multi_gold") and "fixed_curve_all" in rep:
+        curve_all = np.asarray(rep["fixed_curve_all"])
+        ax.plot(ks, 100 * curve_all[1:], "--", color="0.6", label="fixed K, every gold tool shown")
+        for p in rows:
+            if not p["policy"].startswith("fixed"):
+                ax.plot(p["mean_k"], 100 * p["found_all"], "x", ms=8, label=f"{p['policy']} (all found)")
     for p in rows:
         if p["policy"].startswith("fixed"):
             ax.plot(p["mean_k"], 100 * p["found"], "o", color="0.4", ms=4)
@@ -908,6 +1072,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for p in best:
             print(
                 f"{rep['dataset']:>20s}  {p['policy']:<24s} found {100 * p['found']:5.1f}%  "
+                f"all found {100 * p['found_all']:5.1f}% (fixed K at mean K: "
+                f"{100 * p['fixed_found_all_at_mean_k']:5.1f}%)  "
                 f"mean K {p['mean_k']:5.2f}  efficiency {_num(p['efficiency'])}",
                 file=sys.stderr,
             )

@@ -1,7 +1,8 @@
 """Evaluation library and the `shortlist train` / `shortlist evaluate` commands, on tiny fixtures.
 
 Fixtures: tests/fixtures/eval_weather and eval_office (tools.json + queries.jsonl, some queries
-with gold_alternatives). BM25 or the hashing embedder only: no model download, fast.
+with gold_alternatives), and multi-tool queries over the office tools written per test.
+BM25 or the hashing embedder only: no model download, fast.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import numpy as np
 import pytest
 
 from registry.depth.episodes import Episode
+from registry.bor import p_rand_all
+from registry.datasets import LabelledQuery, found_at, needed_groups
 from registry.evaluate import (
     DEFAULT_BUCKETS,
     RankedSet,
@@ -24,8 +27,10 @@ from registry.evaluate import (
     depth_efficiency,
     evaluate_ranked,
     fixed_curve,
+    fixed_found_at,
     k_equivalent,
     load_or_build_table,
+    needed_ranks,
     policy_metrics,
     rank_table,
     score_table,
@@ -96,6 +101,145 @@ def test_evaluate_ranked_reports_fixed_baselines_and_policies() -> None:
     assert rep["found_at"]["1"] == pytest.approx(0.4)
     assert rep["policies"][-1]["found"] == pytest.approx(0.6)
     assert len(rep["fixed_curve"]) == 11
+
+
+# ----------------------------------------------------------------------------- every needed tool
+
+
+def _multi(ranks: list[int], n: int = 100, length: int = 30) -> Episode:
+    return Episode(scores=np.linspace(1, 0, length), gold_ranks=np.array(ranks), n_tools=n)
+
+
+def test_all_found_needs_every_gold_rank_below_k() -> None:
+    eps = [_multi([0, 3]), _multi([1]), _multi([2, 40]), _multi([0, 1, 2])]  # 40: out of reach
+    assert needed_ranks(eps, "any").tolist() == [0, 1, 2, 0]
+    assert needed_ranks(eps, "all").tolist() == [3, 1, 40, 2]
+    np.testing.assert_allclose(fixed_curve(eps, 5), [0, 0.5, 0.75, 1, 1, 1])
+    np.testing.assert_allclose(fixed_curve(eps, 5, need="all"), [0, 0, 0.25, 0.5, 0.75, 0.75])
+    # found_at does not cap at the kept list: rank 40 counts at K = 41
+    assert found_at(eps, 4, need="all") == 0.75 and found_at(eps, 41, need="all") == 1.0
+    assert found_at(eps, 1) == 0.5
+    assert fixed_found_at(np.array([0, 0.2, 0.6]), 1.5) == pytest.approx(0.4)
+    with pytest.raises(ValueError):
+        needed_ranks(eps, "most")
+
+
+def test_policy_metrics_report_all_found_next_to_any() -> None:
+    exact = [_multi([0, 3]), _multi([1]), _multi([2, 40]), _multi([0, 1, 2])]
+    ranked = RankedSet("multi", "test", exact, exact)
+    ks = np.array([4, 1, 3, 2])
+    m = policy_metrics("adaptive", ks, ranked, 10)
+    assert m["found"] == 0.75  # the single-gold query at rank 1 is missed at K = 1
+    assert m["found_all"] == 0.25  # only the first query shows both of its tools
+    assert m["found_all_equiv"] == 0.25 and m["n_multi_gold"] == 3
+    assert m["mean_k"] == 2.5
+    # mean P_rand_all over the episodes: R = 2, 1, 2, 3 at K = 4, 1, 3, 2 (the last is 0: K < R)
+    want_pr = (p_rand_all(100, 2, 4) + p_rand_all(100, 1, 1) + p_rand_all(100, 2, 3) + 0.0) / 4
+    assert m["mean_p_rand_all"] == pytest.approx(want_pr, rel=1e-12)
+    assert m["bor_bits_all"] == pytest.approx(math.log2(0.25 / want_pr), rel=1e-12)
+    # fixed all-found curve: 0 (K<=1), 0.25 (K=2), 0.5 (K=3), 0.75 (K>=4, rank 40 out of reach)
+    assert m["fixed_found_all_at_mean_k"] == pytest.approx(0.375)
+    assert m["found_all_margin"] == pytest.approx(0.25 - 0.375)
+    assert m["k_eq_all"] == pytest.approx(2.0) and m["efficiency_all"] == pytest.approx(0.8)
+    assert {b["bucket"]: b["found_all"] for b in m["buckets"]}["easy"] == 0.5
+    # any-found keys are unchanged by the addition
+    assert m["fixed_found_at_mean_k"] == pytest.approx(fixed_found_at(fixed_curve(exact, 10), 2.5))
+
+
+def test_all_found_counts_a_gold_tool_found_through_its_equivalent() -> None:
+    exact = [_multi([0, 5]), _multi([4])]
+    equiv = [_multi([0, 1, 5]), _multi([0, 4])]  # flat hit sets: gold plus alternatives
+    # per gold tool, its best rank counting equivalents: the second tool's twin sits at rank 1
+    all_equiv = [_multi([0, 1]), _multi([0])]
+    ranked = RankedSet("eq", "test", exact, equiv, {}, all_equiv)
+    m = policy_metrics("fixed K=2", np.array([2, 2]), ranked, 10)
+    assert m["found_all"] == 0.0 and m["found_all_equiv"] == 1.0
+    assert m["found"] == 0.5 and m["found_equiv"] == 1.0
+    # without all_equiv (hand-built sets): a single-gold query takes its best equivalent; a
+    # multi-gold one cannot attribute alternatives and keeps its exact ranks
+    fallback = RankedSet("eq", "test", exact, equiv).needed_equiv()
+    assert [e.gold_ranks.tolist() for e in fallback] == [[0, 5], [0]]
+
+
+def test_needed_groups_attribute_alternatives_to_gold_tools() -> None:
+    single = LabelledQuery("a", "q", ("send_email",), (("share_file",), ("post_chat_message",)))
+    assert needed_groups(single) == [("post_chat_message", "send_email", "share_file")]
+    parallel = LabelledQuery("b", "q", ("send_email", "create_task"), (("share_file",), ("set_reminder",)))
+    assert needed_groups(parallel) == [("send_email", "share_file"), ("create_task", "set_reminder")]
+    named = LabelledQuery("c", "q", ("send_email", "create_task"), (("create_task", "set_reminder"),))
+    assert needed_groups(named) == [("send_email",), ("create_task", "set_reminder")]
+    loose = LabelledQuery("d", "q", ("send_email", "create_task"), (("share_file",),))
+    assert needed_groups(loose) == [("send_email",), ("create_task",)]
+
+
+MULTI_QUERIES = [
+    {"id": "m0", "query": "share the file with bob and remind me to follow up",
+     "gold": ["send_email", "create_task"], "gold_alternatives": [["share_file"], ["set_reminder"]]},
+    {"id": "m1", "query": "translate the memo to French and then summarize it",
+     "gold": ["translate_text", "summarize_text"]},
+    {"id": "m2", "query": "schedule a meeting with Anna and start a video call now",
+     "gold": ["create_calendar_event", "start_video_call"]},
+    {"id": "m3", "query": "convert 100 dollars to euros, log it as an expense and invoice the client",
+     "gold": ["convert_currency", "track_expense", "create_invoice"]},
+    {"id": "s0", "query": "read my inbox", "gold": ["read_inbox"]},
+]
+
+
+@pytest.fixture
+def multi_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "eval_multi"
+    d.mkdir()
+    shutil.copy(OFFICE / "tools.json", d / "tools.json")
+    (d / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in MULTI_QUERIES))
+    return d
+
+
+def test_rankings_carry_every_gold_rank_and_the_needed_groups(multi_dir: Path, tmp_path: Path) -> None:
+    table = score_table(multi_dir, None)
+    assert table.meta["n_multi_gold"] == 4
+    ranked = rank_table(table, "bm25")
+    names = table.tool_names
+    scores = table.scores("bm25")
+    for i, (ex, ae) in enumerate(zip(ranked.exact, ranked.all_equiv or [])):
+        assert ex.n_gold == len(MULTI_QUERIES[i]["gold"])
+        order = np.lexsort((np.arange(len(names)), -scores[i]))
+        rank_of = {names[t]: r for r, t in enumerate(order)}
+        assert sorted(ex.gold_ranks.tolist()) == sorted(rank_of[g] for g in MULTI_QUERIES[i]["gold"])
+        groups = needed_groups(LabelledQuery(
+            "x", "q", tuple(MULTI_QUERIES[i]["gold"]),
+            tuple(tuple(g) for g in MULTI_QUERIES[i].get("gold_alternatives", [])),
+        ))
+        assert sorted(ae.gold_ranks.tolist()) == sorted(min(rank_of[t] for t in g) for g in groups)
+    # the cached table keeps the groups
+    first = load_or_build_table(multi_dir, None, cache_dir=tmp_path / "cache")
+    again = load_or_build_table(multi_dir, None, cache_dir=tmp_path / "cache")
+    assert [[g.tolist() for g in again.needed(i)] for i in range(again.n_queries)] == [
+        [g.tolist() for g in first.needed(i)] for i in range(first.n_queries)
+    ]
+    assert [len(again.needed(i)) for i in range(again.n_queries)] == [2, 2, 2, 3, 1]
+    # candidate sets carry them too
+    cand = candidate_episodes(table, "bm25", 8, n_hard=3, seed=0)
+    assert cand.all_equiv is not None
+    for ex, ae in zip(cand.exact, cand.all_equiv):
+        assert ae.n_gold == ex.n_gold and ae.gold_ranks.max() <= ex.gold_ranks.max()
+
+
+def test_evaluate_ranked_reports_all_found_curves(multi_dir: Path) -> None:
+    ranked = rank_table(score_table(multi_dir, None), "bm25")
+    rep = evaluate_ranked(ranked, {"always 3": lambda s, n, k: 3}, cap=10)
+    assert rep["n_multi_gold"] == 4 and len(rep["fixed_curve_all"]) == 11
+    lasts = needed_ranks(ranked.exact, "all")
+    assert rep["found_all_at"]["5"] == pytest.approx(float(np.mean(lasts < 5)))
+    for p in rep["policies"]:
+        assert p["found_all"] <= p["found"] and p["found_all"] <= p["found_all_equiv"]
+    k3 = next(p for p in rep["policies"] if p["policy"] == "fixed K=3")
+    assert k3["found_all"] == pytest.approx(rep["fixed_curve_all"][3])
+    assert rep["policies"][-1]["found_all"] == k3["found_all"]
+    assert rep["fixed_curve_all"][1] == 0.2  # only the single-tool query can be complete at K=1
+    # BM25 ranks m0's gold tools 3rd and 10th but their equivalents (share_file, set_reminder)
+    # 1st and 2nd: at K = 3 every needed tool of m1, m3, s0 is shown, and of m0 only via twins
+    assert k3["found_all"] == pytest.approx(0.6) and k3["found_all_equiv"] == pytest.approx(0.8)
+    assert rep["fixed_curve_all_equiv"][2] == pytest.approx(0.6) and rep["fixed_curve_all"][2] == 0.4
 
 
 # ----------------------------------------------------------------------------- tables and rankings
@@ -259,6 +403,44 @@ def test_cli_evaluate_sweeps_the_operating_knob(trained_cli_policy: Path, tmp_pa
     assert by["bor:policy@+10"]["found"] == by["fixed K=10"]["found"]
     with pytest.raises(SystemExit):
         main(["--data", str(OFFICE), "--depth-bias", "11", "--out", str(tmp_path)])
+
+
+def test_cli_evaluate_prints_and_writes_any_and_all_found(
+    multi_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from service.cli import main
+
+    out = tmp_path / "eval"
+    rc = main(["evaluate", "--data", str(multi_dir), "--scorer", "bm25", "--cap", "10",
+               "--no-plots", "--out", str(out)])
+    assert rc == 0
+    (rep,) = json.loads((out / "results.json").read_text())
+    assert rep["n_multi_gold"] == 4 and "fixed_curve_all" in rep and "found_all_at" in rep
+    for p in rep["policies"]:
+        assert {"found", "found_all", "found_all_equiv", "bor_bits_all", "fixed_found_all_at_mean_k"} <= set(p)
+        assert p["found_all"] <= p["found"]
+    k1 = rep["policies"][0]
+    assert k1["policy"] == "fixed K=1" and k1["found_all"] == 0.2  # one single-tool query of five
+    md = (out / "results.md").read_text()
+    assert "| all found % |" in md and "every gold tool found@1/5/10: 20.0 / " in md
+    assert "4 of 5 queries need >= 2 tools" in md
+    err = capsys.readouterr().err
+    gap_row = next(p for p in rep["policies"] if p["policy"] == "gap")
+    assert f"all found {100 * gap_row['found_all']:5.1f}%" in err
+
+
+def test_markdown_reads_reports_written_before_all_found() -> None:
+    from registry.evaluate import markdown_tables
+
+    ranked = RankedSet("old", "test", [_ep(0), _ep(3)], [_ep(0), _ep(3)])
+    rep = evaluate_ranked(ranked, {}, cap=5, fixed_ks=(1,))
+    for key in ("n_multi_gold", "fixed_curve_all", "fixed_curve_all_equiv", "found_all_at"):
+        del rep[key]
+    for p in rep["policies"]:
+        for key in [k for k in p if "all" in k]:
+            del p[key]
+    md = markdown_tables([rep])
+    assert "| fixed K=1 | 50.0 | 50.0 | – | – |" in md
 
 
 # ----------------------------------------------------------------------------- start-up refusal
