@@ -308,7 +308,7 @@ def bor_all_bits(p_obs_all: float, n: int, r: int, k: int) -> float:
         raise ValueError(f"p_obs_all must be in [0, 1], got {p}")
     log_pr = log_p_rand_all(n, r, k)
     if log_pr == -math.inf:
-        raise ValueError(f"P_rand_all is 0 for k={k} < r={r}: no list that short holds every needed tool")
+        raise ValueError(f"P_rand_all is 0 for k={k} < r={r}: no list that short holds every tool")
     if p == 0.0:
         return -math.inf
     return math.log2(p) - log_pr / _LN2
