@@ -1,4 +1,4 @@
-"""The harvested MCP registries and their labelled tasks are consistent with what the service accepts."""
+"""The harvested MCP registries and their labelled tasks agree with what the service accepts."""
 
 from __future__ import annotations
 
@@ -54,7 +54,9 @@ def test_gateway_is_the_union_of_its_members() -> None:
 
 def test_tasks_are_well_formed_and_gold_names_exist() -> None:
     tasks = _tasks()
-    names = {p.stem: {t.name for t in parse_tools(json.loads(p.read_text()))} for p in _registry_files()}
+    names = {
+        p.stem: {t.name for t in parse_tools(json.loads(p.read_text()))} for p in _registry_files()
+    }
     ids = [t["id"] for t in tasks]
     assert len(ids) == len(set(ids))
     for task in tasks:
@@ -90,3 +92,31 @@ def test_small_fixture_is_real_harvested_tools() -> None:
     }
     for item in payload:
         assert harvested[item["name"]] == item
+
+
+def test_benchmark_scores_tasks_on_the_small_fixture(engine) -> None:
+    """bench/mcp_registries.py's scoring, run on the fixture with the fast fake embedder."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import mcp_registries as bench
+    finally:
+        sys.path.pop(0)
+    n = engine.put_registry("small", json.loads(FIXTURE.read_text())).tools
+    tasks = [
+        {"id": "a", "registry": "small", "query": "post a message to the releases channel",
+         "gold": ["slack_post_message"], "kind": "single"},
+        {"id": "b", "registry": "small", "query": "read notes.md and post it to slack",
+         "gold": ["read_text_file", "slack_post_message"], "kind": "multi"},
+    ]
+    outcomes = bench.run(engine, tasks, {"small": n})
+    assert [len(o.fixed[k]) for o in outcomes for k in bench.FIXED_KS] == [1, 3, 5, 1, 3, 5]
+    assert all(1 <= r <= n for o in outcomes for r in o.gold_ranks)
+    summary = bench.summarise(outcomes)
+    assert summary["tasks"] == 2 and summary["multi"] == 1
+    assert summary["fixed"]["1"]["all"] <= 0.5  # the multi task cannot be complete at K=1
+    for key in ("any", "all"):
+        assert 0 <= summary[key] <= 1
+        shares = [summary["fixed"][str(k)][key] for k in bench.FIXED_KS]
+        assert shares == sorted(shares)
+    assert summary["any"] >= summary["all"]
+    assert 1 <= summary["mean_k"] <= n

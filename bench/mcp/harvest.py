@@ -54,7 +54,8 @@ SERVERS: tuple[Server, ...] = (
     Server("github", "@modelcontextprotocol/server-github", "2025.4.8",
            env={"GITHUB_PERSONAL_ACCESS_TOKEN": DUMMY}),
     Server("gitlab", "@modelcontextprotocol/server-gitlab", "2025.4.25",
-           env={"GITLAB_PERSONAL_ACCESS_TOKEN": DUMMY, "GITLAB_API_URL": "http://127.0.0.1:9/api/v4"}),
+           env={"GITLAB_PERSONAL_ACCESS_TOKEN": DUMMY,
+                "GITLAB_API_URL": "http://127.0.0.1:9/api/v4"}),
     Server("slack", "@modelcontextprotocol/server-slack", "2025.4.25",
            env={"SLACK_BOT_TOKEN": "xoxb-" + DUMMY, "SLACK_TEAM_ID": "T00000000"}),
     Server("brave-search", "@modelcontextprotocol/server-brave-search", "0.6.2",
@@ -66,7 +67,8 @@ SERVERS: tuple[Server, ...] = (
            ("postgresql://user:pass@127.0.0.1:9/db",)),
     Server("redis", "@modelcontextprotocol/server-redis", "2025.4.25", ("redis://127.0.0.1:9",)),
     Server("sequential-thinking", "@modelcontextprotocol/server-sequential-thinking", "2026.8.31"),
-    Server("everart", "@modelcontextprotocol/server-everart", "0.6.2", env={"EVERART_API_KEY": DUMMY}),
+    Server("everart", "@modelcontextprotocol/server-everart", "0.6.2",
+           env={"EVERART_API_KEY": DUMMY}),
     Server("playwright", "@playwright/mcp", "0.0.83"),
     Server("notion", "@notionhq/notion-mcp-server", "2.5.2", env={"NOTION_TOKEN": DUMMY}),
     Server("firecrawl", "firecrawl-mcp", "3.26.0", env={"FIRECRAWL_API_KEY": "fc-" + DUMMY}),
@@ -86,11 +88,14 @@ def install(server: Server, cache: Path) -> Path:
     prefix.mkdir(parents=True, exist_ok=True)
     pkg_dir = prefix / "node_modules" / server.package
     manifest = pkg_dir / "package.json"
-    if not (manifest.exists() and json.loads(manifest.read_text()).get("version") == server.version):
+    installed = json.loads(manifest.read_text()).get("version") if manifest.exists() else None
+    if installed != server.version:
         cmd = ["npm", "install", "--prefix", str(prefix), "--ignore-scripts", "--no-audit",
                "--no-fund", "--loglevel=error", f"{server.package}@{server.version}"]
         env = dict(os.environ, PUPPETEER_SKIP_DOWNLOAD="1", PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD="1")
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=900, env=env, check=False
+        )
         if done.returncode != 0:
             raise HarvestError(f"npm install failed: {done.stderr.strip()[-500:]}")
     meta = json.loads(manifest.read_text())
