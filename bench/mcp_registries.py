@@ -91,9 +91,9 @@ def summarise(outcomes: list[Outcome]) -> dict[str, Any]:
     if not outcomes:
         return {"tasks": 0}
     policy = np.array([o.hits(o.shown) for o in outcomes], dtype=float)
-    ks = np.array([len(o.shown) for o in outcomes], dtype=float)
+    ks = np.array([len(set(o.shown)) for o in outcomes], dtype=float)
     mean_k = float(ks.mean())
-    whole = float(np.mean([len(o.shown) >= o.n for o in outcomes]))
+    whole = float(np.mean([len(set(o.shown)) >= o.n for o in outcomes]))
     fixed = {}
     for k in FIXED_KS:
         got = np.array([o.hits(o.fixed[k]) for o in outcomes], dtype=float)
