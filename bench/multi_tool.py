@@ -14,9 +14,12 @@ Each query goes through an in-process :class:`registry.engine.ShortlistEngine` b
 service builds it (real MiniLM embedder, the shipped ``bor`` policy, a local store in a temp
 directory), once with ``multi_intent`` on and once off (off is the behaviour before multi-intent
 coverage). If ``Settings`` has no ``multi_intent`` field yet the bench runs the engine once and
-says so. A third call with ``k=50`` (multi-intent off) gives the plain ranking, from which the
-fixed-K curves come: "any" = at least one gold tool in the top K, "all" = every gold tool in
-the top K (:func:`registry.evaluate.fixed_curve`).
+says so. A third call with ``k=50`` gives the plain ranking (with ``k`` the engine cuts the
+request's own ranking, never splitting intents), from which the fixed-K curves come: "any" =
+at least one gold tool in the top K, "all" = every gold tool in the top K
+(:func:`registry.evaluate.fixed_curve`). A gold tool counts as shown when it is in the
+shortlist's ``tools``; one listed only as a folded near-duplicate (``alternates``) is
+reported apart.
 
 Printed per set and engine mode: any-found, all-found and mean K of the engine's default
 answer; fixed K at the same mean K (interpolated on the fixed curves); all-found minus fixed K
@@ -122,7 +125,7 @@ def run_set(
     plain_engine = engines.get("multi-intent off", engines.get("engine"))
     episodes: list[Episode] = []
     per_mode: dict[str, dict[str, list[Any]]] = {
-        m: {"k": [], "any": [], "all": [], "intents": [], "prefix": []} for m in engines
+        m: {"k": [], "any": [], "all": [], "all_alt": [], "intents": [], "prefix": []} for m in engines
     }
     rejected = 0
     t0 = time.perf_counter()
@@ -143,6 +146,10 @@ def run_set(
             rec["k"].append(answer.k)
             rec["any"].append(bool(shown & gold))
             rec["all"].append(gold <= shown)
+            # near-duplicates folded into a shown tool are listed as its alternates (if the
+            # engine folds): reported apart, the headline counts shown tools only
+            alternates = {a for t in answer.tools for a in getattr(t, "alternates", ())}
+            rec["all_alt"].append(gold <= shown | alternates)
             rec["intents"].append(len(getattr(answer, "intents", None) or [q.query]))
     seconds = time.perf_counter() - t0
     curve_any = fixed_curve(episodes, DEEP_K)
@@ -162,6 +169,7 @@ def run_set(
             "n": int(ks.size),
             "found_any": found_any,
             "found_all": found_all,
+            "found_all_with_alternates": float(np.mean(rec["all_alt"])) if rec["all_alt"] else float("nan"),
             "mean_k": mean_k,
             "k_std": float(ks.std()) if ks.size else float("nan"),
             "k_distribution": {str(int(k)): int(c) for k, c in zip(*np.unique(ks, return_counts=True))},
@@ -226,7 +234,8 @@ def markdown(results: Sequence[dict[str, Any]]) -> str:
         for mode, m in r["modes"].items():
             out.append(
                 f"{r['set']}, {mode}: K distribution {m['k_distribution']}; mean intents "
-                f"{m['mean_intents']:.2f}; answers that are a plain top-K cut {_p(m['prefix_share'])}%"
+                f"{m['mean_intents']:.2f}; answers that are a plain top-K cut {_p(m['prefix_share'])}%; "
+                f"all found counting listed alternates {_p(m['found_all_with_alternates'])}%"
             )
     return "\n".join(out)
 
@@ -253,6 +262,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     has_flag = True
     for name, directory, queries in sets:
+        if not queries:
+            print(f"{name}: no query with >= 2 gold tools, skipped", file=sys.stderr)
+            continue
         if args.max_queries is not None and len(queries) > args.max_queries:
             queries = sorted(random.Random(args.seed).sample(queries, args.max_queries), key=lambda q: q.id)
         tools = json.loads((directory / "tools.json").read_text())
