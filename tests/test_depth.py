@@ -614,3 +614,65 @@ def test_bias_never_shortens_a_list_and_zero_is_the_trained_rule(bor_policy) -> 
         lengths.append(ks)
     mean = np.mean(lengths, axis=0)
     assert mean[biases.index(-1.0)] < mean[biases.index(0.0)] < mean[biases.index(1.0)]
+
+
+# ----------------------------------------------------------------------------- any registry size
+
+
+def test_policy_depth_limit_is_half_the_registry_from_eight_tools() -> None:
+    from registry.depth.policies import policy_depth_limit
+
+    assert [policy_depth_limit(n) for n in (0, 1, 5, 7)] == [0, 1, 5, 7]
+    assert [policy_depth_limit(n) for n in (8, 9, 20, 50, 2479)] == [4, 4, 10, 25, 1239]
+    for n in range(8, 300):
+        assert policy_depth_limit(n) < n and math.log2(n / policy_depth_limit(n)) >= 1.0
+
+
+def test_env_never_walks_past_half_a_registry() -> None:
+    ep = Episode(scores=np.linspace(1, 0, 20), gold_ranks=np.array([15]), n_tools=20)
+    env = DepthEnv(ep, max_depth=50)
+    assert env.cap == 10
+    assert (env.stop_rewards == 0).all()  # the gold tool at rank 16 is past the cap: never pays
+    small = Episode(scores=np.linspace(1, 0, 5), gold_ranks=np.array([4]), n_tools=5)
+    assert DepthEnv(small, max_depth=50).cap == 5
+
+
+@pytest.mark.parametrize("n_tools", [8, 20, 50])
+def test_shipped_policy_never_answers_with_the_whole_registry(bor_policy, n_tools: int) -> None:
+    """Flat, noisy and cliff-shaped score lists at every operating-knob value, even the extreme
+    +10 bits: at most half of a registry of 8+ tools."""
+    rng = np.random.default_rng(n_tools)
+    cases = [np.full(n_tools, 0.3, dtype=np.float32), _desc(np.linspace(0.9, 0.1, n_tools))]
+    for _ in range(100):
+        s = rng.normal(0.35, rng.uniform(0.001, 0.2), n_tools)
+        if rng.random() < 0.3:
+            s[: rng.integers(1, n_tools)] += rng.uniform(0.0, 0.5)
+        cases.append(_desc(s))
+    for scores in cases:
+        for bias in (0.0, 1.0, 10.0):
+            for max_k in (20, 50):
+                k = bor_policy.choose_depth(scores, n_tools, max_k, bias=bias)
+                assert 1 <= k <= n_tools // 2, (k, n_tools, bias)
+
+
+def test_whole_registry_guarantee_is_in_the_served_policy(exported: Path) -> None:
+    policy = OnnxDepthPolicy.from_dir(exported)
+    scores = np.full(12, 0.2, dtype=np.float32)  # a flat list: the synthetic policy keeps walking
+    assert policy.choose_depth(scores, 12, 20, bias=10.0) == 6
+    policy.limit_depth = False  # the pre-guarantee behaviour, replayed only by benchmarks
+    assert policy.choose_depth(scores, 12, 20, bias=10.0) == 12
+
+
+def test_bor_reward_floor_prices_small_registries_like_larger_ones() -> None:
+    from registry.depth.env import bor_reward, bor_reward_floor
+
+    k = np.arange(1, 5)
+    floored = bor_reward_floor(64)
+    np.testing.assert_allclose(floored(k, 8, 1), np.log2(64 / k), rtol=1e-12)
+    np.testing.assert_allclose(floored(k, 370, 2), bor_reward(k, 370, 2), rtol=1e-12)  # unchanged above
+    # plain BoR on 8 tools: 1 tool found 70% of the time beats 3 tools found always; floored, it does not
+    assert 0.7 * bor_reward(k, 8, 1)[0] > 1.0 * bor_reward(k, 8, 1)[2]
+    assert 0.7 * floored(k, 8, 1)[0] < 1.0 * floored(k, 8, 1)[2]
+    with pytest.raises(ValueError):
+        bor_reward_floor(0)
+

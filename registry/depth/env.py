@@ -11,11 +11,20 @@ Rewards:
       - ``"bor"``: ``-log2 P_rand(N, R_q, k)`` bits, ``R_q`` = number of relevant tools
         (1 when an episode lists none; it then never succeeds anyway);
       - ``"f1"``: ``2 / (k + 1)``, the F1 of a hit with recall 1 and precision ``1/k``
-        (the paper's ablation).
+        (the paper's ablation);
+      - :func:`bor_reward_floor` ``(n_min)``: BoR with the registry size floored at ``n_min``,
+        ``-log2 P_rand(max(N, n_min), R_q, k)``. Identical to ``"bor"`` on registries of
+        ``n_min`` tools or more. On a registry of 8 tools pure BoR pays 3 bits for one tool and
+        1.4 for three, so its optimum is one tool unless the top tool is right less than half
+        as often as the top three: it answers 1 tool on nearly every query and finds no more
+        than fixed K=1. The floor prices depth on a small registry as on a larger one (the
+        value of a shortlist to an agent does not collapse because the server is small), so
+        the policy still goes deeper when the scores are ambiguous.
     * CONTINUE: ``-step_cost``.
 
-The depth cap is ``D = min(max_depth, len(scores), n_tools)``: in state ``D`` only STOP is
-allowed. Returns are discounted by ``gamma``.
+The depth cap is ``D = min(max_depth, len(scores), policy_depth_limit(n_tools))`` (half the
+registry from 8 tools on, see :func:`registry.depth.policies.policy_depth_limit`, the bound
+serving applies): in state ``D`` only STOP is allowed. Returns are discounted by ``gamma``.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import numpy as np
 from registry.bor import log_p_rand_curve
 from registry.depth.episodes import Episode
 from registry.depth.features import depth_features
+from registry.depth.policies import policy_depth_limit
 
 __all__ = [
     "STOP",
@@ -36,6 +46,7 @@ __all__ = [
     "REWARD_FUNCTIONS",
     "bor_reward",
     "f1_reward",
+    "bor_reward_floor",
     "get_reward_fn",
     "stop_rewards",
     "DepthEnv",
@@ -69,6 +80,18 @@ def f1_reward(k: np.ndarray, n_tools: int, n_gold: int) -> np.ndarray:
     return 2.0 / (np.asarray(k, dtype=np.float64) + 1.0)
 
 
+def bor_reward_floor(n_min: int) -> RewardFn:
+    """BoR reward with the registry size floored at ``n_min`` (see the module docstring)."""
+    if n_min < 1:
+        raise ValueError(f"n_min must be >= 1, got {n_min}")
+
+    def reward(k: np.ndarray, n_tools: int, n_gold: int) -> np.ndarray:
+        return bor_reward(k, max(int(n_tools), int(n_min)), n_gold)
+
+    reward.__name__ = f"bor_floor_{n_min}"
+    return reward
+
+
 REWARD_FUNCTIONS: dict[str, RewardFn] = {"bor": bor_reward, "f1": f1_reward}
 
 
@@ -83,8 +106,8 @@ def get_reward_fn(reward: str | RewardFn) -> RewardFn:
 
 
 def depth_cap(episode: Episode, max_depth: int) -> int:
-    """``D = min(max_depth, len(scores), n_tools)``."""
-    return min(int(max_depth), int(episode.scores.size), int(episode.n_tools))
+    """``D = min(max_depth, len(scores), policy_depth_limit(n_tools))``."""
+    return min(int(max_depth), int(episode.scores.size), policy_depth_limit(episode.n_tools))
 
 
 def stop_rewards(

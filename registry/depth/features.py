@@ -12,8 +12,12 @@ z-scores), so a policy transfers between scorers whose scores live on different 
 
 Distribution statistics (mean, std, range, largest drop) use ``scores[:FEATURE_WINDOW]``.
 Callers should therefore pass at least ``FEATURE_WINDOW`` scores whenever the registry has
-that many tools, in serving exactly as in training; with fewer scores the statistics
-describe a shorter window and the policy sees inputs it was not trained on.
+that many tools, in serving exactly as in training. On a registry of fewer tools the window
+is the whole registry (5 scores on a 5-tool registry), and ``log2_n`` / ``bor_ceiling`` are
+read as they are: the shipped policy is trained on registries of 5 to 2,479 tools (carved
+sub-registries, :mod:`registry.depth.carve`), so these inputs lie inside its training range
+and the in-graph clamp (:mod:`registry.depth.train`) is only a safety net for larger
+registries or unusual scorers.
 
 Changing a feature, its order or its definition requires bumping
 ``FEATURE_SCHEMA_VERSION``: a served ONNX policy records the version it was trained on and

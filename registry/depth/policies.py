@@ -25,6 +25,8 @@ __all__ = [
     "GapPolicy",
     "ThresholdPolicy",
     "OnnxDepthPolicy",
+    "WHOLE_REGISTRY_MIN",
+    "policy_depth_limit",
     "MANIFEST_NAME",
     "INPUT_NAME",
     "OUTPUT_NAME",
@@ -52,6 +54,24 @@ class TunableDepthPolicy(DepthPolicy, Protocol):
 
     def choose_depth(self, scores: np.ndarray, n_tools: int, max_k: int, bias: float = 0.0) -> int:
         ...
+
+
+WHOLE_REGISTRY_MIN = 8  # from this registry size on, a learned policy never shows it whole
+
+
+def policy_depth_limit(n_tools: int) -> int:
+    """The deepest list a LEARNED policy may show on a registry of ``n_tools`` tools.
+
+    ``n_tools // 2`` from :data:`WHOLE_REGISTRY_MIN` (8) tools on, ``n_tools`` below. Beyond
+    half the registry the BoR ceiling ``log2(N / k)`` is under one bit: a random pick of the
+    same length would contain a given tool at least half the time, so the list no longer
+    selects anything. Only an explicit ``k`` from the caller may ask for more. On registries of
+    2-7 tools half is 1-3 tools, a list callers may legitimately need whole, so no cap applies.
+    Training (:func:`registry.depth.env.depth_cap`), offline evaluation and serving
+    (:meth:`OnnxDepthPolicy.choose_depth`) all apply this bound, so they agree.
+    """
+    n = int(n_tools)
+    return n // 2 if n >= WHOLE_REGISTRY_MIN else max(n, 0)
 
 
 def _upper(scores: np.ndarray, n_tools: int, max_k: int) -> int:
@@ -167,7 +187,8 @@ class OnnxDepthPolicy:
     ``session.run`` scores all ``D`` states of a request; the depth is the first ``k`` whose
     ``Q_stop - Q_continue >= bias`` (``bias`` 0 by default; see :func:`first_stop`), else
     ``D``. ``D`` is also capped by the ``max_depth`` the policy was trained with (deeper
-    states were never seen in training).
+    states were never seen in training) and by :func:`policy_depth_limit` (never the whole
+    registry of 8+ tools, whatever the ``bias``).
 
     Build with :meth:`from_dir`, which refuses artifacts built for another feature schema
     (:class:`PolicySchemaMismatch`) and files whose sha256 differs from the manifest
@@ -179,6 +200,8 @@ class OnnxDepthPolicy:
         self.manifest = manifest
         self.name = name
         self.max_depth = int(manifest.get("max_depth") or 10**9)
+        # False only to replay a policy as served before the whole-registry guarantee (benchmarks)
+        self.limit_depth = True
 
     @classmethod
     def from_dir(cls, path: Path | str, *, threads: int = 1) -> OnnxDepthPolicy:
@@ -226,6 +249,8 @@ class OnnxDepthPolicy:
     def q_values(self, scores: np.ndarray, n_tools: int, max_k: int) -> np.ndarray:
         """``(D, 2)`` float32 ``[Q_stop, Q_continue]`` per depth (``D = 0``: empty)."""
         d = min(_upper(scores, n_tools, max_k), self.max_depth)
+        if self.limit_depth:
+            d = min(d, policy_depth_limit(n_tools))
         if d == 0:
             return np.zeros((0, 2), dtype=np.float32)
         feats = depth_features(np.asarray(scores), n_tools, d)

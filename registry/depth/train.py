@@ -11,10 +11,12 @@ a Huber loss and Adam with cosine learning-rate decay.
 The Q-network is a small ReLU MLP. A clamp of every feature to the range it spanned in
 training, input standardisation (training mean/std) and a clamp to +-``INPUT_CLIP`` standard
 deviations live inside the network, so the exported ONNX takes raw
-:func:`~registry.depth.features.depth_features` rows. The range clamp is what makes a policy
-safe on a registry unlike its training data: a registry of 100,000 tools is read as one of
-the largest training size instead of being extrapolated (which made a policy trained on
-registries of a few hundred tools stop at depth 1 on a registry of 2,479; docs/results.md).
+:func:`~registry.depth.features.depth_features` rows. The range clamp is a safety net for a
+registry unlike the training data: a registry of 100,000 tools is read as one of the largest
+training size instead of being extrapolated (which made a policy trained on registries of a
+few hundred tools stop at depth 1 on a registry of 2,479; docs/results.md). Small registries
+must not depend on it: ``--carve-per-query`` adds sub-registries of 5-200 tools
+(:mod:`registry.depth.carve`) so the training range covers N = 5..2,479.
 
 CLI::
 
@@ -41,16 +43,18 @@ import torch
 from torch import nn
 
 from registry.bor import p_rand
+from registry.depth.carve import ANCHOR_SIZES, FILL_KINDS, SIZE_RANGE, carve_training, load_source
 from registry.depth.env import (
     DEFAULT_GAMMA,
     DEFAULT_MAX_DEPTH,
     DEFAULT_STEP_COST,
     RewardFn,
+    bor_reward_floor,
     build_replay,
 )
 from registry.depth.episodes import Episode, load_episodes
 from registry.depth.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, depth_features
-from registry.depth.policies import FixedPolicy, first_stop
+from registry.depth.policies import FixedPolicy, first_stop, policy_depth_limit
 from registry.fsio import json_safe
 from registry.index.embed import sha256_file
 
@@ -67,6 +71,7 @@ __all__ = [
     "interpolated_fixed_found",
     "compare_with_fixed",
     "split_episodes",
+    "holdout_rows",
     "main",
 ]
 
@@ -170,7 +175,7 @@ class TrainedPolicy:
             return self.network(torch.as_tensor(np.asarray(features, dtype=np.float32))).numpy()
 
     def choose_depth(self, scores: np.ndarray, n_tools: int, max_k: int, bias: float = 0.0) -> int:
-        d = min(int(max_k), int(n_tools), len(scores), self.max_depth)
+        d = min(int(max_k), len(scores), self.max_depth, policy_depth_limit(n_tools))
         if d < 1:
             return 0
         return first_stop(self.q_values(depth_features(np.asarray(scores), n_tools, d)), bias)
@@ -188,6 +193,7 @@ def train_dqn(
     episodes: Sequence[Episode],
     *,
     reward: str | RewardFn = "bor",
+    reward_min_n: int = 1,
     step_cost: float = DEFAULT_STEP_COST,
     gamma: float = DEFAULT_GAMMA,
     max_depth: int = DEFAULT_MAX_DEPTH,
@@ -207,6 +213,8 @@ def train_dqn(
     Args:
         episodes: training episodes.
         reward: ``"bor"`` (paper), ``"f1"`` (ablation) or a :data:`~registry.depth.env.RewardFn`.
+        reward_min_n: with ``"bor"``, floor the registry size of the reward at this many tools
+            (:func:`~registry.depth.env.bor_reward_floor`; 1: plain BoR).
         step_cost: cost of each CONTINUE.
         gamma: discount factor.
         max_depth: depth cap ``D`` of the MDP (and of the policy at inference).
@@ -233,6 +241,9 @@ def train_dqn(
         raise ValueError("steps and batch_size must be >= 1")
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
+    reward_name = reward if isinstance(reward, str) else getattr(reward, "__name__", "custom")
+    if reward == "bor" and reward_min_n > 1:
+        reward = bor_reward_floor(reward_min_n)
     replay = build_replay(episodes, reward=reward, max_depth=max_depth)
     mean, std = _feature_stats(replay.states)
 
@@ -296,7 +307,8 @@ def train_dqn(
             running = 0.0
     online.eval()
     config = {
-        "reward": reward if isinstance(reward, str) else getattr(reward, "__name__", "custom"),
+        "reward": reward_name,
+        "reward_min_n": reward_min_n,
         "step_cost": step_cost,
         "gamma": gamma,
         "max_depth": max_depth,
@@ -445,6 +457,15 @@ def split_episodes(
     return [episodes[i] for i in train], [episodes[i] for i in hold]
 
 
+def holdout_rows(table: Any, holdout_fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """``(train, holdout)`` query rows of a score table (queries with a gold tool only), the
+    split ``shortlist train --data`` uses (benchmarks reuse it to evaluate held-out queries)."""
+    keep = [i for i in range(table.n_queries) if table.gold[i].size]
+    order = np.random.default_rng(seed).permutation(len(keep))
+    n_hold = int(round(holdout_fraction * len(keep)))
+    return sorted(keep[j] for j in order[n_hold:]), sorted(keep[j] for j in order[:n_hold])
+
+
 # ----------------------------------------------------------------------------- CLI
 
 
@@ -543,6 +564,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "20 50 100 200 500 1000 full",
     )
     ap.add_argument("--hard-fraction", type=float, default=0.25, help="share of hard distractors in a candidate set")
+    ap.add_argument(
+        "--carve-per-query", type=int, default=0,
+        help="--data: also train on this many sub-registries per query (registry/depth/carve.py: gold + "
+        "random / same-group / nearest-neighbour fill, BM25 recomputed on the sub-corpus)",
+    )
+    ap.add_argument(
+        "--carve-sizes", type=int, nargs="+", default=list(ANCHOR_SIZES),
+        help="sizes of a query's first carves; further carves draw N log-uniformly from --carve-range",
+    )
+    ap.add_argument("--carve-range", type=int, nargs=2, default=list(SIZE_RANGE), metavar=("LO", "HI"))
     ap.add_argument("--embedder-cache", type=Path, default=None, help="MiniLM ONNX cache (default: the service's)")
     ap.add_argument("--table-cache", type=Path, default=None, help="cache score tables here")
     ap.add_argument("--holdout-fraction", type=float, default=0.3, help="per data set")
@@ -550,6 +581,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--ensemble", type=int, default=1, help="average the Q-values of this many seeds (seed, seed+1, ...)")
     ap.add_argument("--out", type=Path, default=None, help="export directory (omit: no export)")
     ap.add_argument("--reward", choices=["bor", "f1"], default="bor")
+    ap.add_argument(
+        "--reward-min-n", type=int, default=1,
+        help="bor: price depth as on a registry of at least this many tools (registry.depth.env."
+        "bor_reward_floor; matters for carved sub-registries only)",
+    )
     ap.add_argument("--step-cost", type=float, default=DEFAULT_STEP_COST)
     ap.add_argument("--gamma", type=float, default=DEFAULT_GAMMA)
     ap.add_argument("--max-depth", type=int, default=DEFAULT_MAX_DEPTH)
@@ -572,6 +608,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     cap = args.eval_cap or args.max_depth
 
     files_info: list[dict[str, Any]] = []
+    carve_train: list[Episode] = []
+    carve_all: list[Episode] = []
     if args.episodes:
         train_eps, hold_by_set, all_eps, files_info, scorers = _load_episode_files(
             args.episodes, args.holdout_fraction, args.seed
@@ -595,22 +633,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             table = load_or_build_table(
                 directory, embedder, cache_dir=args.table_cache, max_queries=args.max_queries, seed=args.seed
             )
-            keep = [i for i in range(table.n_queries) if table.gold[i].size]
-            order = np.random.default_rng(args.seed).permutation(len(keep))
-            n_hold = int(round(args.holdout_fraction * len(keep)))
+            tr_rows, ho_rows = holdout_rows(table, args.holdout_fraction, args.seed)
             tables.append(table)
-            hold_rows.append(sorted(keep[j] for j in order[:n_hold]))
-            train_rows.append(sorted(keep[j] for j in order[n_hold:]))
-            all_rows.append(keep)
-            files_info.append({"path": str(directory), "n_queries": len(keep), "meta": table.meta})
+            hold_rows.append(ho_rows)
+            train_rows.append(tr_rows)
+            all_rows.append(sorted(tr_rows + ho_rows))
+            files_info.append({"path": str(directory), "n_queries": len(all_rows[-1]), "meta": table.meta})
+            if args.carve_per_query > 0:
+                if scorer != "hybrid":
+                    raise SystemExit("--carve-per-query needs --scorer hybrid")
+                src = load_source(table, embedder, cache_dir=args.table_cache, seed=args.seed)
+                carve = {"seed": args.seed, "anchors": args.carve_sizes, "size_range": tuple(args.carve_range)}
+                carve_train += carve_training(src, tr_rows, args.carve_per_query, **carve)
+                if args.refit_all:
+                    carve_all += carve_training(src, all_rows[-1], args.carve_per_query, **carve)
         train_eps = data_episodes(tables, train_rows, scorer, sizes, hard_fraction=args.hard_fraction, seed=args.seed)
         all_eps = data_episodes(tables, all_rows, scorer, sizes, hard_fraction=args.hard_fraction, seed=args.seed)
+        train_eps += carve_train
+        all_eps += carve_all
         hold_by_set = {
             t.name: rank_table(t, scorer, rows=r).exact for t, r in zip(tables, hold_rows) if r
         }
 
     hp = dict(
         reward=args.reward,
+        reward_min_n=args.reward_min_n,
         step_cost=args.step_cost,
         gamma=args.gamma,
         max_depth=args.max_depth,
@@ -646,6 +693,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             "scorer": scorer,
             "candidate_sizes": sizes,
             "hard_fraction": args.hard_fraction if sizes != ["full"] else None,
+            "carved": (
+                {"per_query": args.carve_per_query, "anchor_sizes": args.carve_sizes,
+                 "size_range": args.carve_range, "fills": list(FILL_KINDS),
+                 "n_episodes": len(carve_all if args.refit_all else carve_train)}
+                if args.carve_per_query > 0 and not args.episodes else None
+            ),
             "holdout_fraction": args.holdout_fraction,
             "n_train": len(all_eps) if args.refit_all else len(train_eps),
             "n_holdout": len(hold_all),
