@@ -30,24 +30,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import DEFAULT_EMBEDDER_CACHE  # noqa: E402
+from common import DEFAULT_EMBEDDER_CACHE
 
-from registry.datasets import LabelledQuery, load_dataset  # noqa: E402
-from registry.depth.episodes import Episode  # noqa: E402
-from registry.evaluate import fixed_curve, fixed_found_at, k_equivalent  # noqa: E402
-from registry.fsio import json_safe  # noqa: E402
+from registry.datasets import LabelledQuery, load_dataset
+from registry.depth.episodes import Episode
+from registry.evaluate import fixed_curve, fixed_found_at, k_equivalent
+from registry.fsio import json_safe
 
 DATA = Path("/work/shared/data")
 DEEP_K = 50  # plain-ranking depth read per query (fixed curves up to K = 50)
@@ -68,8 +69,9 @@ def heldout_multi(
     queries = load_dataset(directory).queries  # drops queries without gold in the registry
     if len(queries) > train_max_queries:
         queries = random.Random(seed).sample(queries, train_max_queries)
-    _, hold = split_episodes(queries, holdout_fraction, seed)  # type: ignore[arg-type]
-    return [q for q in hold if len(q.gold) >= 2]
+    # split_episodes only permutes positions, whatever the items are
+    _, hold = split_episodes(cast(list[Episode], queries), holdout_fraction, seed)
+    return [q for q in cast(list[LabelledQuery], hold) if len(q.gold) >= 2]
 
 
 def multi_queries(path: Path) -> tuple[Path, list[LabelledQuery]]:
@@ -93,7 +95,8 @@ def build_engines(tools_payload: Any, registry: str, tmp: Path, embedder_cache: 
     embedder = load_minilm(embedder_cache)
     engines: dict[str, Any] = {}
     for mode, flag in modes.items():
-        settings = Settings(**base, **({"multi_intent": flag} if flag is not None else {}))
+        kwargs = dict(base, **({"multi_intent": flag} if flag is not None else {}))
+        settings = Settings(**kwargs)
         policy = OnnxDepthPolicy.from_dir(settings.policy_dir)
         engine = ShortlistEngine(settings, LocalStore(tmp), embedder, policy)
         if not engines:
@@ -197,17 +200,19 @@ def run_set(
 
 
 def _p(x: float) -> str:
-    return "–" if x != x else f"{100 * x:.1f}"
+    return "–" if math.isnan(x) else f"{100 * x:.1f}"
 
 
 def _pts(x: float) -> str:
-    return "–" if x != x else f"{100 * x:+.1f}"
+    return "–" if math.isnan(x) else f"{100 * x:+.1f}"
 
 
 def markdown(results: Sequence[dict[str, Any]]) -> str:
     out = [
-        "| set | engine | n | mean gold | any found % | all found % | mean K | fixed K at mean K: "
-        "any % / all % | all found - fixed K (pts) | any found - today's (pts) | all: efficiency |",
+        (
+            "| set | engine | n | mean gold | any found % | all found % | mean K | fixed K at mean K: "
+            "any % / all % | all found - fixed K (pts) | any found - today's (pts) | all: efficiency |"
+        ),
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:

@@ -38,14 +38,13 @@ import hashlib
 import json
 import math
 import random
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from registry.bor import log_p_rand_all, p_rand
 from registry.datasets import LabelledQuery, load_dataset, needed_groups
 from registry.depth.episodes import Episode
 from registry.depth.features import FEATURE_WINDOW
@@ -53,6 +52,18 @@ from registry.fsio import json_safe
 from registry.index.embed import Embedder
 from registry.index.hybrid import HYBRID_ALPHA
 from registry.index.lexical import LexicalIndex, tokenize
+from registry.metrics import (
+    NEEDS,
+    PolicyFn,
+    depth_efficiency,
+    fixed_curve,
+    fixed_found_at,
+    found_bits,
+    found_bits_all,
+    k_equivalent,
+    needed_ranks,
+    policy_depths,
+)
 
 __all__ = [
     "DEFAULT_BUCKETS",
@@ -89,9 +100,6 @@ DEFAULT_BUCKETS: tuple[tuple[str, int, int | None], ...] = (
     ("very hard", 21, None),
 )
 TABLE_FORMAT_VERSION = 2  # 2: per-query needed groups (for "all found" with equivalents)
-NEEDS: tuple[str, ...] = ("any", "all")
-
-PolicyFn = Callable[[np.ndarray, int, int], int]
 
 
 # ----------------------------------------------------------------------------- score tables
@@ -320,9 +328,9 @@ def load_or_build_table(
     table = score_table(directory, embedder, max_queries=max_queries, seed=seed, progress=progress)
     gold_flat, gold_off = _concat_ragged(table.gold)
     hits_flat, hits_off = _concat_ragged(table.hits)
-    groups = [table.needed(i) for i in range(table.n_queries)]
-    needs_flat, needs_off = _concat_ragged([a for per_query in groups for a in per_query])
-    needs_query = np.concatenate([[0], np.cumsum([len(g) for g in groups])]).astype(np.int64)
+    needed = [table.needed(i) for i in range(table.n_queries)]
+    needs_flat, needs_off = _concat_ragged([a for per_query in needed for a in per_query])
+    needs_query = np.concatenate([[0], np.cumsum([len(g) for g in needed])]).astype(np.int64)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.npz")
     np.savez(
@@ -517,107 +525,11 @@ def candidate_episodes(
 # ----------------------------------------------------------------------------- metrics
 
 
-def needed_ranks(episodes: Sequence[Episode], need: str = "any") -> np.ndarray:
-    """Per episode, the 0-based rank a list must reach to count as found.
-
-    ``need="any"``: the best gold rank (at least one gold tool shown); ``"all"``: the worst
-    (every gold tool shown). ``n_tools`` (never reached) for an episode without gold.
-    A list of depth ``K`` (a prefix of the ranking) is found iff this rank is ``< K``.
-    """
-    if need not in NEEDS:
-        raise ValueError(f"need must be one of {NEEDS}, got {need!r}")
-    pick = np.min if need == "any" else np.max
-    return np.array(
-        [int(pick(e.gold_ranks)) if e.gold_ranks.size else e.n_tools for e in episodes], dtype=np.int64
-    )
-
-
-def fixed_curve(episodes: Sequence[Episode], cap: int, *, need: str = "any") -> np.ndarray:
-    """Found rate of fixed depth ``K = 0..cap`` (index ``K``; ``found(0) = 0``).
-
-    Depth is capped per episode at ``min(len(scores), n_tools)``, as a policy's would be.
-    ``need="all"``: the rate at which every gold tool is shown (see :func:`needed_ranks`).
-    """
-    if not episodes:
-        return np.zeros(cap + 1)
-    needed = needed_ranks(episodes, need)
-    caps = np.array([min(e.scores.size, e.n_tools) for e in episodes])
-    ks = np.arange(0, cap + 1)
-    eff = np.minimum(ks[None, :], caps[:, None])
-    return (needed[:, None] < eff).mean(axis=0)
-
-
-def fixed_found_at(curve: np.ndarray, mean_k: float) -> float:
-    """Found rate of a fixed depth at a fractional ``mean_k``, linear on ``curve[K], K = 0..``."""
-    c = np.asarray(curve, dtype=np.float64)
-    return float(np.interp(mean_k, np.arange(c.size), c))
-
-
-def k_equivalent(curve: np.ndarray, found: float) -> float:
-    """Fixed depth with found rate ``found``, linear between integer depths (``inf``: none).
-
-    ``curve[K]`` is the found rate at fixed depth ``K`` (``curve[0] = 0``), non-decreasing.
-    On a flat stretch the smallest depth reaching ``found`` is used.
-    """
-    c = np.asarray(curve, dtype=np.float64)
-    if found <= 0.0:
-        return 0.0
-    if found > c[-1] + 1e-12:
-        return math.inf
-    i = int(np.argmax(c >= found - 1e-12))
-    if i == 0:
-        return 0.0
-    lo, hi = c[i - 1], c[i]
-    return float(i - 1 + (found - lo) / (hi - lo)) if hi > lo else float(i)
-
-
-def depth_efficiency(curve: np.ndarray, found: float, mean_k: float) -> float:
-    """``K_eq / K_p``: how many times more tools fixed top-K needs for the same found rate."""
-    if mean_k <= 0:
-        return math.nan
-    return k_equivalent(curve, found) / mean_k
-
-
-def policy_depths(policy_fn: PolicyFn, episodes: Sequence[Episode], cap: int) -> np.ndarray:
-    """Depth chosen for each episode: ``policy_fn(scores, n_tools, cap)``, clipped to the cap."""
-    return np.array(
-        [min(int(policy_fn(e.scores, e.n_tools, cap)), cap, e.scores.size, e.n_tools) for e in episodes],
-        dtype=np.int64,
-    )
-
-
 def _bucket_of(rank1: int, buckets: Sequence[tuple[str, int, int | None]]) -> str | None:
     for name, lo, hi in buckets:
         if rank1 >= lo and (hi is None or rank1 <= hi):
             return name
     return None
-
-
-def _found_bits_all(episodes: Sequence[Episode], ks: np.ndarray) -> tuple[np.ndarray, float, float]:
-    """Every-gold-shown flags, mean ``P_rand_all`` and ``BoR_all`` bits (mean taken in log space)."""
-    found = needed_ranks(episodes, "all") < ks
-    logs = np.array(
-        [log_p_rand_all(e.n_tools, min(max(e.n_gold, 1), e.n_tools), int(k))
-         for e, k in zip(episodes, ks)]
-    )
-    rate = float(found.mean()) if found.size else 0.0
-    if not logs.size or np.all(np.isneginf(logs)):
-        return found, 0.0, -math.inf
-    top = float(logs.max())
-    log_mean = top + math.log(float(np.exp(logs - top).mean()))
-    bits = (math.log(rate) - log_mean) / math.log(2) if rate > 0 else -math.inf
-    return found, math.exp(log_mean), bits
-
-
-def _found_bits(episodes: Sequence[Episode], ks: np.ndarray) -> tuple[np.ndarray, float, float]:
-    found = np.array([e.first_gold_rank < k for e, k in zip(episodes, ks)], dtype=bool)
-    pr = np.array(
-        [p_rand(e.n_tools, min(max(e.n_gold, 1), e.n_tools), int(k)) if k > 0 else 0.0 for e, k in zip(episodes, ks)]
-    )
-    rate = float(found.mean()) if found.size else 0.0
-    mean_pr = float(pr.mean()) if pr.size else 0.0
-    bits = math.log2(rate / mean_pr) if rate > 0 and mean_pr > 0 else -math.inf
-    return found, mean_pr, bits
 
 
 def policy_metrics(
@@ -651,9 +563,9 @@ def policy_metrics(
     if all_curves is None:
         all_curves = (fixed_curve(exact, cap, need="all"), fixed_curve(needed_eq, cap, need="all"))
     curve_all, curve_all_eq = all_curves
-    found, mean_pr, bits = _found_bits(exact, ks)
-    found_eq, mean_pr_eq, bits_eq = _found_bits(equiv, ks)
-    found_all, mean_pr_all, bits_all = _found_bits_all(exact, ks)
+    found, mean_pr, bits = found_bits(exact, ks)
+    found_eq, mean_pr_eq, bits_eq = found_bits(equiv, ks)
+    found_all, mean_pr_all, bits_all = found_bits_all(exact, ks)
     found_all_eq = needed_ranks(needed_eq, "all") < ks
     mean_k = float(ks.mean())
     rate, rate_eq = float(found.mean()), float(found_eq.mean())
@@ -897,11 +809,11 @@ def plot_report(
 
     curve = np.asarray(rep["fixed_curve"])
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    ks = np.arange(1, curve.size)
-    ax.plot(ks, 100 * curve[1:], "-", color="0.4", label="fixed K (K = 1..cap)")
+    depths = np.arange(1, curve.size)
+    ax.plot(depths, 100 * curve[1:], "-", color="0.4", label="fixed K (K = 1..cap)")
     if rep.get("n_multi_gold") and "fixed_curve_all" in rep:
         curve_all = np.asarray(rep["fixed_curve_all"])
-        ax.plot(ks, 100 * curve_all[1:], "--", color="0.6", label="fixed K, every gold tool shown")
+        ax.plot(depths, 100 * curve_all[1:], "--", color="0.6", label="fixed K, every gold tool shown")
         for p in rows:
             if not p["policy"].startswith("fixed"):
                 ax.plot(p["mean_k"], 100 * p["found_all"], "x", ms=8, label=f"{p['policy']} (all found)")

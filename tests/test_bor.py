@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -226,7 +227,7 @@ def test_p_rand_all_matches_brute_force_enumeration(n: int) -> None:
 
     for r in range(1, n + 1):
         needed = set(range(r))
-        for k in range(0, n + 1):
+        for k in range(n + 1):
             subsets = list(combinations(range(n), k))
             hits = sum(1 for s in subsets if needed <= set(s))
             assert p_rand_all(n, r, k) == pytest.approx(hits / len(subsets), rel=1e-12, abs=0)
@@ -247,10 +248,10 @@ def test_p_rand_all_edges_and_relations() -> None:
     for n, r, k in ((370, 2, 5), (2479, 3, 20), (50, 5, 30)):
         assert p_rand_all(n, r, k) < p_rand(n, r, k)  # all is harder than any
     # monotone: up in K, down in R
-    curve = [p_rand_all(200, 4, k) for k in range(0, 201)]
-    assert all(b >= a for a, b in zip(curve, curve[1:], strict=False))
+    curve = [p_rand_all(200, 4, k) for k in range(201)]
+    assert all(b >= a for a, b in pairwise(curve))
     by_r = [p_rand_all(200, r, 30) for r in range(1, 40)]
-    assert all(b <= a for a, b in zip(by_r, by_r[1:], strict=False))
+    assert all(b <= a for a, b in pairwise(by_r))
     # a tiny probability keeps full precision: N = 1e7, R = 3, K = 10 -> 720 / (N (N-1) (N-2))
     n = 10_000_000
     assert p_rand_all(n, 3, 10) == pytest.approx(720 / (n * (n - 1) * (n - 2)), rel=1e-13)
@@ -267,7 +268,7 @@ def test_all_curve_matches_scalar(n: int, r: int) -> None:
     k_max = min(n + 5, 400)
     curve = log_p_rand_all_curve(n, r, k_max)
     assert curve.shape == (k_max + 1,)
-    for k in range(0, k_max + 1):
+    for k in range(k_max + 1):
         want = log_p_rand_all(n, r, k)
         if want == -math.inf:
             assert curve[k] == -math.inf
@@ -293,7 +294,7 @@ def test_bor_all_bits_and_ceiling() -> None:
     assert bor_all_max_bits(50, 3, 2) == math.inf
     assert bor_all_max_bits(50, 3, 50) == 0.0
     ceil = [bor_all_max_bits(50, 3, k) for k in range(3, 51)]
-    assert all(b <= a for a, b in zip(ceil, ceil[1:], strict=False))
+    assert all(b <= a for a, b in pairwise(ceil))
     # needing every tool is harder by chance, so the all-ceiling is at least the any-ceiling
     assert bor_all_max_bits(370, 3, 10) > bor_max_bits(370, 3, 10)
     for bad in ((1.2, 100, 2, 5), (-0.1, 100, 2, 5), (0.5, 100, 3, 2)):

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from registry.depth.episodes import Episode
 from registry.bor import p_rand_all
 from registry.datasets import LabelledQuery, found_at, needed_groups
+from registry.depth.episodes import Episode
 from registry.evaluate import (
     DEFAULT_BUCKETS,
     RankedSet,

@@ -1,0 +1,134 @@
+"""Metrics over ranked episodes: found-at-K curves (any / all), K_eq, depth efficiency, BoR.
+
+One copy of each, imported by evaluation (:mod:`registry.evaluate`), training and the benches.
+An :class:`~registry.depth.episodes.Episode` holds every gold rank of its query (ranks may lie
+beyond the kept scores), so a list of depth ``K`` (a prefix of the ranking) shows
+
+* at least one gold tool ("any") iff the best gold rank is ``< K``;
+* every gold tool ("all") iff the worst gold rank is ``< K``.
+
+Depth efficiency of a policy with found rate ``F`` at mean depth ``K_p`` is ``K_eq / K_p``,
+``K_eq`` the fixed depth with found rate ``F`` on the fixed-K curve (linear in between).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from registry.bor import log_p_rand_all, p_rand
+from registry.depth.episodes import Episode
+
+__all__ = [
+    "NEEDS",
+    "PolicyFn",
+    "depth_efficiency",
+    "fixed_curve",
+    "fixed_found_at",
+    "found_bits",
+    "found_bits_all",
+    "k_equivalent",
+    "needed_ranks",
+    "policy_depths",
+]
+
+NEEDS: tuple[str, ...] = ("any", "all")
+PolicyFn = Callable[[np.ndarray, int, int], int]
+
+
+def needed_ranks(episodes: Sequence[Episode], need: str = "any") -> np.ndarray:
+    """Per episode, the 0-based rank a list must reach to count as found.
+
+    ``need="any"``: the best gold rank (at least one gold tool shown); ``"all"``: the worst
+    (every gold tool shown). ``n_tools`` (never reached) for an episode without gold.
+    A list of depth ``K`` (a prefix of the ranking) is found iff this rank is ``< K``.
+    """
+    if need not in NEEDS:
+        raise ValueError(f"need must be one of {NEEDS}, got {need!r}")
+    pick = np.min if need == "any" else np.max
+    return np.array(
+        [int(pick(e.gold_ranks)) if e.gold_ranks.size else e.n_tools for e in episodes], dtype=np.int64
+    )
+
+
+def fixed_curve(episodes: Sequence[Episode], cap: int, *, need: str = "any") -> np.ndarray:
+    """Found rate of fixed depth ``K = 0..cap`` (index ``K``; ``found(0) = 0``).
+
+    Depth is capped per episode at ``min(len(scores), n_tools)``, as a policy's would be.
+    ``need="all"``: the rate at which every gold tool is shown (see :func:`needed_ranks`).
+    """
+    if not episodes:
+        return np.zeros(cap + 1)
+    needed = needed_ranks(episodes, need)
+    caps = np.array([min(e.scores.size, e.n_tools) for e in episodes])
+    ks = np.arange(0, cap + 1)
+    eff = np.minimum(ks[None, :], caps[:, None])
+    return (needed[:, None] < eff).mean(axis=0)
+
+
+def fixed_found_at(curve: np.ndarray, mean_k: float) -> float:
+    """Found rate of a fixed depth at a fractional ``mean_k``, linear on ``curve[K], K = 0..``."""
+    c = np.asarray(curve, dtype=np.float64)
+    return float(np.interp(mean_k, np.arange(c.size), c))
+
+
+def k_equivalent(curve: np.ndarray, found: float) -> float:
+    """Fixed depth with found rate ``found``, linear between integer depths (``inf``: none).
+
+    ``curve[K]`` is the found rate at fixed depth ``K`` (``curve[0] = 0``), non-decreasing.
+    On a flat stretch the smallest depth reaching ``found`` is used.
+    """
+    c = np.asarray(curve, dtype=np.float64)
+    if found <= 0.0:
+        return 0.0
+    if found > c[-1] + 1e-12:
+        return math.inf
+    i = int(np.argmax(c >= found - 1e-12))
+    if i == 0:
+        return 0.0
+    lo, hi = c[i - 1], c[i]
+    return float(i - 1 + (found - lo) / (hi - lo)) if hi > lo else float(i)
+
+
+def depth_efficiency(curve: np.ndarray, found: float, mean_k: float) -> float:
+    """``K_eq / K_p``: how many times more tools fixed top-K needs for the same found rate."""
+    if mean_k <= 0:
+        return math.nan
+    return k_equivalent(curve, found) / mean_k
+
+
+def policy_depths(policy_fn: PolicyFn, episodes: Sequence[Episode], cap: int) -> np.ndarray:
+    """Depth chosen for each episode: ``policy_fn(scores, n_tools, cap)``, clipped to the cap."""
+    return np.array(
+        [min(int(policy_fn(e.scores, e.n_tools, cap)), cap, e.scores.size, e.n_tools) for e in episodes],
+        dtype=np.int64,
+    )
+
+
+def found_bits_all(episodes: Sequence[Episode], ks: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """Every-gold-shown flags, mean ``P_rand_all`` and ``BoR_all`` bits (mean taken in log space)."""
+    found = needed_ranks(episodes, "all") < ks
+    logs = np.array(
+        [log_p_rand_all(e.n_tools, min(max(e.n_gold, 1), e.n_tools), int(k))
+         for e, k in zip(episodes, ks)]
+    )
+    rate = float(found.mean()) if found.size else 0.0
+    if not logs.size or np.all(np.isneginf(logs)):
+        return found, 0.0, -math.inf
+    top = float(logs.max())
+    log_mean = top + math.log(float(np.exp(logs - top).mean()))
+    bits = (math.log(rate) - log_mean) / math.log(2) if rate > 0 else -math.inf
+    return found, math.exp(log_mean), bits
+
+
+def found_bits(episodes: Sequence[Episode], ks: np.ndarray) -> tuple[np.ndarray, float, float]:
+    found = np.array([e.first_gold_rank < k for e, k in zip(episodes, ks)], dtype=bool)
+    pr = np.array(
+        [p_rand(e.n_tools, min(max(e.n_gold, 1), e.n_tools), int(k)) if k > 0 else 0.0 for e, k in zip(episodes, ks)]
+    )
+    rate = float(found.mean()) if found.size else 0.0
+    mean_pr = float(pr.mean()) if pr.size else 0.0
+    bits = math.log2(rate / mean_pr) if rate > 0 and mean_pr > 0 else -math.inf
+    return found, mean_pr, bits
