@@ -3,27 +3,14 @@
 from __future__ import annotations
 
 import logging
-import math
 import random
 import threading
 import time
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from registry import bor
-from registry.depth.features import FEATURE_WINDOW
-from registry.depth.policies import (
-    MAX_DEPTH_BIAS,
-    DepthPolicy,
-    FixedPolicy,
-    GapPolicy,
-    ThresholdPolicy,
-    TunableDepthPolicy,
-)
+from registry.depth.policies import TunableDepthPolicy
 from registry.errors import (
     PayloadTooLarge,
     RegistryNotFound,
@@ -33,20 +20,28 @@ from registry.errors import (
     ValidationFailed,
     VersionConflict,
 )
-from registry.feedback import ShownShortlist, validate_equivalents
+from registry.feedback import validate_equivalents
 from registry.index.embed import Embedder
-from registry.index.hybrid import SCORERS, Query, rank
-from registry.index.lexical import tokenize
+from registry.relevance import RelevanceModel
 from registry.runtime import trim_heap
 from registry.settings import Settings
+from registry.shortlist import MAX_K, POLICIES, QueryRunner, Shortlist, ShortlistItem
 from registry.snapshot import Snapshot, build_snapshot
 from registry.store.base import RegistryRecord, SharedStore, Store
 from registry.tools import Tool, ToolLimits, parse_tools, validate_registry_name
 
 log = logging.getLogger(__name__)
 
-POLICIES: tuple[str, ...] = ("bor", "fixed", "gap", "threshold")
-MAX_K = 1000
+__all__ = [
+    "MAX_K",
+    "POLICIES",
+    "RegistryChange",
+    "RegistryInfo",
+    "Shortlist",
+    "ShortlistEngine",
+    "ShortlistItem",
+]
+
 # A write that loses a version race resynchronises and tries again, this many times in all,
 # after a random pause that grows with each attempt (so racing replicas spread out).
 MAX_WRITE_ATTEMPTS = 8
@@ -73,75 +68,6 @@ class RegistryChange:
 RegistryListener = Callable[[RegistryChange], None]
 
 
-@dataclass(frozen=True, slots=True)
-class ShortlistItem:
-    name: str
-    rank: int
-    score: float
-    definition: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Shortlist:
-    shortlist_id: str
-    registry: str
-    version: int
-    policy: str
-    scorer: str
-    k: int
-    n_tools: int
-    p_rand: float
-    bor_max_bits: float
-    tools: list[ShortlistItem]
-    timings: dict[str, float] = field(default_factory=dict)
-    depth_bias: float | None = None  # the bor policy's operating knob used; None for other policies
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``POST /shortlist`` body (``service.schemas.ShortlistResponse``), timings left out."""
-        return {
-            "shortlist_id": self.shortlist_id,
-            "registry": self.registry,
-            "version": self.version,
-            "policy": self.policy,
-            "scorer": self.scorer,
-            "k": self.k,
-            "n_tools": self.n_tools,
-            "p_rand": self.p_rand,
-            "bor_max_bits": self.bor_max_bits,
-            "depth_bias": self.depth_bias,
-            "tools": [
-                {"name": t.name, "rank": t.rank, "score": t.score, "definition": t.definition}
-                for t in self.tools
-            ],
-        }
-
-    def shown(self, created: float) -> ShownShortlist:
-        """What the feedback memory keeps of this shortlist, served at ``created``."""
-        return ShownShortlist(
-            shortlist_id=self.shortlist_id,
-            registry=self.registry,
-            version=self.version,
-            n_tools=self.n_tools,
-            k=self.k,
-            shown=tuple(t.name for t in self.tools),
-            created=created,
-        )
-
-
-def _depth_bias_problem(depth_bias: Any, k: int | None, policy: str) -> str | None:
-    """What is wrong with a request's ``depth_bias`` (``None``: nothing, or none was sent)."""
-    if depth_bias is None:
-        return None
-    number = isinstance(depth_bias, (int, float)) and not isinstance(depth_bias, bool)
-    if not (number and math.isfinite(depth_bias) and abs(depth_bias) <= MAX_DEPTH_BIAS):
-        return f"must be a number between {-MAX_DEPTH_BIAS:g} and {MAX_DEPTH_BIAS:g} bits, got {depth_bias!r}"
-    if k is not None:
-        return "tunes the 'bor' policy; it has no effect with k (a fixed depth)"
-    if policy != "bor":
-        return f"tunes the 'bor' policy only; this request uses {policy!r}"
-    return None
-
-
 def _equivalents_field(payload: Any) -> Any:
     return payload.get("equivalents") if isinstance(payload, dict) else None
 
@@ -164,11 +90,13 @@ class ShortlistEngine:
         store: Store,
         embedder: Embedder,
         bor_policy: TunableDepthPolicy,
+        relevance: RelevanceModel | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.embedder = embedder
         self.bor_policy = bor_policy
+        self.queries = QueryRunner(settings, embedder, bor_policy, relevance)
         self.limits = ToolLimits(
             max_tools=settings.max_tools_per_registry,
             max_tool_bytes=settings.max_tool_bytes,
@@ -181,8 +109,6 @@ class ShortlistEngine:
         self._shared = isinstance(store, SharedStore)
         self._listeners: list[RegistryListener] = []
         self._unloadable: dict[str, int] = {}  # registry -> stored version that failed to load
-        self._gap = GapPolicy()
-        self._threshold = ThresholdPolicy(settings.threshold)
 
     # -- loading ------------------------------------------------------------------------------
 
@@ -364,134 +290,21 @@ class ShortlistEngine:
         policy: str | None = None,
         scorer: str | None = None,
         depth_bias: float | None = None,
+        allow_empty: bool = False,
     ) -> Shortlist:
         """Rank the registry's tools for ``query`` and cut the list where the policy says.
 
+        A request holding several intents gets each of them covered, tools it names verbatim
+        come first, near-duplicates share one slot (:mod:`registry.shortlist`).
         ``depth_bias`` (bits, ``|bias| <= 10``) tunes the ``bor`` policy for this request: it
         stops only where STOP beats CONTINUE by at least that much (default: the
-        ``depth_bias`` setting). It is refused with ``k`` or another policy.
+        ``depth_bias`` setting). It is refused with ``k`` or another policy. ``allow_empty``
+        lets the list be empty when no tool fits (the response's ``confidence`` says how sure).
         """
-        started = time.perf_counter()
-        policy_name, scorer_name, cap = self._check_query(query, k, max_k, policy, scorer, depth_bias)
-        bias = None
-        if policy_name == "bor" and k is None:
-            bias = self.settings.depth_bias if depth_bias is None else float(depth_bias)
-        snap = self.snapshot(registry)
-        n = snap.n_tools
-        if k is not None:
-            policy_name = "fixed"
-        timings: dict[str, float] = {}
-
-        t0 = time.perf_counter()
-        vector = self.embedder.embed_query(query) if scorer_name != "bm25" else None
-        prepared = Query(vector=vector, tokens=tokenize(query) if scorer_name != "dense" else [])
-        t1 = time.perf_counter()
-        timings["embed"] = t1 - t0
-
-        if k is not None:
-            wanted = k
-        elif policy_name == "bor":  # the features read a window of FEATURE_WINDOW scores
-            wanted = max(cap, FEATURE_WINDOW)
-        else:  # gap also looks at the score just past the cap
-            wanted = cap + 1
-        ids, scores = rank(scorer_name, prepared, snap.dense, snap.lexical, min(wanted, n))
-        t2 = time.perf_counter()
-        timings["search"] = t2 - t1
-
-        depth = self._choose_depth(policy_name, scores, n, k, cap, bias or 0.0)
-        t3 = time.perf_counter()
-        timings["policy"] = t3 - t2
-
-        items = [
-            ShortlistItem(
-                name=snap.tools[int(i)].name,
-                rank=r + 1,
-                score=float(s),
-                definition=snap.tools[int(i)].definition,
-            )
-            for r, (i, s) in enumerate(zip(ids[:depth], scores[:depth]))
-        ]
-        p_rand = bor.p_rand(n, 1, depth) if n and depth else 0.0
-        bor_max_bits = 0.0 - math.log2(p_rand) if p_rand > 0 else 0.0  # never -0.0
-        timings["total"] = time.perf_counter() - started
-        return Shortlist(
-            shortlist_id=uuid.uuid4().hex,
-            registry=registry,
-            version=snap.version,
-            policy=policy_name,
-            scorer=scorer_name,
-            k=len(items),
-            n_tools=n,
-            p_rand=p_rand,
-            bor_max_bits=bor_max_bits,
-            tools=items,
-            timings=timings,
-            depth_bias=bias,
-        )
+        request = self.queries.check(query, k, max_k, policy, scorer, depth_bias, allow_empty)
+        return self.queries.run(self.snapshot(registry), query, request)
 
     # -- internals ------------------------------------------------------------------------------
-
-    def _check_query(
-        self,
-        query: str,
-        k: int | None,
-        max_k: int | None,
-        policy: str | None,
-        scorer: str | None,
-        depth_bias: float | None = None,
-    ) -> tuple[str, str, int]:
-        problems = []
-        if not query.strip():
-            problems.append({"field": "query", "message": "must not be empty"})
-        elif len(query) > self.settings.max_query_chars:
-            problems.append(
-                {
-                    "field": "query",
-                    "message": f"is {len(query)} characters; the limit is "
-                    f"{self.settings.max_query_chars}",
-                }
-            )
-        for field_name, value in (("k", k), ("max_k", max_k)):
-            if value is not None and not 1 <= value <= MAX_K:
-                problems.append(
-                    {"field": field_name, "message": f"must be between 1 and {MAX_K}, got {value}"}
-                )
-        policy_name = policy or self.settings.default_policy
-        scorer_name = scorer or self.settings.default_scorer
-        if policy_name not in POLICIES:
-            problems.append(
-                {"field": "policy", "message": f"unknown policy {policy_name!r}; use one of {list(POLICIES)}"}
-            )
-        if scorer_name not in SCORERS:
-            problems.append(
-                {"field": "scorer", "message": f"unknown scorer {scorer_name!r}; use one of {list(SCORERS)}"}
-            )
-        bias_problem = _depth_bias_problem(depth_bias, k, policy_name)
-        if bias_problem:
-            problems.append({"field": "depth_bias", "message": bias_problem})
-        if problems:
-            summary = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
-            raise ValidationFailed(f"invalid shortlist request: {summary}", problems)
-        return policy_name, scorer_name, max_k or self.settings.default_max_k
-
-    def _choose_depth(
-        self, policy: str, scores: np.ndarray, n: int, k: int | None, cap: int, bias: float = 0.0
-    ) -> int:
-        available = int(scores.shape[0])
-        if available == 0:
-            return 0
-        if k is not None:
-            return min(k, available)
-        chosen: DepthPolicy
-        if policy == "bor":
-            return min(self.bor_policy.choose_depth(scores, n, cap, bias=bias), cap, available)
-        if policy == "gap":
-            chosen = self._gap
-        elif policy == "threshold":
-            chosen = self._threshold
-        else:
-            chosen = FixedPolicy(self.settings.fixed_k)
-        return min(chosen.choose_depth(scores, n, cap), cap, available)
 
     def _lock(self, registry: str) -> threading.Lock:
         with self._locks_guard:

@@ -27,6 +27,10 @@ class Settings(BaseSettings):
         _PROJECT_ROOT / "models" / "default",
         description="Directory of the 'bor' depth policy (manifest.json + policy.onnx).",
     )
+    relevance_model: Path = Field(
+        _PROJECT_ROOT / "models" / "relevance.json",
+        description="Calibrated 'does any tool fit' model used by allow_empty requests.",
+    )
     embedder_cache_dir: Path | None = Field(
         None,
         description="Where the exported MiniLM ONNX file is cached (default: <data_dir>/cache/embedder).",
@@ -103,7 +107,24 @@ class Settings(BaseSettings):
     max_description_chars: int = Field(
         32_768, ge=16, description="Longest tool description."
     )
-    max_query_chars: int = Field(16_384, ge=16, description="Longest query string.")
+    max_query_chars: int = Field(
+        262_144,
+        ge=16,
+        description="Longest query string (a whole user message); longer than ~160 words is "
+        "read in windows, the best window per tool.",
+    )
+    multi_intent: bool = Field(
+        True,
+        description="Split a request holding several intents ('find X, then email it') and "
+        "cover each of them in the shortlist.",
+    )
+    duplicate_similarity: float = Field(
+        0.97,
+        ge=0.0,
+        le=2.0,
+        description="Cosine between two tools' embeddings from which they fold into one slot "
+        "(the other listed as an alternate); above 1 disables it (declared equivalents still fold).",
+    )
 
     redis_url: SecretStr | None = Field(
         None,

@@ -12,6 +12,7 @@ from registry.feedback import EquivalenceClasses
 from registry.index.dense import DenseIndex
 from registry.index.embed import Embedder
 from registry.index.lexical import LexicalIndex
+from registry.query import NameIndex
 from registry.store.base import Store
 from registry.tools import Tool
 
@@ -29,6 +30,7 @@ class Snapshot:
     equivalents: tuple[tuple[str, ...], ...] = field(default_factory=tuple)
     equivalence: EquivalenceClasses = field(default_factory=EquivalenceClasses)
     content_hashes: tuple[str, ...] = ()  # per tool, the embedding cache key of its text
+    names: NameIndex = field(default_factory=lambda: NameIndex(()))  # names a request may quote
 
     @property
     def n_tools(self) -> int:
@@ -112,4 +114,5 @@ def build_snapshot(
         equivalents=tuple(tuple(group) for group in equivalents),
         equivalence=EquivalenceClasses(equivalents),
         content_hashes=tuple(hashes),
+        names=NameIndex(tool.name for tool in tools),
     )

@@ -241,8 +241,9 @@ class ShortlistRequest(BaseModel):
 
     registry: RegistryName = Field(description="Registry to search.")
     query: str = Field(
-        description="The user's request or the agent's current step; not blank, at most "
-        "SHORTLIST_MAX_QUERY_CHARS (default 16384) characters.",
+        description="The user's request (a whole message is fine) or the agent's current step; "
+        "not blank, at most SHORTLIST_MAX_QUERY_CHARS (default 262144) characters. Several "
+        "intents ('find X, then email it') are each covered; a tool named verbatim comes first.",
         min_length=1,
     )
     k: int | None = Field(
@@ -262,6 +263,11 @@ class ShortlistRequest(BaseModel):
         "CONTINUE by at least this much. > 0 gives longer lists (more often holds the tool), "
         "< 0 shorter ones; default SHORTLIST_DEPTH_BIAS (0). Refused with k or another policy.",
     )
+    allow_empty: bool = Field(
+        False,
+        description="Allow an empty shortlist (k = 0) when no tool fits the request; the "
+        "response's confidence says how sure the service is that one does.",
+    )
 
 
 class ShortlistTool(BaseModel):
@@ -269,6 +275,15 @@ class ShortlistTool(BaseModel):
     rank: int = Field(description="1-based rank under the scorer.")
     score: float
     definition: dict[str, Any] = Field(description="The tool definition as uploaded.")
+    alternates: list[str] = Field(
+        default_factory=list,
+        description="Near-duplicates of this tool (declared equivalents or near-identical "
+        "descriptions) folded into its slot; names only.",
+    )
+    intent: int | None = Field(
+        None, description="Index into 'intents' of the intent this tool covers; null: the whole request."
+    )
+    named: bool = Field(False, description="The request names this tool verbatim.")
 
 
 class ShortlistResponse(BaseModel):
@@ -283,6 +298,15 @@ class ShortlistResponse(BaseModel):
     bor_max_bits: float = Field(description="Bits over random if the shortlist holds the tool.")
     depth_bias: float | None = Field(
         None, description="The bor policy's operating knob used (bits); null for other policies."
+    )
+    intents: list[str] = Field(
+        default_factory=list,
+        description="The intents the request was split into, when it held several; empty otherwise.",
+    )
+    confidence: float | None = Field(
+        None,
+        description="With allow_empty: the calibrated chance that some tool fits (the list is "
+        "empty below the model's threshold); null otherwise.",
     )
     tools: list[ShortlistTool]
 

@@ -42,8 +42,10 @@ def test_shortlist_response(client, tools_payload):
     body = r.json()
     assert set(body) == {
         "shortlist_id", "registry", "version", "policy", "scorer", "k", "n_tools", "p_rand",
-        "bor_max_bits", "depth_bias", "tools",
+        "bor_max_bits", "depth_bias", "intents", "confidence", "tools",
     }
+    assert body["intents"] == [] and body["confidence"] is None  # one intent, allow_empty unset
+    assert set(body["tools"][0]) == {"name", "rank", "score", "definition", "alternates", "intent", "named"}
     assert body["depth_bias"] == 0.0
     assert body["policy"] == "bor" and body["scorer"] == "hybrid" and body["n_tools"] == 4
     assert body["k"] == len(body["tools"]) >= 1

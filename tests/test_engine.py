@@ -125,7 +125,7 @@ def test_every_policy_and_scorer_stays_within_bounds(engine, tools_payload, scor
     "kwargs, field",
     [
         ({"query": "  "}, "query"),
-        ({"query": "x" * 20_000}, "query"),
+        ({"query": "x" * 300_000}, "query"),
         ({"query": "q", "k": 0}, "k"),
         ({"query": "q", "k": 1001}, "k"),
         ({"query": "q", "max_k": 0}, "max_k"),

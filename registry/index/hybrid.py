@@ -15,6 +15,7 @@ margins away and loses found@1 on registries where BM25 is weak (MetaTool); see 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -73,3 +74,62 @@ def rank(
     fused = fuse(dense.scores_for(query.vector, ids), lexical_all[ids], ceiling, alpha)
     order, scores = top_k(fused, depth)
     return ids[order], scores
+
+
+def score_ids(
+    scorer: str,
+    query: Query,
+    dense: DenseIndex,
+    lexical: LexicalIndex,
+    ids: np.ndarray,
+    alpha: float = HYBRID_ALPHA,
+) -> np.ndarray:
+    """The scores :func:`rank` gives the tools ``ids`` (any of them, ranked deep or not)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    if scorer == "bm25":
+        return lexical.scores(query.tokens)[ids].astype(np.float32, copy=False)
+    assert query.vector is not None, "dense and hybrid scorers need the query embedding"
+    cosine = dense.scores_for(query.vector, ids)
+    if scorer == "dense":
+        return cosine.astype(np.float32, copy=False)
+    lexical_all = lexical.scores(query.tokens)
+    return fuse(cosine, lexical_all[ids], lexical.ceiling(query.tokens), alpha)
+
+
+def best_scores(
+    scorer: str,
+    windows: Sequence[Query],
+    dense: DenseIndex,
+    lexical: LexicalIndex,
+    ids: np.ndarray,
+    alpha: float = HYBRID_ALPHA,
+) -> np.ndarray:
+    """Each tool's best score over the windows of a long query (see :func:`rank_windows`)."""
+    scores = [score_ids(scorer, w, dense, lexical, ids, alpha) for w in windows]
+    return np.max(np.stack(scores), axis=0) if len(scores) > 1 else scores[0]
+
+
+def rank_windows(
+    scorer: str,
+    windows: Sequence[Query],
+    dense: DenseIndex,
+    lexical: LexicalIndex,
+    depth: int,
+    alpha: float = HYBRID_ALPHA,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`rank` for a long query read as windows: a tool scores its best window.
+
+    Each window is a query of its own (embedding and BM25 terms), so a request stated in one
+    paragraph of a long message is not drowned by the words repeated around it.
+    """
+    if len(windows) == 1:
+        return rank(scorer, windows[0], dense, lexical, depth, alpha)
+    if dense.kind == "flat" or scorer == "bm25":
+        candidates = np.arange(len(dense), dtype=np.int64)
+    else:
+        pool = max(depth, HYBRID_CANDIDATES)
+        candidates = np.unique(
+            np.concatenate([rank(scorer, w, dense, lexical, pool, alpha)[0] for w in windows])
+        )
+    order, scores = top_k(best_scores(scorer, windows, dense, lexical, candidates, alpha), depth)
+    return candidates[order], scores

@@ -28,6 +28,7 @@ def shortlist(body: ShortlistRequest, engine: EngineDep, state: StateDep) -> Res
         policy=body.policy,
         scorer=body.scorer,
         depth_bias=body.depth_bias,
+        allow_empty=body.allow_empty,
     )
     state.metrics.observe_shortlist(result)
     state.feedback.remember(result.shown(time.time()))

@@ -1,0 +1,103 @@
+"""Fit the ``allow_empty`` relevance model (registry/relevance.py) on the dev sets.
+
+Each dev set's queries ranked on its own registry are positives (some tool fits); queries of
+the other sets ranked on it are negatives (they were written for other tools; a few may still
+fit, which only makes the model more cautious). Logistic regression on
+:func:`registry.relevance.relevance_features`, fitted on 70% of the queries; the threshold is
+the confidence below which at most ``--max-false-empty`` (default 5%) of the fitting split's
+positives fall, so a relevant tool is rarely withheld. Prints held-out figures, then refits on
+everything and writes ``models/relevance.json``.
+
+    python bench/calibrate_relevance.py --data ../shared/data --out models/relevance.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from registry.datasets import index_dataset, load_dataset  # noqa: E402
+from registry.index.embed import load_minilm  # noqa: E402
+from registry.index.hybrid import Query, rank  # noqa: E402
+from registry.index.lexical import tokenize  # noqa: E402
+from registry.relevance import RELEVANCE_WINDOW, RelevanceModel, relevance_features  # noqa: E402
+
+SETS = ("bfcl_simple", "metatool", "toolbench_stable")
+
+
+def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = 1e-3, steps: int = 50) -> np.ndarray:
+    """Newton-Raphson (IRLS) for ``P(y=1) = sigmoid(x @ w)``; ``x`` carries a bias column."""
+    w = np.zeros(x.shape[1])
+    for _ in range(steps):
+        p = 1.0 / (1.0 + np.exp(-np.clip(x @ w, -60, 60)))
+        grad = x.T @ (p - y) + l2 * w
+        hess = (x * (p * (1 - p))[:, None]).T @ x + l2 * np.eye(x.shape[1])
+        w -= np.linalg.solve(hess, grad)
+    return w
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=Path("../shared/data"))
+    parser.add_argument("--per-set", type=int, default=400, help="queries sampled per set")
+    parser.add_argument("--max-false-empty", type=float, default=0.05)
+    parser.add_argument("--embedder-cache", type=Path, default=Path("data/cache/embedder"))
+    parser.add_argument("--out", type=Path, default=None, help="write the refitted model here")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    embedder = load_minilm(args.embedder_cache)
+    rng = random.Random(args.seed)
+    data = {name: load_dataset(args.data / name) for name in SETS}
+    queries = {name: rng.sample(d.queries, min(args.per_set, len(d.queries))) for name, d in data.items()}
+    vectors = {
+        name: embedder.embed_documents([q.query for q in qs]) for name, qs in queries.items()
+    }
+    rows = []  # (features, label, registry, fit_split)
+    for registry, dataset in data.items():
+        snapshot = index_dataset(dataset.tools, embedder)
+        for source, qs in queries.items():
+            for i, q in enumerate(qs):
+                prepared = Query(vector=vectors[source][i], tokens=tokenize(q.query))
+                _, scores = rank("hybrid", prepared, snapshot.dense, snapshot.lexical, RELEVANCE_WINDOW)
+                fit = rng.random() < 0.7
+                rows.append((relevance_features(scores), float(source == registry), registry, fit))
+    x = np.array([[*f, 1.0] for f, *_ in rows])
+    y = np.array([r[1] for r in rows])
+    fit = np.array([r[3] for r in rows])
+    registry_of = np.array([r[2] for r in rows])
+
+    def threshold_for(w: np.ndarray, mask: np.ndarray) -> float:
+        p = 1.0 / (1.0 + np.exp(-(x[mask & (y == 1)] @ w)))
+        return float(np.quantile(p, args.max_false_empty))
+
+    w = fit_logistic(x[fit], y[fit])
+    cut = threshold_for(w, fit)
+    p = 1.0 / (1.0 + np.exp(-(x @ w)))
+    print(f"held-out ({int((~fit).sum())} query-registry pairs), threshold {cut:.3f}:")
+    print("| registry | positives kept | negatives emptied |")
+    print("|---|---|---|")
+    for registry in (*SETS, "all"):
+        m = ~fit & ((registry_of == registry) if registry != "all" else True)
+        kept = float(np.mean(p[m & (y == 1)] >= cut))
+        emptied = float(np.mean(p[m & (y == 0)] < cut))
+        print(f"| {registry} | {kept:.1%} | {emptied:.1%} |")
+    if args.out:
+        w_all = fit_logistic(x, y)
+        model = RelevanceModel(w_top=float(w_all[0]), w_lead=float(w_all[1]), bias=float(w_all[2]),
+                               threshold=threshold_for(w_all, np.ones_like(fit)))
+        model.save(args.out, fitted_on=list(SETS), per_set=args.per_set, seed=args.seed,
+                   max_false_empty=args.max_false_empty,
+                   command="python bench/calibrate_relevance.py --out models/relevance.json")
+        print(f"wrote {args.out}: {model}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

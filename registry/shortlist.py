@@ -1,0 +1,382 @@
+"""The query path: a request and a registry snapshot in, a :class:`Shortlist` out.
+
+Steps (timed in ``Shortlist.timings``):
+
+* **embed**: the request, cut into windows when long (:func:`registry.query.query_windows`),
+  and each of its intents when it holds several (:func:`registry.query.split_intents`);
+* **search**: rank the registry for the request and for each intent;
+* **policy**: fold near-duplicates, choose depths, interleave the intents, pin the tools the
+  request names (:mod:`registry.compose`), and with ``allow_empty`` decide whether anything
+  fits at all (:mod:`registry.relevance`).
+
+With ``k`` (a fixed depth) the request's own ranking is cut at ``k``, named tools first, and
+intents are not split: ``k`` means exactly that many tools.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from registry import bor
+from registry.compose import Pick, fold_duplicates, interleave
+from registry.depth.features import FEATURE_WINDOW
+from registry.depth.policies import (
+    MAX_DEPTH_BIAS,
+    DepthPolicy,
+    FixedPolicy,
+    GapPolicy,
+    ThresholdPolicy,
+    TunableDepthPolicy,
+    policy_depth_limit,
+)
+from registry.errors import ValidationFailed
+from registry.feedback import ShownShortlist
+from registry.index.embed import Embedder
+from registry.index.hybrid import SCORERS, Query, best_scores, rank_windows
+from registry.index.lexical import tokenize
+from registry.query import query_windows, split_intents
+from registry.relevance import RelevanceModel
+from registry.settings import Settings
+from registry.snapshot import Snapshot
+
+__all__ = ["MAX_K", "POLICIES", "QueryRunner", "Shortlist", "ShortlistItem", "depth_bias_problem"]
+
+POLICIES: tuple[str, ...] = ("bor", "fixed", "gap", "threshold")
+MAX_K = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class ShortlistItem:
+    name: str
+    rank: int
+    score: float
+    definition: dict[str, Any]
+    alternates: tuple[str, ...] = ()  # near-duplicates folded into this tool
+    intent: int | None = None  # which of Shortlist.intents brought it (None: the whole request)
+    named: bool = False  # the request names this tool verbatim
+
+
+@dataclass(frozen=True, slots=True)
+class Shortlist:
+    shortlist_id: str
+    registry: str
+    version: int
+    policy: str
+    scorer: str
+    k: int
+    n_tools: int
+    p_rand: float
+    bor_max_bits: float
+    tools: list[ShortlistItem]
+    timings: dict[str, float] = field(default_factory=dict)
+    depth_bias: float | None = None  # the bor policy's operating knob used; None for other policies
+    intents: tuple[str, ...] = ()  # the request's intents when it held several
+    confidence: float | None = None  # P(some tool fits), computed when allow_empty was asked
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``POST /shortlist`` body (``service.schemas.ShortlistResponse``), timings left out."""
+        return {
+            "shortlist_id": self.shortlist_id,
+            "registry": self.registry,
+            "version": self.version,
+            "policy": self.policy,
+            "scorer": self.scorer,
+            "k": self.k,
+            "n_tools": self.n_tools,
+            "p_rand": self.p_rand,
+            "bor_max_bits": self.bor_max_bits,
+            "depth_bias": self.depth_bias,
+            "intents": list(self.intents),
+            "confidence": self.confidence,
+            "tools": [
+                {
+                    "name": t.name,
+                    "rank": t.rank,
+                    "score": t.score,
+                    "definition": t.definition,
+                    "alternates": list(t.alternates),
+                    "intent": t.intent,
+                    "named": t.named,
+                }
+                for t in self.tools
+            ],
+        }
+
+    def shown(self, created: float) -> ShownShortlist:
+        """What the feedback memory keeps of this shortlist, served at ``created``."""
+        return ShownShortlist(
+            shortlist_id=self.shortlist_id,
+            registry=self.registry,
+            version=self.version,
+            n_tools=self.n_tools,
+            k=self.k,
+            shown=tuple(t.name for t in self.tools),
+            created=created,
+        )
+
+
+def depth_bias_problem(depth_bias: Any, k: int | None, policy: str) -> str | None:
+    """What is wrong with a request's ``depth_bias`` (``None``: nothing, or none was sent)."""
+    if depth_bias is None:
+        return None
+    number = isinstance(depth_bias, (int, float)) and not isinstance(depth_bias, bool)
+    if not (number and math.isfinite(depth_bias) and abs(depth_bias) <= MAX_DEPTH_BIAS):
+        return f"must be a number between {-MAX_DEPTH_BIAS:g} and {MAX_DEPTH_BIAS:g} bits, got {depth_bias!r}"
+    if k is not None:
+        return "tunes the 'bor' policy; it has no effect with k (a fixed depth)"
+    if policy != "bor":
+        return f"tunes the 'bor' policy only; this request uses {policy!r}"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    policy: str
+    scorer: str
+    cap: int
+    k: int | None
+    bias: float | None
+    allow_empty: bool
+
+
+class QueryRunner:
+    """Answers shortlist requests on snapshots; holds the embedder and the depth policies."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        embedder: Embedder,
+        bor_policy: TunableDepthPolicy,
+        relevance: RelevanceModel | None = None,
+    ) -> None:
+        self.settings = settings
+        self.embedder = embedder
+        self.bor_policy = bor_policy
+        self.relevance = relevance or RelevanceModel.load(settings.relevance_model)
+        self._gap = GapPolicy()
+        self._threshold = ThresholdPolicy(settings.threshold)
+        self._fixed = FixedPolicy(settings.fixed_k)
+
+    def check(
+        self,
+        query: str,
+        k: int | None,
+        max_k: int | None,
+        policy: str | None,
+        scorer: str | None,
+        depth_bias: float | None = None,
+        allow_empty: bool = False,
+    ) -> _Request:
+        """Validate a request's parameters (all problems at once).
+
+        Raises:
+            ValidationFailed: listing every invalid field.
+        """
+        problems = []
+        if not isinstance(query, str) or not query.strip():
+            problems.append({"field": "query", "message": "must not be empty"})
+        elif len(query) > self.settings.max_query_chars:
+            problems.append(
+                {
+                    "field": "query",
+                    "message": f"is {len(query)} characters; the limit is "
+                    f"{self.settings.max_query_chars} (SHORTLIST_MAX_QUERY_CHARS)",
+                }
+            )
+        for field_name, value in (("k", k), ("max_k", max_k)):
+            if value is not None and not 1 <= value <= MAX_K:
+                problems.append(
+                    {"field": field_name, "message": f"must be between 1 and {MAX_K}, got {value}"}
+                )
+        policy_name = policy or self.settings.default_policy
+        scorer_name = scorer or self.settings.default_scorer
+        if policy_name not in POLICIES:
+            problems.append(
+                {"field": "policy", "message": f"unknown policy {policy_name!r}; use one of {list(POLICIES)}"}
+            )
+        if scorer_name not in SCORERS:
+            problems.append(
+                {"field": "scorer", "message": f"unknown scorer {scorer_name!r}; use one of {list(SCORERS)}"}
+            )
+        bias_problem = depth_bias_problem(depth_bias, k, policy_name)
+        if bias_problem:
+            problems.append({"field": "depth_bias", "message": bias_problem})
+        if problems:
+            summary = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
+            raise ValidationFailed(f"invalid shortlist request: {summary}", problems)
+        bias = None
+        if policy_name == "bor" and k is None:
+            bias = self.settings.depth_bias if depth_bias is None else float(depth_bias)
+        return _Request(
+            policy="fixed" if k is not None else policy_name,
+            scorer=scorer_name,
+            cap=max_k or self.settings.default_max_k,
+            k=k,
+            bias=bias,
+            allow_empty=bool(allow_empty),
+        )
+
+    def run(self, snap: Snapshot, query: str, request: _Request) -> Shortlist:
+        """Answer ``query`` on ``snap`` (parameters already checked)."""
+        started = time.perf_counter()
+        timings: dict[str, float] = {}
+        n = snap.n_tools
+        intents = self._intents(query, request)
+
+        t0 = time.perf_counter()
+        prepared = [self._prepare(text, request.scorer) for text in (query, *intents)]
+        t1 = time.perf_counter()
+        timings["embed"] = t1 - t0
+
+        wanted = self._wanted(request)
+        rankings = [
+            rank_windows(request.scorer, q, snap.dense, snap.lexical, min(wanted, n))
+            for q in prepared
+        ]
+        t2 = time.perf_counter()
+        timings["search"] = t2 - t1
+
+        named_ids = snap.names.find(query)
+        named = self._named_scores(snap, prepared[0], request.scorer, named_ids, rankings[0])
+        confidence = None
+        if request.allow_empty:
+            confidence = self.relevance.confidence(rankings[0][1])
+        if confidence is not None and not named and confidence < self.relevance.threshold:
+            picks: list[Pick] = []
+        elif request.k is not None:
+            picks = self._fixed_picks(rankings[0], named, request.k)
+        else:
+            picks = self._compose(snap, rankings, named, request)
+        timings["policy"] = time.perf_counter() - t2
+
+        items = [
+            ShortlistItem(
+                name=snap.tools[p.tool].name,
+                rank=r + 1,
+                score=p.score,
+                definition=snap.tools[p.tool].definition,
+                alternates=tuple(snap.tools[a].name for a in p.alternates),
+                intent=p.intent,
+                named=p.named,
+            )
+            for r, p in enumerate(picks)
+        ]
+        depth = len(items)
+        p_rand = bor.p_rand(n, 1, depth) if n and depth else 0.0
+        timings["total"] = time.perf_counter() - started
+        return Shortlist(
+            shortlist_id=uuid.uuid4().hex,
+            registry=snap.registry,
+            version=snap.version,
+            policy=request.policy,
+            scorer=request.scorer,
+            k=depth,
+            n_tools=n,
+            p_rand=p_rand,
+            bor_max_bits=0.0 - math.log2(p_rand) if p_rand > 0 else 0.0,  # never -0.0
+            tools=items,
+            timings=timings,
+            depth_bias=request.bias,
+            intents=intents if len(intents) > 1 else (),
+            confidence=confidence,
+        )
+
+    # -- steps ----------------------------------------------------------------------------------
+
+    def _intents(self, query: str, request: _Request) -> tuple[str, ...]:
+        if request.k is not None or not self.settings.multi_intent:
+            return ()
+        intents = split_intents(query)
+        return intents if len(intents) > 1 else ()
+
+    def _prepare(self, text: str, scorer: str) -> list[Query]:
+        """The text as one query per window (one window unless it is long)."""
+        return [
+            Query(
+                vector=self.embedder.embed_query(window) if scorer != "bm25" else None,
+                tokens=tokenize(window) if scorer != "dense" else [],
+            )
+            for window in query_windows(text)
+        ]
+
+    def _wanted(self, request: _Request) -> int:
+        if request.k is not None:
+            return request.k
+        if request.policy == "bor":  # the features read a window of FEATURE_WINDOW scores
+            return max(request.cap, FEATURE_WINDOW)
+        return request.cap + 1  # gap also looks at the score just past the cap
+
+    def _named_scores(
+        self,
+        snap: Snapshot,
+        query: list[Query],
+        scorer: str,
+        named_ids: list[int],
+        ranking: tuple[np.ndarray, np.ndarray],
+    ) -> list[tuple[int, float]]:
+        if not named_ids:
+            return []
+        ids, scores = ranking
+        known = {int(t): float(s) for t, s in zip(ids, scores)}
+        missing = [t for t in named_ids if t not in known]
+        if missing:
+            extra = best_scores(scorer, query, snap.dense, snap.lexical, np.asarray(missing))
+            known.update({t: float(s) for t, s in zip(missing, extra)})
+        return [(t, known[t]) for t in named_ids]
+
+    @staticmethod
+    def _fixed_picks(
+        ranking: tuple[np.ndarray, np.ndarray], named: list[tuple[int, float]], k: int
+    ) -> list[Pick]:
+        picks = [Pick(t, s, None, True) for t, s in named[:k]]
+        taken = {p.tool for p in picks}
+        for t, s in zip(*ranking):
+            if len(picks) >= k:
+                break
+            if int(t) not in taken:
+                picks.append(Pick(int(t), float(s)))
+        return picks
+
+    def _compose(
+        self,
+        snap: Snapshot,
+        rankings: list[tuple[np.ndarray, np.ndarray]],
+        named: list[tuple[int, float]],
+        request: _Request,
+    ) -> list[Pick]:
+        n = snap.n_tools
+        names = [t.name for t in snap.tools]
+        threshold = self.settings.duplicate_similarity
+        folded = [
+            fold_duplicates(ids, scores, names, snap.equivalence, snap.dense.embeddings, threshold)
+            for ids, scores in rankings
+        ]
+        cap = min(request.cap, policy_depth_limit(n))  # only k may ask for the whole registry
+
+        def choose(scores: np.ndarray) -> int:
+            return self._choose_depth(request, scores, n, cap)
+
+        return interleave(folded[0], folded[1:], choose, cap=cap, named=named)
+
+    def _choose_depth(self, request: _Request, scores: np.ndarray, n: int, cap: int) -> int:
+        available = int(scores.shape[0])
+        if available == 0:
+            return 0
+        chosen: DepthPolicy
+        if request.policy == "bor":
+            depth = self.bor_policy.choose_depth(scores, n, cap, bias=request.bias or 0.0)
+            return min(depth, cap, available)
+        if request.policy == "gap":
+            chosen = self._gap
+        elif request.policy == "threshold":
+            chosen = self._threshold
+        else:
+            chosen = self._fixed
+        return min(chosen.choose_depth(scores, n, cap), cap, available)
+
