@@ -47,7 +47,13 @@ class Server:
     """
 
     def __init__(
-        self, embedder_cache: Path, data_dir: Path, *, log_path: Path | None = None, **settings: str
+        self,
+        embedder_cache: Path,
+        data_dir: Path,
+        *,
+        log_path: Path | None = None,
+        root: Path = ROOT,
+        **settings: str,
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -63,7 +69,7 @@ class Server:
         self._log = open(log_path, "wb") if log_path else None  # a file: a full pipe would block
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "service.cli", "serve", "--log-level", "warning"],
-            env=env, cwd=ROOT, stdout=self._log or subprocess.DEVNULL, stderr=subprocess.STDOUT,
+            env=env, cwd=root, stdout=self._log or subprocess.DEVNULL, stderr=subprocess.STDOUT,
         )
 
     @property
@@ -95,15 +101,34 @@ class Server:
 
 
 @contextlib.contextmanager
+def worktree(revision: str) -> Iterator[Path]:
+    """A temporary git worktree of ``revision`` (e.g. the baseline of a before/after run)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "baseline"
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", "--quiet", str(path), revision], cwd=ROOT, check=True
+        )
+        try:
+            yield path
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT, check=False)
+
+
+@contextlib.contextmanager
 def serve(
-    embedder_cache: Path = DEFAULT_EMBEDDER_CACHE, *, data_dir: Path | None = None, **settings: str
+    embedder_cache: Path = DEFAULT_EMBEDDER_CACHE,
+    *,
+    data_dir: Path | None = None,
+    root: Path = ROOT,
+    **settings: str,
 ) -> Iterator[RunningServer]:
     """Start the server with a fresh data directory (unless given), wait until ready, stop it after.
 
-    Keyword arguments become ``SHORTLIST_<NAME>`` settings.
+    ``root`` is the checkout to serve (another revision's worktree, for before/after runs);
+    keyword arguments become ``SHORTLIST_<NAME>`` settings.
     """
     with tempfile.TemporaryDirectory() as tmp:
-        server = Server(embedder_cache, data_dir or Path(tmp), **settings)
+        server = Server(embedder_cache, data_dir or Path(tmp), root=root, **settings)
         try:
             server.wait_ready()
             yield RunningServer(url=server.url, pid=server.pid)

@@ -2,10 +2,13 @@
 
     python bench/latency.py                                  # demo registry, demo-style queries
     python bench/latency.py --data ../shared/data/bfcl_simple --requests 2000
+    python bench/latency.py --data ../shared/data/toolbench_stable --max-tools 500 --baseline aa12855
 
 Starts `shortlist serve` on a free port with a fresh data directory, uploads the registry,
 warms up, then sends requests one at a time and prints p50/p95/p99 and requests/s. In the same
 run it times the in-process ONNX query embedding (the floor of the pipeline) for comparison.
+With ``--baseline REV`` the same requests also go to a server of that git revision (a temporary
+worktree), in alternating rounds, so before and after share the machine's noise.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DEFAULT_EMBEDDER_CACHE, ROOT, serve  # noqa: E402
+from common import DEFAULT_EMBEDDER_CACHE, ROOT, serve, worktree  # noqa: E402
 
 DEFAULT_QUERIES = [
     "What's the weather like in Paris right now?",
@@ -47,14 +50,22 @@ def main() -> None:
     parser.add_argument("--policy", default=None)
     parser.add_argument("--scorer", default=None)
     parser.add_argument("--embedder-cache", type=Path, default=DEFAULT_EMBEDDER_CACHE)
+    parser.add_argument("--max-tools", type=int, default=None, help="first N tools of --data only")
+    parser.add_argument("--baseline", help="git revision to measure in the same run (before/after)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds with --baseline")
     args = parser.parse_args()
 
     if args.data:
         tools = json.loads((args.data / "tools.json").read_text())
+        if args.max_tools:
+            tools = tools[: args.max_tools]
         queries = [json.loads(line)["query"] for line in open(args.data / "queries.jsonl")][:500]
     else:
         tools = json.loads((ROOT / "examples" / "demo_tools.json").read_text())
         queries = DEFAULT_QUERIES
+    if args.baseline:
+        compare(args, tools, queries)
+        return
 
     from registry.index.embed import load_minilm
 
@@ -93,6 +104,48 @@ def main() -> None:
     print(f"POST /shortlist      {percentiles(latencies)}  {args.requests / elapsed:.0f} req/s  mean k={statistics.mean(ks):.2f}")
     print(f"embed-only (floor)   {percentiles(floor)}")
     print(f"ratio p50 shortlist / p50 embed-only: {np.percentile(latencies, 50) / np.percentile(floor, 50):.2f}")
+
+
+def timed_requests(url: str, tools: object, queries: list[str], body: dict, n: int) -> tuple[list[float], list[int]]:
+    with httpx.Client(base_url=url, timeout=120) as client:
+        client.put("/registries/bench", json=tools).raise_for_status()
+        for q in queries[:50]:
+            client.post("/shortlist", json={**body, "query": q}).raise_for_status()
+        latencies, ks = [], []
+        for i in range(n):
+            t0 = time.perf_counter()
+            r = client.post("/shortlist", json={**body, "query": queries[i % len(queries)]})
+            latencies.append(time.perf_counter() - t0)
+            r.raise_for_status()
+            ks.append(r.json()["k"])
+    return latencies, ks
+
+
+def compare(args: argparse.Namespace, tools: object, queries: list[str]) -> None:
+    """Baseline revision vs this checkout, alternating rounds of ``--requests`` each."""
+    body: dict = {"registry": "bench"}
+    if args.policy:
+        body["policy"] = args.policy
+    if args.scorer:
+        body["scorer"] = args.scorer
+    results: dict[str, tuple[list[float], list[int]]] = {"baseline": ([], []), "current": ([], [])}
+    with (
+        worktree(args.baseline) as base_root,
+        serve(args.embedder_cache, root=base_root) as base,
+        serve(args.embedder_cache) as cur,
+    ):
+        for _ in range(args.rounds):
+            for label, url in (("baseline", base.url), ("current", cur.url)):
+                latencies, ks = timed_requests(url, tools, queries, body, args.requests)
+                results[label][0].extend(latencies)
+                results[label][1].extend(ks)
+    n_tools = len(tools["tools"] if isinstance(tools, dict) else tools)  # type: ignore[index, arg-type]
+    print(f"registry: {n_tools} tools; {args.rounds} alternating rounds of {args.requests} requests each")
+    for label, (latencies, ks) in results.items():
+        name = f"{label} ({args.baseline})" if label == "baseline" else "current (working tree)"
+        print(f"{name:32} {percentiles(latencies)}  mean k={statistics.mean(ks):.2f}")
+    delta = np.percentile(results["current"][0], 50) - np.percentile(results["baseline"][0], 50)
+    print(f"p50 change: {delta * 1000:+.2f} ms")
 
 
 if __name__ == "__main__":
