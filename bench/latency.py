@@ -51,6 +51,7 @@ def main() -> None:
     parser.add_argument("--scorer", default=None)
     parser.add_argument("--embedder-cache", type=Path, default=DEFAULT_EMBEDDER_CACHE)
     parser.add_argument("--max-tools", type=int, default=None, help="first N tools of --data only")
+    parser.add_argument("--queries", type=Path, help="queries.jsonl to send instead of --data's")
     parser.add_argument("--baseline", help="git revision to measure in the same run (before/after)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds with --baseline")
     args = parser.parse_args()
@@ -63,6 +64,8 @@ def main() -> None:
     else:
         tools = json.loads((ROOT / "examples" / "demo_tools.json").read_text())
         queries = DEFAULT_QUERIES
+    if args.queries:
+        queries = [json.loads(line)["query"] for line in open(args.queries)][:500]
     if args.baseline:
         compare(args, tools, queries)
         return

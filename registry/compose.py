@@ -78,33 +78,33 @@ def fold_duplicates(
     Args:
         ids: tool positions, best first.
         scores: their scores.
-        names: every tool's name, by position (for declared equivalents).
+        names: every tool's name, by position (read only when ``equivalence`` has classes).
         equivalence: the registry's declared equivalence classes.
         embeddings: every tool's unit embedding, by position.
         threshold: cosine at or above which two tools fold; ``> 1`` disables it.
     """
     if ids.size < 2:
         return Folded(ids, scores)
-    sims = embeddings[ids] @ embeddings[ids].T if threshold <= 1.0 else None
-    keep: list[int] = []
-    alternates: dict[int, list[int]] = {}
-    for row, tool in enumerate(ids.tolist()):
-        owner = None
-        for kept_row in keep:
-            kept = int(ids[kept_row])
-            if names[kept] in equivalence.class_of(names[tool]) or (
-                sims is not None and sims[row, kept_row] >= threshold
-            ):
-                owner = kept
-                break
-        if owner is None:
-            keep.append(row)
-        else:
-            alternates.setdefault(owner, []).append(tool)
-    if len(keep) == ids.size:
+    n = ids.size
+    same = np.zeros((n, n), dtype=bool)
+    if threshold <= 1.0:
+        vectors = embeddings[ids]
+        same |= (vectors @ vectors.T) >= threshold
+    if len(equivalence):
+        keys = [min(equivalence.class_of(names[t])) for t in ids.tolist()]
+        codes = np.unique(np.array(keys, dtype=object), return_inverse=True)[1]
+        same |= codes[:, None] == codes[None, :]
+    earlier = np.triu(same, 1)  # earlier[i, j]: j (ranked below i) duplicates i
+    if not earlier.any():  # the common case: nothing to fold
         return Folded(ids, scores)
-    rows = np.asarray(keep, dtype=np.int64)
-    return Folded(ids[rows], scores[rows], alternates)
+    kept = np.ones(n, dtype=bool)
+    alternates: dict[int, list[int]] = {}
+    for row in np.flatnonzero(earlier.any(axis=0)).tolist():
+        owners = np.flatnonzero(earlier[:row, row] & kept[:row])
+        if owners.size:
+            kept[row] = False
+            alternates.setdefault(int(ids[owners[0]]), []).append(int(ids[row]))
+    return Folded(ids[kept], scores[kept], alternates)
 
 
 def interleave(

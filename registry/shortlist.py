@@ -351,7 +351,8 @@ class QueryRunner:
         request: _Request,
     ) -> list[Pick]:
         n = snap.n_tools
-        names = [t.name for t in snap.tools]
+        # names are only read to fold declared equivalents
+        names = [t.name for t in snap.tools] if len(snap.equivalence) else []
         threshold = self.settings.duplicate_similarity
         folded = [
             fold_duplicates(ids, scores, names, snap.equivalence, snap.dense.embeddings, threshold)
