@@ -5,7 +5,7 @@
 Two query sets, both of queries with >= 2 gold tools:
 
 * StableToolBench (``--toolbench``, 2,479 tools): the held-out split depth training uses
-  (``registry.depth.train.split_episodes``, ``--holdout-fraction 0.3 --seed 0`` over the same
+  (``registry.depth.train.holdout_rows``, ``--holdout-fraction 0.3 --seed 0`` over the same
   ``max_queries`` sample), so the split is identical to ``shortlist train``'s.
 * MetaTool's multi-tool queries (``--metatool-multi``, 497 queries over 199 tools), which no
   policy was trained on.
@@ -37,7 +37,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -61,17 +61,20 @@ def heldout_multi(
     """The held-out queries of ``shortlist train --data`` with >= 2 gold tools.
 
     Training samples ``train_max_queries`` queries (``random.Random(seed).sample``, as
-    :func:`registry.evaluate.score_table`), keeps those with gold in the registry and splits
-    them with a seeded permutation: :func:`registry.depth.train.split_episodes` is that split.
+    :func:`registry.evaluate.score_table`), then splits the score table's rows with
+    :func:`registry.depth.train.holdout_rows`; that function is called here on the same rows
+    (it reads only the gold lists), so the split is identical.
     """
-    from registry.depth.train import split_episodes
+    from types import SimpleNamespace
+
+    from registry.depth.train import holdout_rows
 
     queries = load_dataset(directory).queries  # drops queries without gold in the registry
     if len(queries) > train_max_queries:
         queries = random.Random(seed).sample(queries, train_max_queries)
-    # split_episodes only permutes positions, whatever the items are
-    _, hold = split_episodes(cast(list[Episode], queries), holdout_fraction, seed)
-    return [q for q in cast(list[LabelledQuery], hold) if len(q.gold) >= 2]
+    rows = SimpleNamespace(n_queries=len(queries), gold=[np.asarray(q.gold) for q in queries])
+    _, hold = holdout_rows(rows, holdout_fraction, seed)
+    return [queries[i] for i in hold if len(queries[i].gold) >= 2]
 
 
 def multi_queries(path: Path) -> tuple[Path, list[LabelledQuery]]:
