@@ -1,0 +1,52 @@
+"""Python client of the tool-shortlist service: typed sync and async calls, retries on 503,
+errors carrying the service's ``error.type``; framework adapters in
+:mod:`tool_shortlist_client.adapters`."""
+
+from tool_shortlist_client.client import AsyncShortlistClient, ShortlistClient
+from tool_shortlist_client.errors import (
+    APIError,
+    ConflictError,
+    InvalidRequestError,
+    NotFoundError,
+    PayloadTooLargeError,
+    ServerError,
+    ServiceUnavailableError,
+    ShortlistClientError,
+    TransportError,
+    UnauthorizedError,
+    UnsupportedMediaTypeError,
+)
+from tool_shortlist_client.models import (
+    FeedbackResult,
+    Registry,
+    RegistryInfo,
+    Shortlist,
+    ShortlistTool,
+    ToolCall,
+    ToolReport,
+    ToolUsage,
+)
+
+__all__ = [
+    "APIError",
+    "AsyncShortlistClient",
+    "ConflictError",
+    "FeedbackResult",
+    "InvalidRequestError",
+    "NotFoundError",
+    "PayloadTooLargeError",
+    "Registry",
+    "RegistryInfo",
+    "ServerError",
+    "ServiceUnavailableError",
+    "Shortlist",
+    "ShortlistClient",
+    "ShortlistClientError",
+    "ShortlistTool",
+    "ToolCall",
+    "ToolReport",
+    "ToolUsage",
+    "TransportError",
+    "UnauthorizedError",
+    "UnsupportedMediaTypeError",
+]

@@ -1,0 +1,104 @@
+"""LangGraph bigtool: tool retrieval backed by ``POST /shortlist``.
+
+``langgraph_bigtool.create_agent(llm, tool_registry, retrieve_tools_function=...,
+retrieve_tools_coroutine=...)`` calls the function with the model's search query and expects
+tool ids (keys of ``tool_registry``) back. Here the ids are the tool names of the service's
+registry, or whatever ``tool_ids`` maps them to; names the agent does not know are dropped (the
+graph would fail on them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from typing import Any
+
+from tool_shortlist_client.client import AsyncShortlistClient, ShortlistClient
+from tool_shortlist_client.models import Shortlist
+
+RETRIEVE_DOC = "Retrieve the tools needed for a task, given a plain-words description of it."
+
+
+class ShortlistRetriever:
+    """bigtool retrieval functions that also keep every shortlist they served (for feedback).
+
+    Args:
+        client: Sync client (for ``retrieve_tools``).
+        async_client: Async client (for ``aretrieve_tools``); give one or both.
+        registry: Registry to search (default: the client's).
+        tool_ids: Shortlist tool name -> bigtool id, or the collection of known ids (= names);
+            ``None``: ids are the names, unfiltered.
+        options: Passed to :meth:`ShortlistClient.shortlist` (``k``, ``max_k``, ``depth_bias``...).
+
+    Attributes:
+        retrieve_tools: ``(query: str) -> list[str]``, for ``retrieve_tools_function``.
+        aretrieve_tools: the coroutine twin, for ``retrieve_tools_coroutine``.
+        shortlists: every shortlist served, oldest first.
+    """
+
+    def __init__(
+        self,
+        client: ShortlistClient | None = None,
+        async_client: AsyncShortlistClient | None = None,
+        *,
+        registry: str | None = None,
+        tool_ids: Mapping[str, str] | Collection[str] | None = None,
+        **options: Any,
+    ) -> None:
+        if client is None and async_client is None:
+            raise ValueError("give a client, an async_client, or both")
+        self.shortlists: list[Shortlist] = []
+        self._ids = tool_ids
+
+        def retrieve_tools(query: str) -> list[str]:
+            if client is None:
+                raise RuntimeError("no sync client: use the coroutine")
+            return self._served(client.shortlist(query, registry=registry, **options))
+
+        async def aretrieve_tools(query: str) -> list[str]:
+            if async_client is None:
+                raise RuntimeError("no async client: use the sync function")
+            return self._served(await async_client.shortlist(query, registry=registry, **options))
+
+        retrieve_tools.__doc__ = aretrieve_tools.__doc__ = RETRIEVE_DOC
+        aretrieve_tools.__name__ = "retrieve_tools"  # the tool's name when only this is given
+        self.retrieve_tools: Callable[[str], list[str]] = retrieve_tools
+        self.aretrieve_tools: Callable[[str], Awaitable[list[str]]] = aretrieve_tools
+
+    @property
+    def last(self) -> Shortlist | None:
+        """The most recent shortlist, to report feedback on."""
+        return self.shortlists[-1] if self.shortlists else None
+
+    def _served(self, shortlist: Shortlist) -> list[str]:
+        self.shortlists.append(shortlist)
+        ids = self._ids
+        if ids is None:
+            return shortlist.names
+        if isinstance(ids, Mapping):
+            return [ids[name] for name in shortlist.names if name in ids]
+        return [name for name in shortlist.names if name in ids]
+
+
+def retrieve_tools_function(
+    client: ShortlistClient,
+    *,
+    registry: str | None = None,
+    tool_ids: Mapping[str, str] | Collection[str] | None = None,
+    **options: Any,
+) -> Callable[[str], list[str]]:
+    """A bigtool ``retrieve_tools_function`` backed by ``/shortlist``."""
+    return ShortlistRetriever(client, registry=registry, tool_ids=tool_ids, **options).retrieve_tools
+
+
+def retrieve_tools_coroutine(
+    client: AsyncShortlistClient,
+    *,
+    registry: str | None = None,
+    tool_ids: Mapping[str, str] | Collection[str] | None = None,
+    **options: Any,
+) -> Callable[[str], Awaitable[list[str]]]:
+    """A bigtool ``retrieve_tools_coroutine`` backed by ``/shortlist``."""
+    retriever = ShortlistRetriever(
+        async_client=client, registry=registry, tool_ids=tool_ids, **options
+    )
+    return retriever.aretrieve_tools

@@ -1,0 +1,139 @@
+"""OpenAI Responses API (and Agents SDK) client-executed tool search, answered by ``/shortlist``.
+
+Declare the search with :func:`tool_search_tool` (``{"type": "tool_search", "execution":
+"client"}``; for an Agents SDK ``Agent``, :func:`agents_tool_search_tool`). When a response holds
+a ``tool_search_call`` with ``execution: "client"``, :func:`tool_search_outputs` answers it with a
+``tool_search_output`` input item (``call_id`` echoed, the shortlisted tools as Responses
+function tools) to append to the next request's ``input``.
+
+The Agents SDK runner does not execute client tool search itself (it raises and asks the caller
+to return a matching ``tool_search_output``), so with the SDK this is a manual Responses loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+from openai.types.responses import (
+    FunctionToolParam,
+    ResponseToolSearchCall,
+    ResponseToolSearchOutputItemParamParam,
+    ToolSearchToolParam,
+)
+
+from tool_shortlist_client.adapters._shapes import (
+    QUERY_SCHEMA,
+    SEARCH_DESCRIPTION,
+    query_of,
+    tool_spec,
+)
+from tool_shortlist_client.client import AsyncShortlistClient, ShortlistClient
+from tool_shortlist_client.models import Shortlist
+
+if TYPE_CHECKING:
+    from agents import ToolSearchTool
+
+ToolSearchCallLike = ResponseToolSearchCall | Mapping[str, Any]
+
+
+def tool_search_tool(
+    description: str = SEARCH_DESCRIPTION, parameters: Mapping[str, Any] | None = None
+) -> ToolSearchToolParam:
+    """The ``tools`` entry that lets the model ask us for tools (client-executed tool search)."""
+    return {
+        "type": "tool_search",
+        "execution": "client",
+        "description": description,
+        "parameters": dict(parameters or QUERY_SCHEMA),
+    }
+
+
+def agents_tool_search_tool(
+    description: str = SEARCH_DESCRIPTION, parameters: Mapping[str, Any] | None = None
+) -> ToolSearchTool:
+    """The Agents SDK's ``ToolSearchTool(execution="client", ...)`` with our query schema."""
+    from agents import ToolSearchTool
+
+    return ToolSearchTool(
+        description=description, execution="client", parameters=dict(parameters or QUERY_SCHEMA)
+    )
+
+
+def function_tool(definition: Mapping[str, Any], *, strict: bool = False) -> FunctionToolParam:
+    """A Responses function tool from a definition of any accepted shape."""
+    spec = tool_spec(definition)
+    return {
+        "type": "function",
+        "name": spec.name,
+        "description": spec.description,
+        "parameters": spec.parameters,
+        "strict": strict,
+    }
+
+
+def output_item(
+    shortlist: Shortlist, call_id: str | None, *, strict: bool = False
+) -> ResponseToolSearchOutputItemParamParam:
+    """The ``tool_search_output`` input item loading a shortlist's tools."""
+    return {
+        "type": "tool_search_output",
+        "call_id": call_id,
+        "execution": "client",
+        "status": "completed",
+        "tools": [function_tool(d, strict=strict) for d in shortlist.definitions],
+    }
+
+
+def _field(call: ToolSearchCallLike, name: str) -> Any:
+    return call.get(name) if isinstance(call, Mapping) else getattr(call, name, None)
+
+
+def client_search_calls(output: Iterable[Any]) -> list[ToolSearchCallLike]:
+    """The client-executed ``tool_search_call`` items of a response's ``output``."""
+    return [
+        cast(ToolSearchCallLike, item)
+        for item in output
+        if _field(item, "type") == "tool_search_call" and _field(item, "execution") == "client"
+    ]
+
+
+def tool_search_output(
+    client: ShortlistClient,
+    call: ToolSearchCallLike,
+    *,
+    registry: str | None = None,
+    strict: bool = False,
+    **options: Any,
+) -> ResponseToolSearchOutputItemParamParam:
+    """Answer one ``tool_search_call`` with the shortlist for its query."""
+    shortlist = client.shortlist(query_of(_field(call, "arguments")), registry=registry, **options)
+    return output_item(shortlist, _field(call, "call_id"), strict=strict)
+
+
+async def atool_search_output(
+    client: AsyncShortlistClient,
+    call: ToolSearchCallLike,
+    *,
+    registry: str | None = None,
+    strict: bool = False,
+    **options: Any,
+) -> ResponseToolSearchOutputItemParamParam:
+    query = query_of(_field(call, "arguments"))
+    shortlist = await client.shortlist(query, registry=registry, **options)
+    return output_item(shortlist, _field(call, "call_id"), strict=strict)
+
+
+def tool_search_outputs(
+    client: ShortlistClient, output: Iterable[Any], **options: Any
+) -> list[ResponseToolSearchOutputItemParamParam]:
+    """One ``tool_search_output`` for each client ``tool_search_call`` in ``response.output``."""
+    return [tool_search_output(client, call, **options) for call in client_search_calls(output)]
+
+
+async def atool_search_outputs(
+    client: AsyncShortlistClient, output: Iterable[Any], **options: Any
+) -> list[ResponseToolSearchOutputItemParamParam]:
+    return [
+        await atool_search_output(client, call, **options) for call in client_search_calls(output)
+    ]
