@@ -9,8 +9,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from tests.conftest import weather_tools
 from tool_shortlist_client import (
     AsyncShortlistClient,
     InvalidRequestError,
@@ -20,6 +18,8 @@ from tool_shortlist_client import (
     ToolCall,
     UnauthorizedError,
 )
+
+from tests.conftest import weather_tools
 
 pytestmark = pytest.mark.e2e
 
@@ -73,7 +73,9 @@ def test_upload_shortlist_feedback_and_report(client, uploaded):
     )  # fmt: skip
     assert result.shortlist_id == shortlist.shortlist_id and not result.duplicate
     assert result.presented.exact and 0 < result.p_rand.exact <= 1
-    again = client.feedback(shortlist.shortlist_id, ["get_weather"], calls=[ToolCall(tool="get_weather", useful=True)])
+    again = client.feedback(
+        shortlist.shortlist_id, ["get_weather"], calls=[ToolCall(tool="get_weather", useful=True)]
+    )
     assert again.duplicate
 
     report = client.report("weather")
@@ -148,15 +150,17 @@ def test_errors_are_exceptions_carrying_the_service_error(client, server, upload
         client.feedback(shortlist, ["no_such_tool"])
     assert "no_such_tool" in json.dumps(err.value.details)
 
-    with ShortlistClient(server.url, registry="weather") as anonymous:
-        with pytest.raises(UnauthorizedError) as err:
-            anonymous.shortlist("weather")
+    with (
+        ShortlistClient(server.url, registry="weather") as anonymous,
+        pytest.raises(UnauthorizedError) as err,
+    ):
+        anonymous.shortlist("weather")
     assert err.value.error_type == "unauthorized"
     assert err.value.details["reason"] == "missing_token"
     assert err.value.headers["www-authenticate"].startswith("Bearer")
-    with ShortlistClient(server.url, token=QUERY) as query_only:
-        with pytest.raises(UnauthorizedError) as err:
-            query_only.put_registry("weather", weather_tools())  # a query token cannot write
+    query_only = ShortlistClient(server.url, token=QUERY)
+    with query_only, pytest.raises(UnauthorizedError) as err:
+        query_only.put_registry("weather", weather_tools())  # a query token cannot write
     assert err.value.details["reason"] == "invalid_token"
 
     with pytest.raises(ValueError):

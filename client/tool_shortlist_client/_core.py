@@ -7,6 +7,7 @@ import os
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -56,7 +57,7 @@ class RetryPolicy:
             after = _retry_after(response.headers.get("retry-after"))
             if after is not None:
                 return min(after, self.max_backoff)
-        base = min(self.backoff * (2**attempt), self.max_backoff)
+        base: float = min(self.backoff * 2.0**attempt, self.max_backoff)
         return base * (0.5 + random.random() / 2)
 
     def retry_status(self, response: httpx.Response, attempt: int) -> bool:
@@ -80,9 +81,9 @@ def _retry_after(value: str | None) -> float | None:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,13 @@ def shortlist_body(
     allow_empty: bool,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"registry": registry, "query": query}
-    optional = {"k": k, "max_k": max_k, "policy": policy, "scorer": scorer, "depth_bias": depth_bias}
+    optional = {
+        "k": k,
+        "max_k": max_k,
+        "policy": policy,
+        "scorer": scorer,
+        "depth_bias": depth_bias,
+    }
     body.update({key: value for key, value in optional.items() if value is not None})
     if allow_empty:
         body["allow_empty"] = True

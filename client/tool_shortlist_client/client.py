@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
@@ -130,7 +130,7 @@ class ShortlistClient(_Base):
         self._owns_http = http_client is None
         self._http = http_client or httpx.Client(timeout=self.timeout)
 
-    def __enter__(self) -> ShortlistClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -267,7 +267,7 @@ class AsyncShortlistClient(_Base):
         self._owns_http = http_client is None
         self._http = http_client or httpx.AsyncClient(timeout=self.timeout)
 
-    async def __aenter__(self) -> AsyncShortlistClient:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *_: object) -> None:

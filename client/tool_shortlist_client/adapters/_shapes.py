@@ -39,10 +39,11 @@ def query_of(arguments: object) -> str:
     import json
 
     if isinstance(arguments, str):
+        text = arguments
         try:
-            arguments = json.loads(arguments)
+            arguments = json.loads(text)
         except ValueError:
-            return arguments
+            return text
     if isinstance(arguments, Mapping):
         for key in ("query", "q", "goal", "search"):
             if isinstance(arguments.get(key), str):

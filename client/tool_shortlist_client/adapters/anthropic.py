@@ -32,9 +32,7 @@ NO_MATCH = "No tool in the catalogue fits this request."
 ToolUseLike = Any  # anthropic ToolUseBlock, or its dict form
 
 
-def search_tool(
-    name: str = SEARCH_TOOL_NAME, description: str = SEARCH_DESCRIPTION
-) -> ToolParam:
+def search_tool(name: str = SEARCH_TOOL_NAME, description: str = SEARCH_DESCRIPTION) -> ToolParam:
     """The custom search tool definition (not deferred)."""
     return {"name": name, "description": description, "input_schema": dict(QUERY_SCHEMA)}
 

@@ -87,7 +87,9 @@ def retrieve_tools_function(
     **options: Any,
 ) -> Callable[[str], list[str]]:
     """A bigtool ``retrieve_tools_function`` backed by ``/shortlist``."""
-    return ShortlistRetriever(client, registry=registry, tool_ids=tool_ids, **options).retrieve_tools
+    return ShortlistRetriever(
+        client, registry=registry, tool_ids=tool_ids, **options
+    ).retrieve_tools
 
 
 def retrieve_tools_coroutine(
