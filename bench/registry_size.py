@@ -11,7 +11,8 @@ with each fill kind (random, same group, nearest neighbours), ranked with the hy
 and pooled it prints found (any gold shown), all-found (every gold shown), mean K, the share
 of answers that are the whole registry, fixed K=1/3/5 found and depth efficiency (K_eq /
 mean K, :func:`registry.evaluate.depth_efficiency`); then the same on the held-out queries over
-each FULL registry (large registries must not get worse).
+each FULL registry (large registries must not get worse). ``--unseen DIR`` adds a data set no
+policy trained on (BFCL live, ``bench/convert_bfcl_live.py``): all its queries, carved and full.
 
 ``--policy NAME=DIR`` loads an ONNX artifact; ``NAME=DIR:nocap`` replays it without the
 whole-registry guarantee (:func:`registry.depth.policies.policy_depth_limit`), i.e. as it was
@@ -118,7 +119,9 @@ def table_md(rows: list[dict[str, Any]], names: list[str]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policy", nargs="+", required=True, help="NAME=DIR or NAME=DIR:nocap, e.g. new=models/default")
-    ap.add_argument("--data", nargs="+", type=Path, default=DEV)
+    ap.add_argument("--data", nargs="*", type=Path, default=DEV)
+    ap.add_argument("--unseen", nargs="*", type=Path, default=[],
+                    help="data sets no policy trained on (e.g. data/bfcl_live): every query is evaluated")
     ap.add_argument("--sizes", nargs="+", type=int, default=list(SIZES))
     ap.add_argument("--max-queries", type=int, default=2000, help="per set, as the training recipe samples")
     ap.add_argument("--holdout-fraction", type=float, default=0.3)
@@ -138,18 +141,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     carved_rows: list[dict[str, Any]] = []
     full_rows: list[dict[str, Any]] = []
     pooled: dict[tuple[int | str, str], list[Episode]] = {}
-    for directory in args.data:
+    for directory in [*args.data, *args.unseen]:
         table = load_or_build_table(
             directory, embedder, cache_dir=args.table_cache, max_queries=args.max_queries, seed=args.seed
         )
-        _, hold = holdout_rows(table, args.holdout_fraction, args.seed)
+        if directory in args.unseen:
+            hold = [i for i in range(table.n_queries) if table.gold[i].size]
+        else:
+            _, hold = holdout_rows(table, args.holdout_fraction, args.seed)
         src = load_source(table, embedder, cache_dir=args.table_cache, seed=args.seed)
         grid = carve_grid(src, hold, args.sizes, FILL_KINDS, seed=args.carve_seed)
         for (n, kind), eps in grid.items():
             if not eps:
                 continue
-            pooled.setdefault((n, kind), []).extend(eps)
-            pooled.setdefault(("all", "all"), []).extend(eps)
+            if directory not in args.unseen:  # pooled = the dev sets' held-out queries
+                pooled.setdefault((n, kind), []).extend(eps)
+                pooled.setdefault(("all", "all"), []).extend(eps)
             row = {"set": table.name, "n_tools": n, "fill": kind, "n": len(eps), **fixed(eps)}
             row.update({name: metrics(fn, eps) for name, fn in policies.items()})
             carved_rows.append(row)

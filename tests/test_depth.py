@@ -676,3 +676,33 @@ def test_bor_reward_floor_prices_small_registries_like_larger_ones() -> None:
     with pytest.raises(ValueError):
         bor_reward_floor(0)
 
+
+
+def test_size_gate_serves_each_expert_in_its_range_and_exports(tmp_path: Path) -> None:
+    import torch
+
+    from registry.depth.export import export_onnx
+    from registry.depth.policies import policy_depth_limit
+    from registry.depth.train import QNetwork, SizeGatedQ, TrainedPolicy
+
+    torch.manual_seed(0)
+    small, large = QNetwork(F, (8,)), QNetwork(F, (8,))
+    gate = SizeGatedQ(small, large, 128, 199)
+    scores = _desc(np.random.default_rng(0).random(60))
+    x = {n: torch.from_numpy(depth_features(scores, n, 20)) for n in (8, 128, 160, 199, 2479)}
+    with torch.no_grad():
+        torch.testing.assert_close(gate(x[8]), small(x[8]))
+        torch.testing.assert_close(gate(x[128]), small(x[128]))
+        torch.testing.assert_close(gate(x[199]), large(x[199]))
+        torch.testing.assert_close(gate(x[2479]), large(x[2479]))
+        w = (math.log2(199) - math.log2(160)) / (math.log2(199) - math.log2(128))
+        torch.testing.assert_close(gate(x[160]), w * small(x[160]) + (1 - w) * large(x[160]))
+    with pytest.raises(ValueError):
+        SizeGatedQ(small, large, 200, 100)
+    trained = TrainedPolicy(network=gate, config={"max_depth": 20, "hidden": [8]})
+    out = export_onnx(trained, tmp_path / "gated", training_data={}, metrics={}, seed=0)
+    policy = OnnxDepthPolicy.from_dir(out)
+    for n in (8, 160, 2479):
+        q = policy.q_values(scores, n, 20)  # 4 depths on 8 tools (policy_depth_limit), else 20
+        assert q.shape == (min(20, policy_depth_limit(n)), 2)
+        np.testing.assert_allclose(q, trained.q_values(x[n].numpy())[: len(q)], atol=1e-5)

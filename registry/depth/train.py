@@ -61,6 +61,7 @@ from registry.index.embed import sha256_file
 __all__ = [
     "QNetwork",
     "QEnsemble",
+    "SizeGatedQ",
     "TrainedPolicy",
     "train_dqn",
     "train_ensemble",
@@ -148,6 +149,50 @@ class QEnsemble(nn.Module):
         return torch.stack([m(features) for m in self.members]).mean(dim=0)
 
 
+class SizeGatedQ(nn.Module):
+    """Two Q-networks gated on the registry size, read from the raw ``log2_n`` feature.
+
+    ``Q = w * small(x) + (1 - w) * large(x)``, ``w = 1`` up to ``n_lo`` tools, ``w = 0`` from
+    ``n_hi`` tools on, linear in ``log2 N`` between. ``shortlist train --size-gate`` trains the
+    large expert on the full registries alone with the plain reward (the previous recipe, so
+    registries of ``n_hi``+ tools keep exactly its behaviour) and the small expert with carved
+    sub-registries (:mod:`registry.depth.carve`). One network fitted to both regimes lost up to
+    0.27 of depth efficiency on the unseen BFCL-live registry (docs/results.md, "Registry size").
+    """
+
+    def __init__(self, small: nn.Module, large: nn.Module, n_lo: int, n_hi: int) -> None:
+        super().__init__()
+        if not 1 <= n_lo < n_hi:
+            raise ValueError(f"size gate needs 1 <= n_lo < n_hi, got {n_lo}, {n_hi}")
+        self.small = small
+        self.large = large
+        self.n_lo, self.n_hi = int(n_lo), int(n_hi)
+        self.register_buffer("log2_lo", torch.tensor(math.log2(n_lo), dtype=torch.float32))
+        self.register_buffer("log2_hi", torch.tensor(math.log2(n_hi), dtype=torch.float32))
+        self.col = FEATURE_NAMES.index("log2_n")
+
+    @property
+    def mean(self) -> torch.Tensor:  # the small expert's input statistics (it saw every size)
+        return self.small.mean
+
+    @property
+    def inv_std(self) -> torch.Tensor:
+        return self.small.inv_std
+
+    @property
+    def low(self) -> torch.Tensor:
+        return torch.minimum(self.small.low, self.large.low)
+
+    @property
+    def high(self) -> torch.Tensor:
+        return torch.maximum(self.small.high, self.large.high)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        x = features[:, self.col : self.col + 1]
+        w = torch.clamp((self.log2_hi - x) / (self.log2_hi - self.log2_lo), 0.0, 1.0)
+        return w * self.small(features) + (1.0 - w) * self.large(features)
+
+
 @dataclass
 class TrainedPolicy:
     """A trained Q-network plus everything needed to export and describe it.
@@ -157,7 +202,7 @@ class TrainedPolicy:
     ``Q_stop - Q_continue >= bias`` (:func:`~registry.depth.policies.first_stop`), else the cap.
     """
 
-    network: QNetwork | QEnsemble
+    network: QNetwork | QEnsemble | SizeGatedQ
     config: dict[str, Any]
     feature_names: tuple[str, ...] = FEATURE_NAMES
     feature_schema_version: str = FEATURE_SCHEMA_VERSION
@@ -574,6 +619,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="sizes of a query's first carves; further carves draw N log-uniformly from --carve-range",
     )
     ap.add_argument("--carve-range", type=int, nargs=2, default=list(SIZE_RANGE), metavar=("LO", "HI"))
+    ap.add_argument(
+        "--size-gate", type=int, nargs=2, default=None, metavar=("N_LO", "N_HI"),
+        help="with --carve-per-query: also train a large-registry expert on the full registries alone "
+        "(plain BoR reward) and serve it from N_HI tools on, the carved-trained expert up to N_LO, "
+        "blended between (SizeGatedQ)",
+    )
     ap.add_argument("--embedder-cache", type=Path, default=None, help="MiniLM ONNX cache (default: the service's)")
     ap.add_argument("--table-cache", type=Path, default=None, help="cache score tables here")
     ap.add_argument("--holdout-fraction", type=float, default=0.3, help="per data set")
@@ -667,7 +718,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         lr=args.lr,
     )
     seeds = list(range(args.seed, args.seed + args.ensemble))
-    trained = train_ensemble(train_eps, seeds, log_every=1000, **hp)
+    if args.size_gate and args.carve_per_query <= 0:
+        raise SystemExit("--size-gate needs --carve-per-query")
+
+    def fit(eps: list[Episode], n_carved: int, **log: Any) -> TrainedPolicy:
+        small = train_ensemble(eps, seeds, **log, **hp)
+        if not args.size_gate:
+            return small
+        large = train_ensemble(eps[: len(eps) - n_carved], seeds, **log, **{**hp, "reward_min_n": 1})
+        config = dict(small.config, size_gate=list(args.size_gate), large_expert=large.config)
+        return TrainedPolicy(network=SizeGatedQ(small.network, large.network, *args.size_gate), config=config)
+
+    trained = fit(train_eps, len(carve_train), log_every=1000)
     metrics: dict[str, Any] = {}
     hold_all: list[Episode] = []
     for stem, ho in hold_by_set.items():
@@ -687,7 +749,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from registry.depth.export import export_onnx
 
         if args.refit_all:
-            trained = train_ensemble(all_eps, seeds, **hp)
+            trained = fit(all_eps, len(carve_all))
         training_data = {
             "files": files_info,
             "scorer": scorer,
