@@ -25,8 +25,9 @@ class ShortlistRetriever:
         client: Sync client (for ``retrieve_tools``).
         async_client: Async client (for ``aretrieve_tools``); give one or both.
         registry: Registry to search (default: the client's).
-        tool_ids: Shortlist tool name -> bigtool id, or the collection of known ids (= names);
-            ``None``: ids are the names, unfiltered.
+        tool_ids: bigtool's ``tool_registry`` itself (its keys are the tool names), a tool name
+            -> bigtool id map, or a collection of known ids (= names); names not in it are
+            dropped. ``None``: ids are the names, unfiltered.
         options: Passed to :meth:`ShortlistClient.shortlist` (``k``, ``max_k``, ``depth_bias``...).
 
     Attributes:
@@ -41,7 +42,7 @@ class ShortlistRetriever:
         async_client: AsyncShortlistClient | None = None,
         *,
         registry: str | None = None,
-        tool_ids: Mapping[str, str] | Collection[str] | None = None,
+        tool_ids: Mapping[str, Any] | Collection[str] | None = None,
         **options: Any,
     ) -> None:
         if client is None and async_client is None:
@@ -74,16 +75,17 @@ class ShortlistRetriever:
         ids = self._ids
         if ids is None:
             return shortlist.names
-        if isinstance(ids, Mapping):
-            return [ids[name] for name in shortlist.names if name in ids]
-        return [name for name in shortlist.names if name in ids]
+        chosen = [name for name in shortlist.names if name in ids]
+        if isinstance(ids, Mapping):  # a name -> id map, or bigtool's tool_registry itself
+            return [ids[n] if isinstance(ids[n], str) else n for n in chosen]
+        return chosen
 
 
 def retrieve_tools_function(
     client: ShortlistClient,
     *,
     registry: str | None = None,
-    tool_ids: Mapping[str, str] | Collection[str] | None = None,
+    tool_ids: Mapping[str, Any] | Collection[str] | None = None,
     **options: Any,
 ) -> Callable[[str], list[str]]:
     """A bigtool ``retrieve_tools_function`` backed by ``/shortlist``."""
@@ -96,7 +98,7 @@ def retrieve_tools_coroutine(
     client: AsyncShortlistClient,
     *,
     registry: str | None = None,
-    tool_ids: Mapping[str, str] | Collection[str] | None = None,
+    tool_ids: Mapping[str, Any] | Collection[str] | None = None,
     **options: Any,
 ) -> Callable[[str], Awaitable[list[str]]]:
     """A bigtool ``retrieve_tools_coroutine`` backed by ``/shortlist``."""

@@ -1,0 +1,309 @@
+"""Framework adapters of the client against a real server, with the real PyPI packages and no
+network: a LangGraph bigtool agent graph run with a fake chat model, the OpenAI SDK's
+client-executed tool search round trip, Anthropic's custom tool search with tool_reference."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tool_shortlist_client import AsyncShortlistClient, ShortlistClient
+
+from tests.conftest import weather_tools
+
+pytestmark = pytest.mark.e2e
+
+WEATHER_QUERY = "what's the weather in Paris tomorrow?"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, minilm_cache: Path):
+    from tests.server import Servers
+
+    servers = Servers(tmp_path_factory.mktemp("adapters"), minilm_cache)
+    started = servers.start()
+    with ShortlistClient(started.url) as admin:
+        admin.put_registry("weather", weather_tools())
+    yield started
+    servers.close()
+
+
+@pytest.fixture
+def client(server):
+    with ShortlistClient(server.url, registry="weather") as c:
+        yield c
+
+
+# -- LangGraph bigtool ---------------------------------------------------------------------------
+
+
+def _langchain_tools() -> dict[str, Any]:
+    from langchain_core.tools import StructuredTool
+
+    calls: list[str] = []
+
+    def make(name: str, description: str) -> StructuredTool:
+        def run(**kwargs: Any) -> str:
+            calls.append(name)
+            return f"{name} ran with {json.dumps(kwargs, sort_keys=True)}"
+
+        schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+        return StructuredTool.from_function(
+            run, name=name, description=description, args_schema=schema
+        )
+
+    registry = {
+        "get_weather": make("get_weather", "Current weather for a city."),
+        "send_email": make("send_email", "Send an email."),
+        "convert_currency": make("convert_currency", "Convert money between currencies."),
+        "fs/read_file": make("fs/read_file", "Read a file from disk."),
+    }
+    return {"tools": registry, "calls": calls}
+
+
+def _fake_model(bound: list[list[str]]):
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    class ToolBindingFake(GenericFakeChatModel):
+        """Plays scripted messages and records the tools bound before each call."""
+
+        def bind_tools(self, tools, **_: Any):
+            bound.append([getattr(t, "name", None) or t.__name__ for t in tools])
+            return self
+
+    script = iter(
+        [
+            AIMessage(
+                "",
+                tool_calls=[
+                    {"name": "retrieve_tools", "args": {"query": WEATHER_QUERY}, "id": "c1"}
+                ],
+            ),
+            AIMessage(
+                "",
+                tool_calls=[{"name": "get_weather", "args": {"city": "Paris"}, "id": "c2"}],
+            ),
+            AIMessage("Sunny in Paris."),
+        ]
+    )
+    return ToolBindingFake(messages=script)
+
+
+def test_langgraph_bigtool_agent_retrieves_through_the_service(server, client):
+    from langchain_core.messages import ToolMessage
+    from langgraph_bigtool import create_agent
+    from tool_shortlist_client.adapters.langgraph import ShortlistRetriever
+
+    tools = _langchain_tools()
+    bound: list[list[str]] = []
+    retriever = ShortlistRetriever(client, registry="weather", tool_ids=tools["tools"])
+    graph = create_agent(
+        _fake_model(bound), tools["tools"], retrieve_tools_function=retriever.retrieve_tools
+    ).compile()
+    state = graph.invoke({"messages": [("user", WEATHER_QUERY)]})
+
+    shortlist = retriever.last
+    assert shortlist is not None and shortlist.names[0] == "get_weather"
+    assert state["selected_tool_ids"] == shortlist.names  # what /shortlist chose, in order
+    assert bound[0] == ["retrieve_tools"]  # the model starts with the retrieval tool only
+    assert bound[1] == ["retrieve_tools", *shortlist.names]
+    assert tools["calls"] == ["get_weather"]
+    retrieved = next(m for m in state["messages"] if isinstance(m, ToolMessage))
+    assert "get_weather" in retrieved.content
+    assert state["messages"][-1].content == "Sunny in Paris."
+    # The served shortlist can take feedback.
+    assert client.feedback(shortlist, ["get_weather"], success=True).presented.exact
+
+
+def test_langgraph_bigtool_async_graph(server):
+    from langgraph_bigtool import create_agent
+    from tool_shortlist_client.adapters.langgraph import retrieve_tools_coroutine
+
+    async def run() -> dict[str, Any]:
+        tools = _langchain_tools()
+        async with AsyncShortlistClient(server.url) as aclient:
+            retrieve = retrieve_tools_coroutine(
+                aclient, registry="weather", tool_ids=set(tools["tools"])
+            )
+            graph = create_agent(
+                _fake_model([]), tools["tools"], retrieve_tools_coroutine=retrieve
+            ).compile()
+            state = await graph.ainvoke({"messages": [("user", WEATHER_QUERY)]})
+        return {"state": state, "calls": tools["calls"]}
+
+    out = asyncio.run(run())
+    assert out["state"]["selected_tool_ids"][0] == "get_weather"
+    assert out["calls"] == ["get_weather"]
+
+
+# -- OpenAI Responses / Agents SDK -----------------------------------------------------------------
+
+
+def _responses_payload(output: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "id": "resp_1", "object": "response", "created_at": 0, "model": "gpt-test",
+        "status": "completed", "output": output, "parallel_tool_calls": True,
+        "tool_choice": "auto", "tools": [],
+    }  # fmt: skip
+
+
+def test_openai_client_tool_search_round_trip(client):
+    import httpx2
+    import openai
+    from agents import Agent, ToolSearchOutputItem
+    from agents.models.openai_responses import Converter
+    from openai.types.responses import ResponseToolSearchCall, ResponseToolSearchOutputItemParam
+    from tool_shortlist_client.adapters import openai as adapter
+
+    sent: list[dict[str, Any]] = []
+    search_call = {
+        "type": "tool_search_call", "id": "tsc_1", "call_id": "call_ts_1", "execution": "client",
+        "status": "completed", "arguments": {"query": WEATHER_QUERY},
+    }  # fmt: skip
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        sent.append(json.loads(request.content))
+        if len(sent) == 1:
+            return httpx2.Response(200, json=_responses_payload([search_call]))
+        message = {
+            "type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": "Sunny.", "annotations": []}],
+        }  # fmt: skip
+        return httpx2.Response(200, json=_responses_payload([message]))
+
+    oai = openai.OpenAI(
+        api_key="test",
+        base_url="http://responses.test/v1",
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+        max_retries=0,
+    )
+    tools = [adapter.tool_search_tool()]
+    first = oai.responses.create(model="gpt-test", input=WEATHER_QUERY, tools=tools)
+    assert isinstance(first.output[0], ResponseToolSearchCall)  # the SDK's own type
+
+    outputs = adapter.tool_search_outputs(client, first.output, registry="weather")
+    assert len(outputs) == 1
+    item = outputs[0]
+    assert (item["type"], item["call_id"], item["execution"]) == (
+        "tool_search_output",
+        "call_ts_1",
+        "client",
+    )
+    names = [tool["name"] for tool in item["tools"]]
+    assert names[0] == "get_weather"
+    assert item["tools"][0]["parameters"]["properties"] == {"city": {"type": "string"}}
+
+    # The SDKs accept it: openai's model of the item, and the Agents SDK's run item.
+    parsed = ResponseToolSearchOutputItemParam.model_validate(item)
+    assert [t.name for t in parsed.tools] == names
+    run_item = ToolSearchOutputItem(agent=Agent(name="a"), raw_item=dict(item))
+    assert run_item.to_input_item()["call_id"] == "call_ts_1"
+
+    second = oai.responses.create(
+        model="gpt-test",
+        input=[{"role": "user", "content": WEATHER_QUERY}, search_call, *outputs],
+        tools=tools,
+    )
+    assert second.output_text == "Sunny."
+    assert sent[0]["tools"] == [adapter.tool_search_tool()]
+    assert sent[1]["input"][-1] == json.loads(json.dumps(item))
+
+    # The Agents SDK tool declaration converts to the same Responses tool.
+    converted, _ = Converter._convert_tool(adapter.agents_tool_search_tool())
+    assert converted == adapter.tool_search_tool()
+
+
+def test_openai_async_tool_search_output(server):
+    from openai.types.responses import ResponseToolSearchCall
+    from tool_shortlist_client.adapters.openai import atool_search_output
+
+    call = ResponseToolSearchCall(
+        id="tsc_2", call_id="call_2", execution="client", status="completed",
+        type="tool_search_call", arguments=json.dumps({"query": "convert 20 euros to yen"}),
+    )  # fmt: skip
+
+    async def run():
+        async with AsyncShortlistClient(server.url, registry="weather") as aclient:
+            return await atool_search_output(aclient, call, max_k=2)
+
+    item = asyncio.run(run())
+    assert item["call_id"] == "call_2"
+    assert item["tools"][0]["name"] == "convert_currency" and len(item["tools"]) <= 2
+
+
+# -- Anthropic -----------------------------------------------------------------------------------
+
+
+def test_anthropic_custom_tool_search_returns_tool_references(client):
+    import anthropic
+    import httpx2
+    from anthropic.types import ToolResultBlockParam, ToolUseBlock
+    from pydantic import TypeAdapter
+    from tool_shortlist_client.adapters import anthropic as adapter
+
+    sent: list[dict[str, Any]] = []
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        sent.append(json.loads(request.content))
+        base = {"id": f"msg_{len(sent)}", "type": "message", "role": "assistant",
+                "model": "claude-test", "usage": {"input_tokens": 1, "output_tokens": 1}}  # fmt: skip
+        if len(sent) == 1:
+            use = {"type": "tool_use", "id": "toolu_1", "name": "search_tools",
+                   "input": {"query": WEATHER_QUERY}}  # fmt: skip
+            return httpx2.Response(200, json={**base, "content": [use], "stop_reason": "tool_use"})
+        text = {"type": "text", "text": "Sunny."}
+        return httpx2.Response(200, json={**base, "content": [text], "stop_reason": "end_turn"})
+
+    claude = anthropic.Anthropic(
+        api_key="test",
+        base_url="http://messages.test",
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+        max_retries=0,
+    )
+    tools = [adapter.search_tool(), *adapter.deferred_tools(weather_tools())]
+    assert all(t.get("defer_loading") for t in tools[1:]) and "defer_loading" not in tools[0]
+    assert tools[1]["input_schema"] == {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+    }
+    messages: list[Any] = [{"role": "user", "content": WEATHER_QUERY}]
+    first = claude.messages.create(
+        model="claude-test", max_tokens=64, tools=tools, messages=messages
+    )
+    uses = adapter.search_uses(first.content)
+    assert len(uses) == 1 and isinstance(uses[0], ToolUseBlock)
+
+    results = [adapter.tool_search_result(client, use, registry="weather") for use in uses]
+    result = results[0]
+    TypeAdapter(ToolResultBlockParam).validate_python(result)  # the SDK's block type
+    assert result["tool_use_id"] == "toolu_1"
+    references = list(result["content"])
+    assert references[0] == {"type": "tool_reference", "tool_name": "get_weather"}
+    assert all(block["type"] == "tool_reference" for block in references)
+
+    messages += [
+        {"role": "assistant", "content": first.content},
+        {"role": "user", "content": results},
+    ]
+    second = claude.messages.create(
+        model="claude-test", max_tokens=64, tools=tools, messages=messages
+    )
+    assert second.content[0].text == "Sunny."
+    assert sent[1]["messages"][-1]["content"][0]["content"] == references
+    assert sent[1]["messages"][1]["content"][0]["name"] == "search_tools"
+
+
+def test_anthropic_empty_shortlist_answers_with_text(client):
+    from tool_shortlist_client.adapters.anthropic import result_block
+    from tool_shortlist_client.models import Shortlist
+
+    shortlist = client.shortlist("xyzzy", k=1)
+    empty = Shortlist.model_validate({**shortlist.model_dump(), "k": 0, "tools": []})
+    block = result_block(empty, "toolu_9")
+    assert block["content"] == [
+        {"type": "text", "text": "No tool in the catalogue fits this request."}
+    ]
