@@ -17,8 +17,10 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[train]'
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
-	$(BIN)/pip install --quiet -e '.[test]'
+# The Python client (client/) and its framework adapters, for tests/test_client*.py and
+# tests/test_adapters.py; one resolve with the test extra.
+$(VENV)/.installed-test: pyproject.toml client/pyproject.toml $(VENV)/.installed
+	$(BIN)/pip install --quiet -e '.[test]' -e './client[adapters]'
 	touch $@
 
 install: $(VENV)/.installed
