@@ -148,3 +148,27 @@ def test_async_client_retries_503():
     with pytest.raises(ServiceUnavailableError):
         asyncio.run(exhausted())
     assert len(seen) == 2
+
+
+def test_the_client_distribution_needs_only_httpx_and_pydantic():
+    import subprocess
+    import sys
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    project = tomllib.loads((root / "client" / "pyproject.toml").read_text())["project"]
+    assert sorted(dep.split(">")[0] for dep in project["dependencies"]) == ["httpx", "pydantic"]
+    code = (
+        "import sys, tool_shortlist_client;"
+        "heavy = ('onnxruntime', 'faiss', 'torch', 'numpy', 'registry', 'service', 'fastapi');"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & set(heavy)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=root / "client",
+    )
+    assert out.stdout.strip() == "[]"
