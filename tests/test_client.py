@@ -172,7 +172,7 @@ def test_async_client(server, uploaded):
         async with AsyncShortlistClient(
             server.url, token=QUERY, admin_token=ADMIN, registry="weather"
         ) as client:
-            assert await client.ready()
+            await client.wait_ready(timeout=5)
             lists = await asyncio.gather(
                 client.shortlist("convert 20 euros to yen"),
                 client.shortlist("read the file at /etc/hosts"),
@@ -182,7 +182,7 @@ def test_async_client(server, uploaded):
             assert result.presented.exact
             assert "weather" in {r.registry for r in await client.list_registries()}
             assert (await client.get_registry("weather")).registry == "weather"
-            assert (await client.report("weather")).registry == "weather"
+            assert (await client.efficiency_report("weather")).registry == "weather"
             info = await client.upsert_tools("async-scratch", weather_tools()[:1])
             assert info.tools == 1
             await client.delete_tool("async-scratch", "get_weather")

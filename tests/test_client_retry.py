@@ -172,3 +172,14 @@ def test_the_client_distribution_needs_only_httpx_and_pydantic():
         cwd=root / "client",
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_ready_and_wait_ready():
+    _, down = scripted(httpx.ConnectError)
+    client = client_for(down)
+    assert not client.ready()
+    with pytest.raises(TransportError):
+        client.wait_ready(timeout=0.05, interval=0.01)
+    seen, loading = scripted(httpx.Response(503, json=UNHEALTHY), httpx.Response(200, json={}))
+    client_for(loading).wait_ready(timeout=5, interval=0.001)
+    assert [r.url.path for r in seen] == ["/readyz", "/readyz"]

@@ -230,6 +230,8 @@ class ShortlistClient(_Base):
         call = Call("GET", registry_path(registry, "report"), "read", idempotent=True)
         return ToolReport.model_validate(self._json(call))
 
+    efficiency_report = report
+
     def delete_registry(self, registry: str) -> None:
         self._send(Call("DELETE", registry_path(registry), "admin", idempotent=True))
 
@@ -354,6 +356,8 @@ class AsyncShortlistClient(_Base):
         call = Call("GET", registry_path(registry, "report"), "read", idempotent=True)
         return ToolReport.model_validate(await self._json(call))
 
+    efficiency_report = report
+
     async def delete_registry(self, registry: str) -> None:
         await self._send(Call("DELETE", registry_path(registry), "admin", idempotent=True))
 
@@ -367,6 +371,13 @@ class AsyncShortlistClient(_Base):
         except httpx.TransportError:
             return False
         return response.is_success
+
+    async def wait_ready(self, timeout: float = 60.0, interval: float = 0.2) -> None:
+        deadline = time.monotonic() + timeout
+        while not await self.ready():
+            if time.monotonic() > deadline:
+                raise TransportError(f"{self.base_url} not ready after {timeout} s")
+            await asyncio.sleep(interval)
 
 
 __all__ = ["APIError", "AsyncShortlistClient", "ShortlistClient"]
