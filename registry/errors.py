@@ -76,6 +76,12 @@ class ArtifactError(ShortlistError):
     error_type = "configuration"
 
 
+class NotReady(ShortlistError):
+    """The core is still loading its models and registries (or failed to: the message says)."""
+
+    error_type = "unhealthy"
+
+
 class StoreUnavailable(ShortlistError):
     """The durable store (e.g. Redis) cannot be reached; in-memory snapshots still serve reads."""
 

@@ -9,7 +9,7 @@ from typing import Any
 from anyio import to_thread
 from fastapi import Depends, FastAPI
 
-from registry.depth.policies import DepthPolicy
+from registry.depth.policies import TunableDepthPolicy
 from registry.settings import Settings
 from service.auth import log_access_mode
 from service.deps import require_admin, require_query
@@ -28,7 +28,7 @@ def create_app(
     settings: Settings | None = None,
     *,
     embedder_factory: EmbedderFactory = default_embedder,
-    bor_policy: DepthPolicy | None = None,
+    bor_policy: TunableDepthPolicy | None = None,
     background_load: bool = True,
 ) -> FastAPI:
     """Build the FastAPI app. Heavy objects are created in the lifespan, not at import."""

@@ -1,4 +1,4 @@
-"""Typed dependencies: routes receive the engine, metrics and settings, never ``app.state``."""
+"""Typed dependencies: routes receive the core, metrics and settings, never ``app.state``."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from typing import Annotated, Literal
 
 from fastapi import Depends, Request, Security
 
-from registry.engine import ShortlistEngine
+from registry.core import Shortlister
 from registry.settings import Settings
 from service.auth import BearerScheme, authenticate
-from service.errors import NotReady, UnsupportedMediaType
+from service.errors import UnsupportedMediaType
 from service.metrics import Metrics
 from service.state import ServiceState
 
@@ -22,11 +22,10 @@ def get_state(request: Request) -> ServiceState:
 StateDep = Annotated[ServiceState, Depends(get_state)]
 
 
-def get_engine(state: StateDep) -> ShortlistEngine:
-    if state.engine is None:
-        reason = state.load_error or "models and registries are still loading"
-        raise NotReady(f"service not ready: {reason}")
-    return state.engine
+def get_core(state: StateDep) -> Shortlister:
+    """The core once it is ready (503 before: checked ahead of the body, like any dependency)."""
+    state.core.require_engine()
+    return state.core
 
 
 def get_metrics(state: StateDep) -> Metrics:
@@ -37,7 +36,7 @@ def get_settings(state: StateDep) -> Settings:
     return state.settings
 
 
-EngineDep = Annotated[ShortlistEngine, Depends(get_engine)]
+CoreDep = Annotated[Shortlister, Depends(get_core)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 

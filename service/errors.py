@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from registry.errors import (
     ArtifactError,
     NotFound,
+    NotReady,
     PayloadTooLarge,
     PolicySchemaMismatch,
     ShortlistError,
@@ -32,10 +33,6 @@ STATUS_BY_ERROR: tuple[tuple[type[ShortlistError], int], ...] = (
     (ArtifactError, 503),
     (PolicySchemaMismatch, 503),
 )
-
-
-class NotReady(ShortlistError):
-    error_type = "unhealthy"
 
 
 class Unauthorized(ShortlistError):

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from registry.core import FeedbackResult
 from registry.engine import MAX_K
 from registry.feedback import MAX_CALLS
 from registry.tools import MAX_REGISTRY_NAME_CHARS, REGISTRY_NAME_PATTERN, ToolLimits
@@ -225,6 +226,18 @@ class FeedbackResponse(BaseModel):
     duplicate: bool = Field(description="True on a resend: nothing was counted again.")
     presented: MatchFlags = Field(description="Was a used tool (or an equivalent) in the shortlist?")
     p_rand: MatchValues = Field(description="Chance a random list of the same length would have been.")
+
+    @classmethod
+    def of(cls, result: FeedbackResult) -> FeedbackResponse:
+        """The response for what :meth:`registry.core.Shortlister.feedback` recorded."""
+        event = result.event
+        return cls(
+            shortlist_id=event.shortlist_id,
+            registry=event.registry,
+            duplicate=result.duplicate,
+            presented=MatchFlags(exact=event.presented_exact, equivalent=event.presented_equivalent),
+            p_rand=MatchValues(exact=event.p_rand_exact, equivalent=event.p_rand_equivalent),
+        )
 
 
 class ShortlistRequest(BaseModel):

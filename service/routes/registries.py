@@ -11,7 +11,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from registry.engine import RegistryInfo
 from registry.tools import MAX_REGISTRY_NAME_CHARS, REGISTRY_NAME_PATTERN, validate_registry_name
-from service.deps import EngineDep, StateDep, require_json
+from service.deps import CoreDep, require_json
 from service.errors import invalid_body
 from service.schemas import (
     MAX_TOOL_NAME_CHARS,
@@ -22,7 +22,6 @@ from service.schemas import (
     ToolReport,
     error_responses,
 )
-from service.state import ServiceState
 
 # Reads and writes are separate routers so that create_app can guard each with its own token.
 router = APIRouter(prefix="/registries", tags=["registries"])
@@ -74,13 +73,11 @@ def _out(info: RegistryInfo) -> RegistryInfoOut:
 
 
 async def _write(
-    write: Callable[[str, Any], RegistryInfo], registry: str, request: Request, state: ServiceState
+    write: Callable[[str, Any], RegistryInfo], registry: str, request: Request
 ) -> RegistryInfoOut:
-    """Parse the body off the event loop, apply ``write`` (an engine method), publish the change."""
+    """Parse the body off the event loop, then apply ``write`` (a core method) in a worker."""
     payload = await _json_body(request)
-    info = await run_in_threadpool(write, registry, payload)
-    state.registry_changed(info.registry, info.version, info.tools)
-    return _out(info)
+    return _out(await run_in_threadpool(write, registry, payload))
 
 
 @admin_router.put(
@@ -89,11 +86,9 @@ async def _write(
     responses=error_responses(409, 413, 415, 422, 503),
     openapi_extra=TOOLS_BODY_OPENAPI,
 )
-async def put_registry(
-    registry: RegistryPath, request: Request, engine: EngineDep, state: StateDep
-) -> RegistryInfoOut:
+async def put_registry(registry: RegistryPath, request: Request, core: CoreDep) -> RegistryInfoOut:
     """Replace a registry's tools (creating it if needed); the version increases."""
-    return await _write(engine.put_registry, registry, request, state)
+    return await _write(core.put_registry, registry, request)
 
 
 @admin_router.post(
@@ -102,23 +97,21 @@ async def put_registry(
     responses=error_responses(409, 413, 415, 422, 503),
     openapi_extra=TOOLS_BODY_OPENAPI,
 )
-async def upsert_tools(
-    registry: RegistryPath, request: Request, engine: EngineDep, state: StateDep
-) -> RegistryInfoOut:
+async def upsert_tools(registry: RegistryPath, request: Request, core: CoreDep) -> RegistryInfoOut:
     """Add or replace tools by name, keeping the rest; creates the registry if missing."""
-    return await _write(engine.upsert_tools, registry, request, state)
+    return await _write(core.upsert_tools, registry, request)
 
 
 @router.get("", response_model=RegistryList, responses=error_responses(503))
-def list_registries(engine: EngineDep) -> RegistryList:
+def list_registries(core: CoreDep) -> RegistryList:
     """List every registry with its current version and size."""
-    return RegistryList(registries=[_out(info) for info in engine.list_registries()])
+    return RegistryList(registries=[_out(info) for info in core.list_registries()])
 
 
 @router.get("/{registry}", response_model=RegistryOut, responses=error_responses(404, 422, 503))
-def get_registry(registry: RegistryPath, engine: EngineDep) -> RegistryOut:
+def get_registry(registry: RegistryPath, core: CoreDep) -> RegistryOut:
     """Return a registry's current version with its tool definitions as uploaded."""
-    snap = engine.snapshot(registry)
+    snap = core.snapshot(registry)
     return RegistryOut(
         registry=snap.registry,
         version=snap.version,
@@ -130,24 +123,15 @@ def get_registry(registry: RegistryPath, engine: EngineDep) -> RegistryOut:
 @router.get(
     "/{registry}/report", response_model=ToolReport, responses=error_responses(404, 422, 503)
 )
-def report(registry: RegistryPath, engine: EngineDep, state: StateDep) -> ToolReport:
+def report(registry: RegistryPath, core: CoreDep) -> ToolReport:
     """Tool efficiency from agents' feedback: per-tool utility and the tools worth pruning."""
-    snap = engine.snapshot(registry)
-    settings = state.settings
-    data = state.feedback.efficiency.report(
-        registry,
-        tools=list(snap.by_name),
-        min_calls=settings.prune_min_calls,
-        min_shown=settings.prune_min_shown,
-    )
-    return ToolReport.model_validate(data)
+    return ToolReport.model_validate(core.report(registry))
 
 
 @admin_router.delete("/{registry}", status_code=204, responses=error_responses(404, 422, 503))
-def delete_registry(registry: RegistryPath, engine: EngineDep, state: StateDep) -> Response:
+def delete_registry(registry: RegistryPath, core: CoreDep) -> Response:
     """Delete a registry and all its versions."""
-    engine.delete_registry(registry)
-    state.registry_deleted(registry)
+    core.delete_registry(registry)
     return Response(status_code=204)
 
 
@@ -156,12 +140,9 @@ def delete_registry(registry: RegistryPath, engine: EngineDep, state: StateDep) 
     status_code=204,
     responses=error_responses(404, 409, 422, 503),
 )
-def delete_tool(
-    registry: RegistryPath, name: ToolPath, engine: EngineDep, state: StateDep
-) -> Response:
+def delete_tool(registry: RegistryPath, name: ToolPath, core: CoreDep) -> Response:
     """Remove one tool (the name may contain slashes); the version increases."""
-    info = engine.delete_tool(registry, name)
-    state.registry_changed(info.registry, info.version, info.tools)
+    core.delete_tool(registry, name)
     return Response(status_code=204)
 
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import time
 
 from fastapi import APIRouter, Depends, Response
 
-from service.deps import EngineDep, StateDep, require_json
+from service.deps import CoreDep, require_json
 from service.schemas import ShortlistRequest, ShortlistResponse, error_responses
 
 router = APIRouter(tags=["shortlist"], dependencies=[Depends(require_json)])
@@ -18,9 +17,9 @@ router = APIRouter(tags=["shortlist"], dependencies=[Depends(require_json)])
     response_model=ShortlistResponse,  # documents the body; it is written directly below
     responses=error_responses(404, 413, 415, 422, 503),
 )
-def shortlist(body: ShortlistRequest, engine: EngineDep, state: StateDep) -> Response:
+def shortlist(body: ShortlistRequest, core: CoreDep) -> Response:
     """Rank a registry's tools for a query and return the shortlist the depth policy chose."""
-    result = engine.shortlist(
+    result = core.shortlist(
         body.registry,
         body.query,
         k=body.k,
@@ -30,8 +29,6 @@ def shortlist(body: ShortlistRequest, engine: EngineDep, state: StateDep) -> Res
         depth_bias=body.depth_bias,
         allow_empty=body.allow_empty,
     )
-    state.metrics.observe_shortlist(result)
-    state.feedback.remember(result.shown(time.time()))
     # Serialised here, not through the response model: the body is built from typed engine
     # values, and re-validating every tool definition (on a second thread hop) cost more
     # than the rest of the route.

@@ -1,0 +1,403 @@
+"""The Shortlister: the one core every face (HTTP, MCP, CLI, in-process users) calls.
+
+Built from settings alone, it owns what a running service needs::
+
+    store          local directory, or Redis shared by replicas (with remembered shortlists
+                   and the feedback log in the same Redis)
+    engine         registries in, shortlists out (:class:`registry.engine.ShortlistEngine`),
+                   loaded in the background so a face can answer health checks meanwhile
+    feedback       remembered shortlists, the durable log, live window and per-tool counts
+    sync           the thread keeping a replica in step with a shared store
+    demo registry  loaded at start-up when configured
+
+``shortlist()`` remembers what it served so ``feedback()`` can accept an agent's report,
+checked against the registry's current tools. Faces observe the core through listeners
+(registry changes, served shortlists, feedback events), e.g. to export metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from registry.depth.policies import OnnxDepthPolicy, TunableDepthPolicy
+from registry.engine import RegistryChange, RegistryInfo, ShortlistEngine
+from registry.errors import NotReady, ShortlistError, StoreUnavailable
+from registry.feedback import (
+    EquivalenceClasses,
+    FeedbackEvent,
+    FeedbackListener,
+    FeedbackLog,
+    FeedbackRecorder,
+    LiveWindow,
+    LocalFeedbackLog,
+    RememberedShortlists,
+    ShortlistMemory,
+    ToolEfficiency,
+)
+from registry.index.embed import Embedder, load_minilm
+from registry.settings import Settings
+from registry.shortlist import Shortlist
+from registry.snapshot import Snapshot
+from registry.store.base import SharedStore, Store
+from registry.store.local import LocalStore
+from registry.sync import StoreSync
+from registry.tools import ToolLimits, parse_tools
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "DEMO_REGISTRY",
+    "EmbedderFactory",
+    "FeedbackResult",
+    "RegistryListener",
+    "ShortlistListener",
+    "Shortlister",
+    "default_embedder",
+]
+
+DEMO_REGISTRY = "demo"
+EmbedderFactory = Callable[[Settings], Embedder]
+RegistryListener = Callable[[RegistryChange], None]
+ShortlistListener = Callable[[Shortlist], None]
+T = TypeVar("T")
+
+
+def default_embedder(settings: Settings) -> Embedder:
+    """MiniLM from the settings' embedder cache (exported there on first use)."""
+    return load_minilm(settings.resolved_embedder_cache(), threads=settings.embed_threads)
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackResult:
+    """What ``feedback()`` recorded; ``duplicate`` when the id already had feedback (not counted)."""
+
+    event: FeedbackEvent
+    duplicate: bool
+
+
+class Shortlister:
+    """Engine, stores, sync and the feedback loop behind one object.
+
+    Args:
+        settings: everything; nothing else is read from the environment.
+        embedder_factory: builds the embedder when loading starts (tests inject a fast one).
+        bor_policy: the learned depth policy (default: the ONNX policy in ``policy_dir``,
+            loaded here so a broken artifact fails at construction, before serving).
+        store: a registry store to use instead of the one the settings choose.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        embedder_factory: EmbedderFactory = default_embedder,
+        bor_policy: TunableDepthPolicy | None = None,
+        store: Store | None = None,
+    ) -> None:
+        self.settings = settings
+        self.engine: ShortlistEngine | None = None
+        self.load_error: str | None = None
+        self.store_health: Any = None  # registry.store.redis.StoreHealth in Redis mode
+        self._embedder_factory = embedder_factory
+        self.bor_policy: TunableDepthPolicy = bor_policy or OnnxDepthPolicy.from_dir(
+            settings.policy_dir
+        )
+        memory: RememberedShortlists
+        feedback_log: FeedbackLog
+        if store is None and settings.redis_url is not None:
+            store, memory, feedback_log = self._redis_backends(settings)
+        else:
+            memory = ShortlistMemory(
+                settings.feedback_retention_seconds, settings.max_remembered_shortlists
+            )
+            feedback_log = LocalFeedbackLog.in_data_dir(
+                settings.data_dir, archive=settings.feedback_archive
+            )
+        self.store: Store = store or LocalStore(settings.data_dir)
+        self.window = LiveWindow(settings.live_window_seconds)
+        self.feedback_recorder = FeedbackRecorder(
+            memory,
+            feedback_log,
+            self.window,
+            ToolEfficiency(),
+            compact_after_events=settings.feedback_compact_events,
+            min_compact_interval_seconds=settings.feedback_compact_interval_seconds,
+            compact_margin_seconds=settings.feedback_compact_margin_seconds,
+        )
+        self.sync: StoreSync | None = None
+        self._registry_listeners: list[RegistryListener] = []
+        self._shortlist_listeners: list[ShortlistListener] = []
+        self._closing = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings | None = None,
+        *,
+        embedder_factory: EmbedderFactory = default_embedder,
+        bor_policy: TunableDepthPolicy | None = None,
+        store: Store | None = None,
+        start: bool = False,
+    ) -> Shortlister:
+        """A core for ``settings`` (default: the environment's); ``start`` loads it inline."""
+        core = cls(
+            settings or Settings(),
+            embedder_factory=embedder_factory,
+            bor_policy=bor_policy,
+            store=store,
+        )
+        if start:
+            core.start(background=False)
+        return core
+
+    def _redis_backends(
+        self, settings: Settings
+    ) -> tuple[Store, RememberedShortlists, FeedbackLog]:
+        """Registries, remembered shortlists and the feedback log in one shared Redis."""
+        from registry.store.redis import (
+            RedisFeedbackLog,
+            RedisShortlistMemory,
+            RedisStore,
+            StoreHealth,
+            connect,
+        )
+
+        assert settings.redis_url is not None
+        url = settings.redis_url.get_secret_value()
+        client = connect(url)
+        health = StoreHealth()  # every Redis call reports to it
+        self.store_health = health
+        prefix = settings.redis_prefix
+        # Each shortlist is remembered in Redis: a short timeout of its own bounds what a Redis
+        # that stops answering can add to a query before the outage is noticed.
+        memory = RedisShortlistMemory(
+            connect(url, timeout=0.5), settings.feedback_retention_seconds, prefix, health
+        )
+        return RedisStore(client, prefix, health), memory, RedisFeedbackLog(client, prefix, health)
+
+    # -- listeners ------------------------------------------------------------------------------
+
+    def add_registry_listener(self, listener: RegistryListener) -> None:
+        """Called with every registry installed at load, written here, or synced from elsewhere
+        (``change.info`` None: deleted). Add listeners before :meth:`start`."""
+        self._registry_listeners.append(listener)
+
+    def add_shortlist_listener(self, listener: ShortlistListener) -> None:
+        """Called with every shortlist served (on the serving thread; keep it cheap)."""
+        self._shortlist_listeners.append(listener)
+
+    def add_feedback_listener(self, listener: FeedbackListener) -> None:
+        """Called with every newly recorded feedback event (not resends, not restored ones)."""
+        self.feedback_recorder.add_listener(listener)
+
+    def _changed(self, info: RegistryInfo) -> RegistryInfo:
+        self._notify(RegistryChange(info.registry, info))
+        return info
+
+    def _notify(self, change: RegistryChange) -> None:
+        for listener in self._registry_listeners:
+            listener(change)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return self.engine is not None
+
+    def start(self, background: bool = True) -> None:
+        """Load the embedder and every registry; in a thread so a face answers health meanwhile."""
+        if background:
+            self._thread = threading.Thread(target=self._load, name="shortlist-loader", daemon=True)
+            self._thread.start()
+        else:
+            self._load()
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self.ready
+
+    def close(self) -> None:
+        """Stop the sync thread and release store connections (at shutdown)."""
+        self._closing.set()
+        if self.sync is not None:
+            self.sync.stop()
+        if isinstance(self.store, SharedStore):
+            self.store.close()
+
+    def require_engine(self) -> ShortlistEngine:
+        """The loaded engine.
+
+        Raises:
+            NotReady: still loading, or loading failed (the message says why).
+        """
+        if self.engine is None:
+            reason = self.load_error or "models and registries are still loading"
+            raise NotReady(f"service not ready: {reason}")
+        return self.engine
+
+    def _until_store_answers(self, step: Callable[[], T]) -> T:
+        """Run a start-up step, retrying while the shared store is unreachable (not ready yet)."""
+        while True:
+            try:
+                result = step()
+            except StoreUnavailable as exc:
+                if self._closing.is_set():
+                    raise
+                self.load_error = f"{exc.message} (retrying)"
+                self._closing.wait(self.settings.sync_interval_seconds)
+                continue
+            self.load_error = None
+            return result
+
+    def _load(self) -> None:
+        try:
+            embedder = self._embedder_factory(self.settings)
+            engine = ShortlistEngine(self.settings, self.store, embedder, self.bor_policy)
+            count = self._until_store_answers(engine.load_all)
+            log.info("loaded %d registries", count)
+            self._until_store_answers(lambda: self._load_demo(engine))
+            restored = self._until_store_answers(self.feedback_recorder.restore)
+            log.info("restored %d feedback events from the log", restored)
+            self.feedback_recorder.maybe_compact()
+            for info in engine.list_registries():
+                self._changed(info)
+            if isinstance(self.store, SharedStore):
+                engine.add_listener(self._notify)
+                memory = self.feedback_recorder.memory
+                self.sync = StoreSync(
+                    engine,
+                    self.store,
+                    interval=self.settings.sync_interval_seconds,
+                    feedback=self.feedback_recorder,
+                    on_tick=getattr(memory, "flush_pending", None),
+                )
+            self.engine = engine
+            if self.sync is not None and not self._closing.is_set():
+                self.sync.start()
+        except ShortlistError as exc:
+            self.load_error = exc.message
+            log.error("start-up failed: %s", exc.message)
+        except Exception as exc:  # keep answering health checks; readiness reports the failure
+            self.load_error = f"{type(exc).__name__}: {exc}"
+            log.exception("start-up failed")
+
+    def _load_demo(self, engine: ShortlistEngine) -> None:
+        path: Path | None = self.settings.demo_registry
+        if path is None or engine.has_registry(DEMO_REGISTRY):
+            return
+        payload = json.loads(Path(path).read_text(encoding="utf-8"))
+        parse_tools(payload, ToolLimits())  # fail on a broken demo file before writing anything
+        info = engine.create_registry(DEMO_REGISTRY, payload)  # replicas racing: one creates it
+        if info is not None:
+            log.info("loaded demo registry from %s (%d tools)", path, info.tools)
+
+    # -- queries and feedback -------------------------------------------------------------------
+
+    def shortlist(
+        self,
+        registry: str,
+        query: str,
+        *,
+        k: int | None = None,
+        max_k: int | None = None,
+        policy: str | None = None,
+        scorer: str | None = None,
+        depth_bias: float | None = None,
+        allow_empty: bool = False,
+    ) -> Shortlist:
+        """Shortlist ``registry``'s tools for ``query`` (see :meth:`ShortlistEngine.shortlist`)
+        and remember it, so feedback can quote its ``shortlist_id``."""
+        result = self.require_engine().shortlist(
+            registry,
+            query,
+            k=k,
+            max_k=max_k,
+            policy=policy,
+            scorer=scorer,
+            depth_bias=depth_bias,
+            allow_empty=allow_empty,
+        )
+        for listener in self._shortlist_listeners:
+            listener(result)
+        self.feedback_recorder.remember(result.shown(time.time()))
+        return result
+
+    def feedback(
+        self,
+        shortlist_id: str,
+        used: Sequence[str],
+        calls: Sequence[Mapping[str, Any]] | None = None,
+        success: bool | None = None,
+    ) -> FeedbackResult:
+        """Record which tools the agent used for a served shortlist (a resend is not counted).
+
+        Used names are checked against the registry's current tools and equivalents.
+
+        Raises:
+            ShortlistNotFound: unknown or expired id.
+            ValidationFailed: bad names or calls; nothing is recorded.
+        """
+        engine = self.require_engine()
+
+        def known_tools(registry: str) -> Collection[str]:
+            snap = engine.current(registry)
+            return snap.by_name if snap else ()
+
+        def equivalence(registry: str) -> EquivalenceClasses:
+            snap = engine.current(registry)
+            return snap.equivalence if snap else EquivalenceClasses()
+
+        event, resent = self.feedback_recorder.submit(
+            shortlist_id,
+            used,
+            calls,
+            success,
+            known_tools=known_tools,
+            equivalence=equivalence,
+        )
+        return FeedbackResult(event, resent)
+
+    def report(self, registry: str) -> dict[str, Any]:
+        """Tool efficiency from agents' feedback: per-tool utility and the tools worth pruning."""
+        snap = self.require_engine().snapshot(registry)
+        return self.feedback_recorder.efficiency.report(
+            registry,
+            tools=list(snap.by_name),
+            min_calls=self.settings.prune_min_calls,
+            min_shown=self.settings.prune_min_shown,
+        )
+
+    # -- registries -----------------------------------------------------------------------------
+
+    def list_registries(self) -> list[RegistryInfo]:
+        return self.require_engine().list_registries()
+
+    def snapshot(self, registry: str) -> Snapshot:
+        """The registry's current version (raises RegistryNotFound)."""
+        return self.require_engine().snapshot(registry)
+
+    def put_registry(self, registry: str, payload: Any) -> RegistryInfo:
+        """Replace a registry's tools (creating it if needed); the version increases."""
+        return self._changed(self.require_engine().put_registry(registry, payload))
+
+    def upsert_tools(self, registry: str, payload: Any) -> RegistryInfo:
+        """Add or replace tools by name, keeping the rest; creates the registry if missing."""
+        return self._changed(self.require_engine().upsert_tools(registry, payload))
+
+    def delete_tool(self, registry: str, name: str) -> RegistryInfo:
+        """Remove one tool; the version increases."""
+        return self._changed(self.require_engine().delete_tool(registry, name))
+
+    def delete_registry(self, registry: str) -> None:
+        """Delete a registry and all its versions."""
+        self.require_engine().delete_registry(registry)
+        self._notify(RegistryChange(registry, None))
