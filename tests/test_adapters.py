@@ -95,7 +95,7 @@ def _fake_model(bound: list[list[str]]):
 
 def test_langgraph_bigtool_agent_retrieves_through_the_service(server, client):
     from langchain_core.messages import ToolMessage
-    from langgraph_bigtool import create_agent
+    from langgraph_bigtool import create_agent  # type: ignore[import-untyped,unused-ignore]
     from tool_shortlist_client.adapters.langgraph import ShortlistRetriever
 
     tools = _langchain_tools()
@@ -120,7 +120,7 @@ def test_langgraph_bigtool_agent_retrieves_through_the_service(server, client):
 
 
 def test_langgraph_bigtool_async_graph(server):
-    from langgraph_bigtool import create_agent
+    from langgraph_bigtool import create_agent  # type: ignore[import-untyped,unused-ignore]
     from tool_shortlist_client.adapters.langgraph import retrieve_tools_coroutine
 
     async def run() -> dict[str, Any]:

@@ -27,7 +27,9 @@ SHORTLIST = {
 UNHEALTHY = {"error": {"type": "unhealthy", "message": "not ready: loading", "details": None}}
 
 
-def scripted(*steps: httpx.Response | type[Exception]) -> tuple[list[httpx.Request], Callable]:
+def scripted(
+    *steps: httpx.Response | type[httpx.TransportError],
+) -> tuple[list[httpx.Request], Callable]:
     """A handler playing ``steps`` in order (a response, or an httpx error class to raise)."""
     seen: list[httpx.Request] = []
 
