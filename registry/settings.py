@@ -41,6 +41,9 @@ class Settings(BaseSettings):
         "empty to disable.",
     )
 
+    default_registry: str = Field(
+        "demo", description="Registry the MCP find_tools tool searches when a call names none."
+    )
     default_policy: str = Field("bor", description="Depth policy used when a request names none.")
     default_scorer: str = Field("hybrid", description="Scorer used when a request names none.")
     default_max_k: int = Field(20, ge=1, le=1000, description="Cap on the policy's depth.")

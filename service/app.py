@@ -14,6 +14,7 @@ from registry.settings import Settings
 from service.auth import log_access_mode
 from service.deps import require_admin, require_query
 from service.errors import install_error_handlers
+from service.mcp import McpFace
 from service.middleware import BodyLimitMiddleware, HttpMetricsMiddleware
 from service.routes import feedback, health, registries, shortlist
 from service.schemas import error_responses
@@ -35,6 +36,7 @@ def create_app(
     settings = settings or Settings()
     # Built here (not in the lifespan) so a bad policy artifact fails before serving starts.
     state = ServiceState(settings, embedder_factory=embedder_factory, bor_policy=bor_policy)
+    mcp = McpFace(state.core, settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -42,7 +44,8 @@ def create_app(
         # in flight only queue on the CPU, and every extra thread keeps its own buffers.
         to_thread.current_default_thread_limiter().total_tokens = settings.worker_threads
         state.start_loading(background=background_load)
-        yield
+        async with mcp.running():  # the MCP session manager's task group
+            yield
         state.close()
 
     app = FastAPI(
@@ -61,6 +64,7 @@ def create_app(
     app.include_router(registries.router, **_guarded(query or admin))
     app.include_router(registries.admin_router, **_guarded(admin))
     app.include_router(health.router)
+    app.router.routes.append(mcp.route())  # /mcp, guarded like /shortlist (service.mcp)
     log_access_mode(settings)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(HttpMetricsMiddleware, metrics=state.metrics)
