@@ -3,7 +3,7 @@
 Steps (timed in ``Shortlist.timings``):
 
 * **embed**: the request, cut into windows when long (:func:`registry.query.query_windows`),
-  and each of its intents when it holds several (:func:`registry.query.split_intents`);
+  and each of its intents when it holds several (:func:`registry.query.split_request`);
 * **search**: rank the registry for the request and for each intent;
 * **policy**: fold near-duplicates, choose depths, interleave the intents, pin the tools the
   request names (:mod:`registry.compose`), and with ``allow_empty`` decide whether anything
@@ -40,7 +40,7 @@ from registry.feedback import ShownShortlist
 from registry.index.embed import Embedder
 from registry.index.hybrid import SCORERS, Query, best_scores, rank_windows
 from registry.index.lexical import tokenize
-from registry.query import query_windows, split_intents
+from registry.query import Intent, query_windows, split_request
 from registry.relevance import RelevanceModel
 from registry.settings import Settings
 from registry.snapshot import Snapshot
@@ -230,7 +230,7 @@ class QueryRunner:
         intents = self._intents(query, request)
 
         t0 = time.perf_counter()
-        prepared = [self._prepare(text, request.scorer) for text in (query, *intents)]
+        prepared = [self._prepare(text, request.scorer) for text in (query, *(i.text for i in intents))]
         t1 = time.perf_counter()
         timings["embed"] = t1 - t0
 
@@ -252,7 +252,7 @@ class QueryRunner:
         elif request.k is not None:
             picks = self._fixed_picks(rankings[0], named, request.k)
         else:
-            picks = self._compose(snap, rankings, named, request)
+            picks = self._compose(snap, rankings, [i.step for i in intents], named, request)
         timings["policy"] = time.perf_counter() - t2
 
         items = [
@@ -283,16 +283,16 @@ class QueryRunner:
             tools=items,
             timings=timings,
             depth_bias=request.bias,
-            intents=intents if len(intents) > 1 else (),
+            intents=tuple(i.text for i in intents),
             confidence=confidence,
         )
 
     # -- steps ----------------------------------------------------------------------------------
 
-    def _intents(self, query: str, request: _Request) -> tuple[str, ...]:
+    def _intents(self, query: str, request: _Request) -> tuple[Intent, ...]:
         if request.k is not None or not self.settings.multi_intent:
             return ()
-        intents = split_intents(query)
+        intents = split_request(query)
         return intents if len(intents) > 1 else ()
 
     def _prepare(self, text: str, scorer: str) -> list[Query]:
@@ -347,6 +347,7 @@ class QueryRunner:
         self,
         snap: Snapshot,
         rankings: list[tuple[np.ndarray, np.ndarray]],
+        steps: list[bool],
         named: list[tuple[int, float]],
         request: _Request,
     ) -> list[Pick]:
@@ -363,7 +364,8 @@ class QueryRunner:
         def choose(scores: np.ndarray) -> int:
             return self._choose_depth(request, scores, n, cap)
 
-        return interleave(folded[0], folded[1:], choose, cap=cap, named=named)
+        intents = list(zip(folded[1:], steps, strict=True))
+        return interleave(folded[0], intents, choose, cap=cap, named=named)
 
     def _choose_depth(self, request: _Request, scores: np.ndarray, n: int, cap: int) -> int:
         available = int(scores.shape[0])

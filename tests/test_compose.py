@@ -6,7 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from registry.compose import MAX_EXTRA_PER_INTENT, Folded, fold_duplicates, interleave
+from registry.compose import (
+    INTENT_CONFIDENT_DEPTH,
+    MAX_EXTRA_PER_INTENT,
+    Folded,
+    fold_duplicates,
+    interleave,
+)
 from registry.feedback import EquivalenceClasses
 
 
@@ -37,26 +43,45 @@ def test_interleave_covers_every_intent_before_second_best():
     main = folded([10, 11, 12, 13])
     first = folded([20, 21, 22])
     second = folded([30, 10, 31])
-    picks = interleave(main, [first, second], lambda s: 1, cap=20)
+    picks = interleave(main, [(first, True), (second, True)], lambda s: 1, cap=20)
     assert [p.tool for p in picks] == [10, 20, 30]  # 1 + 1 + 1 slots
     assert [p.intent for p in picks] == [None, 0, 1]
 
 
-def test_interleave_budget_per_intent_is_bounded_and_cap_wins():
+def test_a_step_adds_its_own_tools_even_when_the_list_holds_its_best():
+    main = folded([1, 2, 3])
+    step = folded([7, 8, 9])
+    picks = interleave(main, [(step, True)], lambda s: 2, cap=20)
+    assert [p.tool for p in picks] == [1, 7, 2, 8]  # main's 2 + the step's 2
+    assert MAX_EXTRA_PER_INTENT == 2
+    assert len(interleave(main, [(step, True)], lambda s: 2, cap=3)) == 3
+    overlapping = folded([2, 7, 8])  # its best is main's second: it still adds a tool of its own
+    assert [p.tool for p in interleave(main, [(overlapping, True)], lambda s: 2, cap=20)] == [1, 2, 7]
+
+
+def test_a_weaker_intent_adds_only_confident_prefixes_not_length():
     main = folded([1, 2, 3, 4, 5, 6])
     intent = folded([7, 8, 9, 10, 11])
-    picks = interleave(main, [intent], lambda s: 5, cap=20)
-    assert len(picks) == 5 + MAX_EXTRA_PER_INTENT
-    assert [p.tool for p in picks[:4]] == [1, 7, 2, 8]
-    assert len(interleave(main, [intent], lambda s: 5, cap=3)) == 3
+    depths = {6: 4, 5: 2}  # by ranking length
+
+    def choose(scores: np.ndarray) -> int:
+        return depths[scores.size]
+
+    picks = interleave(main, [(intent, False)], choose, cap=20)
+    assert [p.tool for p in picks] == [1, 7, 2, 8, 3, 4]
+    depths[5] = INTENT_CONFIDENT_DEPTH + 1  # no clear tool for it: it adds nothing
+    assert [p.tool for p in interleave(main, [(intent, False)], choose, cap=20)] == [1, 2, 3, 4]
+    covered = folded([2, 1, 9])
+    assert [p.tool for p in interleave(folded([1, 2, 3]), [(covered, False)], lambda s: 2, cap=20)] == [1, 2]
 
 
 def test_named_tools_lead_and_are_always_shown():
     main = folded([1, 2, 3])
     picks = interleave(main, [], lambda s: 1, cap=5, named=[(9, 0.2)])
-    assert [(p.tool, p.named) for p in picks] == [(9, True)]
+    assert [(p.tool, p.named) for p in picks] == [(9, True), (1, False)]
     two = interleave(main, [], lambda s: 2, cap=5, named=[(3, 0.8), (9, 0.2)])
-    assert [p.tool for p in two] == [3, 9]
+    assert [p.tool for p in two] == [3, 9, 1, 2]
+    assert [p.tool for p in interleave(main, [], lambda s: 2, cap=2, named=[(3, 0.8), (9, 0.2)])] == [3, 9]
     assert [p.tool for p in interleave(main, [], lambda s: 3, cap=5, named=[(2, 0.9)])] == [2, 1, 3]
 
 

@@ -101,3 +101,27 @@ def test_query_windows_follow_paragraphs_and_stay_bounded():
     assert all(len(w.split()) <= WINDOW_WORDS for w in windows)
     packed = query_windows("\n\n".join(["alpha beta gamma"] * 100))
     assert len(packed) == 2 and all(len(w.split()) <= WINDOW_WORDS for w in packed)
+
+
+def test_split_request_marks_steps_apart_from_further_questions():
+    from registry.query import split_request
+
+    steps = split_request("search the web for X, then save a summary to a file and email it")
+    assert [i.step for i in steps[1:]] == [True, True]
+    asked = split_request("Get the weather in Oslo. What is the time in Tokyo?")
+    assert [(i.text, i.step) for i in asked][1:] == [("What is the time in Tokyo", False)]
+    phrase = split_request("Can you give me the channel clips, and the channel details?")
+    assert phrase[1].step is False
+
+
+def test_context_sentences_join_the_request_they_belong_to():
+    assert split_intents("I am planning a trip. It should be cheap.") == (
+        "I am planning a trip. It should be cheap.",
+    )
+    assert split_intents("This is ridiculous. I need to find a clinical trial ASAP") == (
+        "This is ridiculous. I need to find a clinical trial ASAP",
+    )
+    assert split_intents("I am planning a trip. Book a flight to Rome. Then find a hotel.") == (
+        "I am planning a trip. Book a flight to Rome",
+        "find a hotel",
+    )
