@@ -45,17 +45,17 @@ import math
 import numpy as np
 
 __all__ = [
-    "log_p_rand",
-    "log_p_rand_curve",
-    "p_rand",
-    "bor_bits",
-    "bor_max_bits",
-    "bor_ceiling_bits",
-    "log_p_rand_all",
-    "log_p_rand_all_curve",
-    "p_rand_all",
     "bor_all_bits",
     "bor_all_max_bits",
+    "bor_bits",
+    "bor_ceiling_bits",
+    "bor_max_bits",
+    "log_p_rand",
+    "log_p_rand_all",
+    "log_p_rand_all_curve",
+    "log_p_rand_curve",
+    "p_rand",
+    "p_rand_all",
 ]
 
 # Above this many product terms the lgamma form is used (see module docstring).

@@ -20,7 +20,6 @@ from registry.depth.episodes import Episode
 from registry.index.embed import Embedder
 from registry.index.hybrid import HYBRID_ALPHA, Query, rank
 from registry.index.lexical import tokenize
-from registry.metrics import needed_ranks
 from registry.snapshot import Snapshot, build_snapshot
 from registry.store.memory import MemoryStore
 from registry.tools import Tool, ToolLimits, parse_tools
@@ -121,17 +120,6 @@ def rank_queries(
             )
         )
     return episodes
-
-
-def found_at(episodes: Sequence[Episode], k: int, *, need: str = "any") -> float:
-    """Fraction of episodes with a gold tool (``need="all"``: every gold tool) in the top ``k``.
-
-    Gold ranks beyond the kept scores count; :func:`registry.evaluate.fixed_curve` is the
-    same figure with depth capped at the kept list, as a policy's would be.
-    """
-    if not episodes:
-        return 0.0
-    return float(np.mean(needed_ranks(episodes, need) < k))
 
 
 def dataset_episodes(

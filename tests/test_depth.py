@@ -384,7 +384,8 @@ def test_dqn_learns_adaptive_depth_and_beats_fixed_k(trained) -> None:
 
 
 def test_evaluate_policy_bits() -> None:
-    from registry.depth.train import evaluate_policy, interpolated_fixed_found
+    from registry.depth.train import evaluate_policy
+    from registry.offline.metrics import fixed_curve, fixed_found_at
 
     eps = [
         Episode(scores=np.linspace(1, 0, 10), gold_ranks=np.array([0]), n_tools=200),
@@ -394,7 +395,7 @@ def test_evaluate_policy_bits() -> None:
     assert m["found"] == 0.5 and m["mean_k"] == 1.0 and m["k_std"] == 0.0
     assert m["mean_p_rand"] == pytest.approx(1 / 200)
     assert m["bor_bits"] == pytest.approx(math.log2(0.5 * 200))
-    assert interpolated_fixed_found(eps, 1.5, 10) == pytest.approx(0.75)
+    assert fixed_found_at(fixed_curve(eps, 10), 1.5) == pytest.approx(0.75)
 
 
 def test_training_is_deterministic() -> None:

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from registry.bor import p_rand_all
-from registry.datasets import LabelledQuery, found_at, needed_groups
+from registry.datasets import LabelledQuery, needed_groups
 from registry.depth.episodes import Episode
 from registry.evaluate import (
     DEFAULT_BUCKETS,
@@ -35,6 +35,7 @@ from registry.evaluate import (
     rank_table,
     score_table,
 )
+from registry.offline.metrics import found_at
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 WEATHER = FIXTURES / "eval_weather"

@@ -3,7 +3,7 @@
 A real agent often talks to a registry of 5-40 tools, and those tools are related (one MCP
 server = one service's API). A policy trained only on registries of hundreds of tools has
 never seen that. :func:`carve_training` / :func:`carve_grid` build, from one data set's
-:class:`~registry.evaluate.ScoreTable`, episodes over sub-registries of ``N`` tools that hold
+:class:`~registry.offline.tables.ScoreTable`, episodes over sub-registries of ``N`` tools that hold
 the query's gold tools plus a fill of one of three kinds (:data:`FILL_KINDS`):
 
 * ``random``: tools drawn uniformly from the rest of the registry (easy: the gold tool stands
@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from registry.depth.episodes import Episode
-from registry.index.hybrid import HYBRID_ALPHA
+from registry.index.hybrid import HYBRID_ALPHA, fuse
 from registry.index.lexical import tokenize
 
 __all__ = [
@@ -261,10 +261,7 @@ def carve_one(
         return None
     cand = np.concatenate([gold, _fill(src, gold, n - gold.size, kind, rng)]).astype(np.int64)
     lexical, ceiling = src.bm25(row, cand)
-    scores = src.dense[row, cand].astype(np.float64)
-    if ceiling > 0:
-        scores = scores + (alpha / ceiling) * lexical
-    scores = scores.astype(np.float32)
+    scores = fuse(src.dense[row, cand].astype(np.float64), lexical, float(ceiling), alpha)
     order = np.lexsort((cand, -scores))  # ties by registry index, never by position in cand
     position = np.empty(n, dtype=np.int64)
     position[order] = np.arange(n)

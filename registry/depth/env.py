@@ -40,18 +40,18 @@ from registry.depth.features import depth_features
 from registry.depth.policies import policy_depth_limit
 
 __all__ = [
-    "STOP",
     "CONTINUE",
-    "RewardFn",
     "REWARD_FUNCTIONS",
-    "bor_reward",
-    "f1_reward",
-    "bor_reward_floor",
-    "get_reward_fn",
-    "stop_rewards",
+    "STOP",
     "DepthEnv",
     "Replay",
+    "RewardFn",
+    "bor_reward",
+    "bor_reward_floor",
     "build_replay",
+    "f1_reward",
+    "get_reward_fn",
+    "stop_rewards",
 ]
 
 STOP = 0

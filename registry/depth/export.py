@@ -28,11 +28,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from registry.depth.model import TrainedPolicy
 from registry.depth.policies import INPUT_NAME, MANIFEST_NAME, OUTPUT_NAME
-from registry.depth.train import TrainedPolicy
 from registry.fsio import atomic_write_bytes, json_safe
 
-__all__ = ["export_onnx", "onnx_bytes", "OPSET", "ONNX_FILE"]
+__all__ = ["ONNX_FILE", "OPSET", "export_onnx", "onnx_bytes"]
 
 OPSET = 17
 ONNX_FILE = "policy.onnx"
@@ -133,7 +133,7 @@ def export_onnx(
         },
         "training_data": training_data,
         "metrics": metrics,
-        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
     text = json.dumps(json_safe(manifest), indent=2, allow_nan=False)
     out.mkdir(parents=True, exist_ok=True)

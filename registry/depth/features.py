@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-__all__ = ["FEATURE_SCHEMA_VERSION", "FEATURE_NAMES", "FEATURE_WINDOW", "depth_features"]
+__all__ = ["FEATURE_NAMES", "FEATURE_SCHEMA_VERSION", "FEATURE_WINDOW", "depth_features"]
 
 FEATURE_SCHEMA_VERSION = "1"
 FEATURE_WINDOW = 51  # scores[:FEATURE_WINDOW] are used for distribution statistics

@@ -18,18 +18,21 @@ import numpy as np
 
 from registry.depth.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, depth_features
 from registry.errors import ArtifactError, PolicySchemaMismatch
+from registry.onnx import make_session
 
 __all__ = [
+    "INPUT_NAME",
+    "MANIFEST_NAME",
+    "MAX_DEPTH_BIAS",
+    "OUTPUT_NAME",
+    "WHOLE_REGISTRY_MIN",
     "DepthPolicy",
     "FixedPolicy",
     "GapPolicy",
-    "ThresholdPolicy",
     "OnnxDepthPolicy",
-    "WHOLE_REGISTRY_MIN",
+    "ThresholdPolicy",
+    "first_stop",
     "policy_depth_limit",
-    "MANIFEST_NAME",
-    "INPUT_NAME",
-    "OUTPUT_NAME",
 ]
 
 MANIFEST_NAME = "manifest.json"
@@ -265,25 +268,7 @@ class OnnxDepthPolicy:
 
 
 def _make_session(blob: bytes, threads: int, origin: Path) -> Any:
-    try:
-        import onnxruntime as ort
-    except ImportError as exc:  # pragma: no cover - onnxruntime is a core dependency
-        raise ArtifactError("onnxruntime is not installed; install tool-shortlist") from exc
-    available = ort.get_available_providers()
-    if "CPUExecutionProvider" not in available:
-        raise ArtifactError(
-            f"onnxruntime offers no CPUExecutionProvider (has {available}); "
-            "install the 'onnxruntime' CPU wheel"
-        )
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    try:
-        session = ort.InferenceSession(blob, sess_options=opts, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # onnxruntime raises its own opaque exception types
-        raise ArtifactError(f"onnxruntime cannot load {origin}: {exc}", {"path": str(origin)}) from exc
+    session = make_session(blob, threads=threads, origin=origin)
     inputs = {i.name: i for i in session.get_inputs()}
     outputs = {o.name for o in session.get_outputs()}
     if INPUT_NAME not in inputs or OUTPUT_NAME not in outputs:

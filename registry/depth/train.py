@@ -33,8 +33,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +41,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from registry.bor import p_rand
 from registry.depth.carve import ANCHOR_SIZES, FILL_KINDS, SIZE_RANGE, carve_training, load_source
 from registry.depth.env import (
     DEFAULT_GAMMA,
@@ -53,177 +51,32 @@ from registry.depth.env import (
     build_replay,
 )
 from registry.depth.episodes import Episode, load_episodes
-from registry.depth.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, depth_features
-from registry.depth.policies import FixedPolicy, first_stop, policy_depth_limit
+from registry.depth.model import QEnsemble, QNetwork, SizeGatedQ, TrainedPolicy
 from registry.fsio import json_safe
 from registry.index.embed import sha256_file
+from registry.offline.metrics import (
+    compare_with_fixed,
+    evaluate_policy,
+    fixed_k_baselines,
+)
+from registry.offline.tables import candidate_episodes, load_or_build_table, rank_table
 
 __all__ = [
-    "QNetwork",
     "QEnsemble",
+    "QNetwork",
     "SizeGatedQ",
     "TrainedPolicy",
-    "train_dqn",
-    "train_ensemble",
+    "compare_with_fixed",
     "data_episodes",
     "evaluate_policy",
     "fixed_k_baselines",
-    "fixed_found_curve",
-    "interpolated_fixed_found",
-    "compare_with_fixed",
-    "split_episodes",
     "holdout_rows",
     "main",
+    "split_episodes",
+    "train_dqn",
+    "train_ensemble",
 ]
 
-INPUT_CLIP = 10.0
-
-PolicyFn = Callable[[np.ndarray, int, int], int]
-"""``policy_fn(scores, n_tools, max_k) -> depth``, e.g. ``DepthPolicy.choose_depth``."""
-
-
-class QNetwork(nn.Module):
-    """``raw features (B, F) -> [Q_stop, Q_continue] (B, 2)``, standardisation included."""
-
-    def __init__(
-        self,
-        n_features: int,
-        hidden: Sequence[int] = (64, 64),
-        mean: np.ndarray | None = None,
-        std: np.ndarray | None = None,
-        low: np.ndarray | None = None,
-        high: np.ndarray | None = None,
-    ) -> None:
-        super().__init__()
-        big = float(np.finfo(np.float32).max)
-        mean_t = torch.zeros(n_features) if mean is None else torch.as_tensor(mean, dtype=torch.float32)
-        std_t = torch.ones(n_features) if std is None else torch.as_tensor(std, dtype=torch.float32)
-        low_t = torch.full((n_features,), -big) if low is None else torch.as_tensor(low, dtype=torch.float32)
-        high_t = torch.full((n_features,), big) if high is None else torch.as_tensor(high, dtype=torch.float32)
-        if bool((low_t > high_t).any()):
-            raise ValueError("feature range: low > high")
-        self.register_buffer("mean", mean_t.clone())
-        self.register_buffer("inv_std", 1.0 / std_t.clone())
-        self.register_buffer("low", low_t.clone())  # the range each feature spanned in training
-        self.register_buffer("high", high_t.clone())
-        layers: list[nn.Module] = []
-        width = n_features
-        for h in hidden:
-            layers += [nn.Linear(width, h), nn.ReLU()]
-            width = h
-        layers.append(nn.Linear(width, 2))
-        self.mlp = nn.Sequential(*layers)
-
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        x = torch.minimum(torch.maximum(features, self.low), self.high)
-        z = torch.clamp((x - self.mean) * self.inv_std, -INPUT_CLIP, INPUT_CLIP)
-        return self.mlp(z)
-
-
-class QEnsemble(nn.Module):
-    """The mean Q-value of several :class:`QNetwork` members (seeds): one ONNX graph, less variance."""
-
-    def __init__(self, members: Sequence[QNetwork]) -> None:
-        super().__init__()
-        if not members:
-            raise ValueError("an ensemble needs at least one member")
-        self.members = nn.ModuleList(members)
-
-    @property
-    def mean(self) -> torch.Tensor:  # the input statistics (shared by all members)
-        return self.members[0].mean
-
-    @property
-    def inv_std(self) -> torch.Tensor:
-        return self.members[0].inv_std
-
-    @property
-    def low(self) -> torch.Tensor:
-        return self.members[0].low
-
-    @property
-    def high(self) -> torch.Tensor:
-        return self.members[0].high
-
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        return torch.stack([m(features) for m in self.members]).mean(dim=0)
-
-
-class SizeGatedQ(nn.Module):
-    """Two Q-networks gated on the registry size, read from the raw ``log2_n`` feature.
-
-    ``Q = w * small(x) + (1 - w) * large(x)``, ``w = 1`` up to ``n_lo`` tools, ``w = 0`` from
-    ``n_hi`` tools on, linear in ``log2 N`` between. ``shortlist train --size-gate`` trains the
-    large expert on the full registries alone with the plain reward (the previous recipe, so
-    registries of ``n_hi``+ tools keep exactly its behaviour) and the small expert with carved
-    sub-registries (:mod:`registry.depth.carve`). One network fitted to both regimes lost up to
-    0.27 of depth efficiency on the unseen BFCL-live registry (docs/results.md, "Registry size").
-    """
-
-    def __init__(self, small: nn.Module, large: nn.Module, n_lo: int, n_hi: int) -> None:
-        super().__init__()
-        if not 1 <= n_lo < n_hi:
-            raise ValueError(f"size gate needs 1 <= n_lo < n_hi, got {n_lo}, {n_hi}")
-        self.small = small
-        self.large = large
-        self.n_lo, self.n_hi = int(n_lo), int(n_hi)
-        self.register_buffer("log2_lo", torch.tensor(math.log2(n_lo), dtype=torch.float32))
-        self.register_buffer("log2_hi", torch.tensor(math.log2(n_hi), dtype=torch.float32))
-        self.col = FEATURE_NAMES.index("log2_n")
-
-    @property
-    def mean(self) -> torch.Tensor:  # the small expert's input statistics (it saw every size)
-        return self.small.mean
-
-    @property
-    def inv_std(self) -> torch.Tensor:
-        return self.small.inv_std
-
-    @property
-    def low(self) -> torch.Tensor:
-        return torch.minimum(self.small.low, self.large.low)
-
-    @property
-    def high(self) -> torch.Tensor:
-        return torch.maximum(self.small.high, self.large.high)
-
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        x = features[:, self.col : self.col + 1]
-        w = torch.clamp((self.log2_hi - x) / (self.log2_hi - self.log2_lo), 0.0, 1.0)
-        return w * self.small(features) + (1.0 - w) * self.large(features)
-
-
-@dataclass
-class TrainedPolicy:
-    """A trained Q-network plus everything needed to export and describe it.
-
-    ``choose_depth`` applies the same rule as the served
-    :class:`~registry.depth.policies.OnnxDepthPolicy`: first ``k`` with
-    ``Q_stop - Q_continue >= bias`` (:func:`~registry.depth.policies.first_stop`), else the cap.
-    """
-
-    network: QNetwork | QEnsemble | SizeGatedQ
-    config: dict[str, Any]
-    feature_names: tuple[str, ...] = FEATURE_NAMES
-    feature_schema_version: str = FEATURE_SCHEMA_VERSION
-    history: list[dict[str, float]] = field(default_factory=list)
-    name: str = "bor"
-
-    @property
-    def max_depth(self) -> int:
-        return int(self.config["max_depth"])
-
-    def q_values(self, features: np.ndarray) -> np.ndarray:
-        """``(B, 2)`` float32 Q-values of raw feature rows."""
-        self.network.eval()
-        with torch.no_grad():
-            return self.network(torch.as_tensor(np.asarray(features, dtype=np.float32))).numpy()
-
-    def choose_depth(self, scores: np.ndarray, n_tools: int, max_k: int, bias: float = 0.0) -> int:
-        d = min(int(max_k), len(scores), self.max_depth, policy_depth_limit(n_tools))
-        if d < 1:
-            return 0
-        return first_stop(self.q_values(depth_features(np.asarray(scores), n_tools, d)), bias)
 
 
 def _feature_stats(states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -394,101 +247,6 @@ def train_ensemble(episodes: Sequence[Episode], seeds: Sequence[int], **kwargs: 
 # ----------------------------------------------------------------------------- evaluation
 
 
-def evaluate_policy(
-    policy_fn: PolicyFn, episodes: Sequence[Episode], max_depth: int = DEFAULT_MAX_DEPTH
-) -> dict[str, float]:
-    """Found rate, depth and BoR of a depth policy over episodes.
-
-    For each episode the policy picks ``k_q = policy_fn(scores, n_tools, max_depth)``.
-
-    * ``found``: fraction of episodes with a relevant tool in the top ``k_q`` (Success@k).
-    * ``mean_k`` / ``k_std``: mean and standard deviation of ``k_q``.
-    * ``mean_p_rand``: mean over episodes of ``P_rand(N_q, R_q, k_q)`` (``R_q >= 1``), i.e. the
-      success rate of a random selector presenting the same number of tools per query.
-    * ``bor_bits``: ``log2(found / mean_p_rand)`` (``-inf`` when nothing is found).
-
-    Args:
-        policy_fn: ``(scores, n_tools, max_k) -> depth``, e.g. ``FixedPolicy(3).choose_depth``.
-        episodes: evaluation episodes (each should have at least one relevant tool).
-        max_depth: the ``max_k`` passed to the policy.
-    """
-    if not episodes:
-        raise ValueError("no episodes")
-    ks = np.empty(len(episodes), dtype=np.int64)
-    found = np.empty(len(episodes), dtype=bool)
-    pr = np.empty(len(episodes), dtype=np.float64)
-    for i, ep in enumerate(episodes):
-        k = int(policy_fn(ep.scores, ep.n_tools, max_depth))
-        ks[i] = k
-        found[i] = ep.first_gold_rank < k
-        pr[i] = p_rand(ep.n_tools, min(max(ep.n_gold, 1), ep.n_tools), k)
-    found_rate = float(found.mean())
-    mean_pr = float(pr.mean())
-    bits = math.log2(found_rate / mean_pr) if found_rate > 0 and mean_pr > 0 else -math.inf
-    return {
-        "n": len(episodes),
-        "found": found_rate,
-        "mean_k": float(ks.mean()),
-        "k_std": float(ks.std()),
-        "mean_p_rand": mean_pr,
-        "bor_bits": bits,
-    }
-
-
-def fixed_k_baselines(
-    episodes: Sequence[Episode],
-    ks: Sequence[int] = (1, 3, 5, 10),
-    max_depth: int = DEFAULT_MAX_DEPTH,
-) -> dict[int, dict[str, float]]:
-    """:func:`evaluate_policy` of ``FixedPolicy(k)`` for each ``k``."""
-    return {k: evaluate_policy(FixedPolicy(k).choose_depth, episodes, max_depth) for k in ks}
-
-
-def fixed_found_curve(episodes: Sequence[Episode], max_depth: int = DEFAULT_MAX_DEPTH) -> np.ndarray:
-    """``(max_depth,)`` found rate of fixed depth ``K = 1..max_depth`` (depth capped per episode)."""
-    first = np.array([ep.first_gold_rank for ep in episodes])
-    caps = np.array([min(ep.scores.size, ep.n_tools) for ep in episodes])
-    ks = np.arange(1, max_depth + 1)
-    eff = np.minimum(ks[None, :], caps[:, None])
-    return (first[:, None] < eff).mean(axis=0)
-
-
-def interpolated_fixed_found(
-    episodes: Sequence[Episode], mean_k: float, max_depth: int = DEFAULT_MAX_DEPTH
-) -> float:
-    """Found rate of fixed depth at a fractional ``mean_k``, linear between integer depths."""
-    curve = fixed_found_curve(episodes, max_depth)
-    return float(np.interp(mean_k, np.arange(1, max_depth + 1), curve))
-
-
-def compare_with_fixed(
-    policy_fn: PolicyFn,
-    episodes: Sequence[Episode],
-    max_depth: int = DEFAULT_MAX_DEPTH,
-    ks: Sequence[int] = (1, 3, 5, 10),
-) -> dict[str, Any]:
-    """Policy metrics, fixed-K baselines and the fixed-depth found rate at the policy's mean K.
-
-    ``beats_fixed`` is true when the policy's found rate is at least that of the (interpolated)
-    fixed depth with the same mean K. ``k_eq`` is the fixed depth with the policy's found rate
-    and ``efficiency = k_eq / mean_k`` (see :mod:`registry.evaluate`).
-    """
-    from registry.evaluate import fixed_curve, k_equivalent
-
-    pol = evaluate_policy(policy_fn, episodes, max_depth)
-    fixed_at = interpolated_fixed_found(episodes, pol["mean_k"], max_depth)
-    k_eq = k_equivalent(fixed_curve(episodes, max_depth), pol["found"])
-    return {
-        "policy": pol,
-        "fixed": {str(k): v for k, v in fixed_k_baselines(episodes, ks, max_depth).items()},
-        "fixed_found_at_mean_k": fixed_at,
-        "found_margin": pol["found"] - fixed_at,
-        "beats_fixed": bool(pol["found"] >= fixed_at - 1e-12),
-        "k_eq": k_eq,
-        "efficiency": k_eq / pol["mean_k"] if pol["mean_k"] > 0 else math.nan,
-    }
-
-
 def split_episodes(
     episodes: Sequence[Episode], holdout_fraction: float, seed: int
 ) -> tuple[list[Episode], list[Episode]]:
@@ -496,7 +254,7 @@ def split_episodes(
     if not 0.0 <= holdout_fraction < 1.0:
         raise ValueError(f"holdout_fraction must be in [0, 1), got {holdout_fraction}")
     order = np.random.default_rng(seed).permutation(len(episodes))
-    n_hold = int(round(holdout_fraction * len(episodes)))
+    n_hold = round(holdout_fraction * len(episodes))
     hold = sorted(order[:n_hold].tolist())
     train = sorted(order[n_hold:].tolist())
     return [episodes[i] for i in train], [episodes[i] for i in hold]
@@ -507,7 +265,7 @@ def holdout_rows(table: Any, holdout_fraction: float, seed: int) -> tuple[list[i
     split ``shortlist train --data`` uses (benchmarks reuse it to evaluate held-out queries)."""
     keep = [i for i in range(table.n_queries) if table.gold[i].size]
     order = np.random.default_rng(seed).permutation(len(keep))
-    n_hold = int(round(holdout_fraction * len(keep)))
+    n_hold = round(holdout_fraction * len(keep))
     return sorted(keep[j] for j in order[n_hold:]), sorted(keep[j] for j in order[:n_hold])
 
 
@@ -563,11 +321,10 @@ def data_episodes(
 
     ``"full"`` ranks over the whole registry; an integer ``n`` builds the paper's candidate
     set (gold + ``round(hard_fraction * n)`` hard distractors + random fill; see
-    :func:`registry.evaluate.candidate_episodes`). Sizes at or above a registry's size
+    :func:`registry.offline.tables.candidate_episodes`). Sizes at or above a registry's size
     collapse to ``"full"`` (once). Varying ``n`` varies ``log2 N`` and the score
     distribution below the head, which is what a registry-agnostic policy must learn from.
     """
-    from registry.evaluate import candidate_episodes, rank_table
 
     out: list[Episode] = []
     for table, r in zip(tables, rows):
@@ -580,7 +337,7 @@ def data_episodes(
                 continue
             n = int(size)
             out += candidate_episodes(
-                table, scorer, n, n_hard=int(round(hard_fraction * n)), seed=seed * 1000 + i, rows=r
+                table, scorer, n, n_hard=round(hard_fraction * n), seed=seed * 1000 + i, rows=r
             ).exact
     return [e for e in out if e.n_gold > 0]
 
@@ -668,7 +425,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         scorer = args.scorer or (",".join(sorted(scorers)) if scorers else "unknown")
         sizes: list[int | str] = ["full"]
     else:
-        from registry.evaluate import load_or_build_table, rank_table
 
         scorer = args.scorer or "hybrid"
         sizes = _parse_sizes(args.candidate_sizes)

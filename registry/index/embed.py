@@ -34,6 +34,7 @@ from tokenizers import Encoding, Tokenizer
 
 from registry.errors import ArtifactError
 from registry.fsio import atomic_write_bytes
+from registry.onnx import make_session
 
 MINILM_NAME = "all-MiniLM-L6-v2"
 MINILM_DIM = 384
@@ -367,32 +368,13 @@ def _load_tokenizer(path: Path, max_length: int) -> tuple[Tokenizer, int, int]:
 
 
 def _make_session(path: Path, threads: int) -> ort.InferenceSession:
-    available = ort.get_available_providers()
-    if "CPUExecutionProvider" not in available:
-        raise ArtifactError(
-            f"onnxruntime offers no CPUExecutionProvider (available: {available}); "
-            "reinstall the CPU build: pip install --force-reinstall onnxruntime",
-            {"available_providers": available},
-        )
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    opts.log_severity_level = 3  # errors only; ORT warns about unused initializers on load
     # The arena keeps the peak of every batch ever run: embedding a registry in batches of
     # 32 x 256 tokens left ~450 MB resident for good. Without it RSS stays ~240 MB and the
     # query latency is unchanged (measured p50 4.2 ms either way, bench/embed_latency.py).
-    opts.enable_cpu_mem_arena = False
-    try:
-        return ort.InferenceSession(
-            str(path), sess_options=opts, providers=["CPUExecutionProvider"]
-        )
-    except Exception as exc:  # onnxruntime's own Fail / InvalidProtobuf / ... types
-        raise ArtifactError(
-            f"cannot load ONNX model {path}: {exc}; delete it to re-export",
-            {"path": str(path)},
-        ) from exc
+    session: ort.InferenceSession = make_session(
+        path, threads=threads, mem_arena=False, hint="delete it to re-export"
+    )
+    return session
 
 
 def _read_manifest(onnx_path: Path) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Metrics over ranked episodes: found-at-K curves (any / all), K_eq, depth efficiency, BoR.
 
-One copy of each, imported by evaluation (:mod:`registry.evaluate`), training and the benches.
+One copy of each, imported by evaluation (:mod:`registry.evaluate`), training
+(:mod:`registry.depth.train`) and the benches.
 An :class:`~registry.depth.episodes.Episode` holds every gold rank of its query (ranks may lie
 beyond the kept scores), so a list of depth ``K`` (a prefix of the ranking) shows
 
@@ -15,18 +16,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from registry.bor import log_p_rand_all, p_rand
+from registry.depth.env import DEFAULT_MAX_DEPTH
 from registry.depth.episodes import Episode
+from registry.depth.policies import FixedPolicy
 
 __all__ = [
     "NEEDS",
     "PolicyFn",
+    "compare_with_fixed",
     "depth_efficiency",
+    "evaluate_policy",
     "fixed_curve",
     "fixed_found_at",
+    "fixed_k_baselines",
+    "found_at",
     "found_bits",
     "found_bits_all",
     "k_equivalent",
@@ -66,6 +74,17 @@ def fixed_curve(episodes: Sequence[Episode], cap: int, *, need: str = "any") -> 
     ks = np.arange(0, cap + 1)
     eff = np.minimum(ks[None, :], caps[:, None])
     return (needed[:, None] < eff).mean(axis=0)
+
+
+def found_at(episodes: Sequence[Episode], k: int, *, need: str = "any") -> float:
+    """Fraction of episodes with a gold tool (``need="all"``: every gold tool) in the top ``k``.
+
+    Gold ranks beyond the kept scores count; :func:`fixed_curve` is the
+    same figure with depth capped at the kept list, as a policy's would be.
+    """
+    if not episodes:
+        return 0.0
+    return float(np.mean(needed_ranks(episodes, need) < k))
 
 
 def fixed_found_at(curve: np.ndarray, mean_k: float) -> float:
@@ -124,6 +143,7 @@ def found_bits_all(episodes: Sequence[Episode], ks: np.ndarray) -> tuple[np.ndar
 
 
 def found_bits(episodes: Sequence[Episode], ks: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """Found (any gold shown) flags, mean ``P_rand`` and ``BoR`` bits ``log2(found / mean P_rand)``."""
     found = np.array([e.first_gold_rank < k for e, k in zip(episodes, ks)], dtype=bool)
     pr = np.array(
         [p_rand(e.n_tools, min(max(e.n_gold, 1), e.n_tools), int(k)) if k > 0 else 0.0 for e, k in zip(episodes, ks)]
@@ -132,3 +152,60 @@ def found_bits(episodes: Sequence[Episode], ks: np.ndarray) -> tuple[np.ndarray,
     mean_pr = float(pr.mean()) if pr.size else 0.0
     bits = math.log2(rate / mean_pr) if rate > 0 and mean_pr > 0 else -math.inf
     return found, mean_pr, bits
+
+
+def evaluate_policy(
+    policy_fn: PolicyFn, episodes: Sequence[Episode], max_depth: int = DEFAULT_MAX_DEPTH
+) -> dict[str, float]:
+    """Found rate, depth and BoR of a depth policy over episodes (:func:`found_bits`).
+
+    For each episode the policy picks ``k_q = policy_fn(scores, n_tools, max_depth)``.
+    Keys: ``n``, ``found`` (Success@k), ``mean_k``, ``k_std``, ``mean_p_rand`` (mean
+    ``P_rand(N_q, R_q, k_q)``, ``R_q >= 1``) and ``bor_bits`` (``-inf`` when nothing is found).
+    """
+    if not episodes:
+        raise ValueError("no episodes")
+    ks = np.array([int(policy_fn(e.scores, e.n_tools, max_depth)) for e in episodes], dtype=np.int64)
+    found, mean_pr, bits = found_bits(episodes, ks)
+    return {
+        "n": len(episodes),
+        "found": float(found.mean()),
+        "mean_k": float(ks.mean()),
+        "k_std": float(ks.std()),
+        "mean_p_rand": mean_pr,
+        "bor_bits": bits,
+    }
+
+
+def fixed_k_baselines(
+    episodes: Sequence[Episode],
+    ks: Sequence[int] = (1, 3, 5, 10),
+    max_depth: int = DEFAULT_MAX_DEPTH,
+) -> dict[int, dict[str, float]]:
+    """:func:`evaluate_policy` of ``FixedPolicy(k)`` for each ``k``."""
+    return {k: evaluate_policy(FixedPolicy(k).choose_depth, episodes, max_depth) for k in ks}
+
+
+def compare_with_fixed(
+    policy_fn: PolicyFn,
+    episodes: Sequence[Episode],
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    ks: Sequence[int] = (1, 3, 5, 10),
+) -> dict[str, Any]:
+    """Policy metrics, fixed-K baselines and the fixed-depth found rate at the policy's mean K.
+
+    ``beats_fixed``: the policy finds at least as often as the (interpolated) fixed depth with
+    the same mean K; ``k_eq`` / ``efficiency`` as in :func:`depth_efficiency`.
+    """
+    pol = evaluate_policy(policy_fn, episodes, max_depth)
+    curve = fixed_curve(episodes, max_depth)
+    fixed_at = fixed_found_at(curve, pol["mean_k"])
+    return {
+        "policy": pol,
+        "fixed": {str(k): v for k, v in fixed_k_baselines(episodes, ks, max_depth).items()},
+        "fixed_found_at_mean_k": fixed_at,
+        "found_margin": pol["found"] - fixed_at,
+        "beats_fixed": bool(pol["found"] >= fixed_at - 1e-12),
+        "k_eq": k_equivalent(curve, pol["found"]),
+        "efficiency": depth_efficiency(curve, pol["found"], pol["mean_k"]),
+    }
