@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: run test install install-test export-embedder bench clean
+.PHONY: run test lint install install-test export-embedder bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,12 @@ install-test: $(VENV)/.installed-test
 run: install
 	$(BIN)/shortlist serve
 
-test: install-test
+# Lint and type check first (rules and mypy settings pinned in pyproject.toml); any finding fails.
+lint: install-test
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: lint
 	$(BIN)/python -m pytest -q
 
 bench: install

@@ -77,7 +77,7 @@ class FeedbackMetrics(Collector):
             "log2(presentation rate / mean P_rand) over the live window (this process).",
             labels=["registry", "match"],
         )
-        for registry, match in self.window.keys():
+        for registry, match in self.window.keys():  # noqa: SIM118 (LiveWindow, not a dict)
             stats = self.window.stats(registry, match)
             if stats.events == 0:
                 continue

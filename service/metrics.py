@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from registry.engine import Shortlist
@@ -84,7 +86,5 @@ class Metrics:
 
     def drop_registry(self, registry: str) -> None:
         for gauge in (self.registry_tools, self.registry_version):
-            try:
+            with contextlib.suppress(KeyError):
                 gauge.remove(registry)
-            except KeyError:
-                pass

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tool_shortlist_client import AsyncShortlistClient, ShortlistClient
 
 from tests.conftest import weather_tools
+from tool_shortlist_client import AsyncShortlistClient, ShortlistClient
 
 pytestmark = pytest.mark.e2e
 
@@ -96,6 +96,7 @@ def _fake_model(bound: list[list[str]]):
 def test_langgraph_bigtool_agent_retrieves_through_the_service(server, client):
     from langchain_core.messages import ToolMessage
     from langgraph_bigtool import create_agent  # type: ignore[import-untyped,unused-ignore]
+
     from tool_shortlist_client.adapters.langgraph import ShortlistRetriever
 
     tools = _langchain_tools()
@@ -121,6 +122,7 @@ def test_langgraph_bigtool_agent_retrieves_through_the_service(server, client):
 
 def test_langgraph_bigtool_async_graph(server):
     from langgraph_bigtool import create_agent  # type: ignore[import-untyped,unused-ignore]
+
     from tool_shortlist_client.adapters.langgraph import retrieve_tools_coroutine
 
     async def run() -> dict[str, Any]:
@@ -157,6 +159,7 @@ def test_openai_client_tool_search_round_trip(client):
     from agents import Agent, ToolSearchOutputItem
     from agents.models.openai_responses import Converter
     from openai.types.responses import ResponseToolSearchCall, ResponseToolSearchOutputItemParam
+
     from tool_shortlist_client.adapters import openai as adapter
 
     sent: list[dict[str, Any]] = []
@@ -219,6 +222,7 @@ def test_openai_client_tool_search_round_trip(client):
 
 def test_openai_async_tool_search_output(server):
     from openai.types.responses import ResponseToolSearchCall
+
     from tool_shortlist_client.adapters.openai import atool_search_output
 
     call = ResponseToolSearchCall(
@@ -243,6 +247,7 @@ def test_anthropic_custom_tool_search_returns_tool_references(client):
     import httpx2
     from anthropic.types import ToolResultBlockParam, ToolUseBlock
     from pydantic import TypeAdapter
+
     from tool_shortlist_client.adapters import anthropic as adapter
 
     sent: list[dict[str, Any]] = []

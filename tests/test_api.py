@@ -161,8 +161,8 @@ def test_openapi_documents_every_route_with_examples(client):
 
 
 def test_demo_registry_is_loaded(make_client):
-    from service.state import DEMO_REGISTRY
     from registry.settings import Settings
+    from service.state import DEMO_REGISTRY
 
     with make_client(demo_registry=Settings().demo_registry) as client:
         registries = client.get("/registries").json()["registries"]

@@ -19,9 +19,13 @@ def _project_imports(path: Path) -> list[tuple[str, str, int]]:
     """``(module, name, line)`` for every ``from <project module> import name``, nested ones included."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module.split(".")[0] in PROJECT:
-                found += [(node.module, alias.name, node.lineno) for alias in node.names]
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and node.module
+            and node.module.split(".")[0] in PROJECT
+        ):
+            found += [(node.module, alias.name, node.lineno) for alias in node.names]
     return found
 
 

@@ -58,7 +58,7 @@ def source():
 def test_bm25_is_recomputed_on_the_sub_corpus(source) -> None:
     table, texts, queries, src = source
     everything = np.arange(N_TOOLS)
-    for row, q in enumerate(queries):
+    for row in range(len(queries)):
         scores, ceiling = src.bm25(row, everything)  # the full registry: the table's columns
         np.testing.assert_allclose(scores, table.lexical[row], rtol=1e-5, atol=1e-6)
         assert ceiling == pytest.approx(table.ceiling[row])

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.conftest import weather_tools
 from tool_shortlist_client import (
     AsyncShortlistClient,
     InvalidRequestError,
@@ -18,8 +20,6 @@ from tool_shortlist_client import (
     ToolCall,
     UnauthorizedError,
 )
-
-from tests.conftest import weather_tools
 
 pytestmark = pytest.mark.e2e
 

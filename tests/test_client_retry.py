@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import httpx
 import pytest
+
 from tool_shortlist_client import (
     APIError,
     AsyncShortlistClient,

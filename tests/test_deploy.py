@@ -237,14 +237,14 @@ def test_rule_file_structure(path: Path) -> None:
 def test_recording_rules() -> None:
     names = [rule["record"] for rule in _rules(RECORDING)]
     assert len(names) == len(set(names))
-    assert REQUIRED_RECORDINGS <= set(names)
+    assert set(names) >= REQUIRED_RECORDINGS
     assert all("alert" not in r for r in _rules(RECORDING))
 
 
 def test_alert_rules() -> None:
     alerts = {rule["alert"]: rule for rule in _rules(ALERTS)}
     assert all("record" not in r for r in _rules(ALERTS))
-    assert REQUIRED_ALERTS <= set(alerts)
+    assert set(alerts) >= REQUIRED_ALERTS
     for name, rule in alerts.items():
         assert rule["labels"]["severity"] in SEVERITIES, name
         annotations = rule["annotations"]
@@ -309,7 +309,7 @@ def test_promtool_rule_unit_tests() -> None:
     alert_names = {rule["alert"] for rule in _rules(ALERTS)}
     tested = {case["alertname"] for t in spec["tests"] for case in t.get("alert_rule_test", [])}
     assert tested <= alert_names
-    assert REQUIRED_ALERTS <= tested, f"alerts without a unit test: {REQUIRED_ALERTS - tested}"
+    assert tested >= REQUIRED_ALERTS, f"alerts without a unit test: {REQUIRED_ALERTS - tested}"
     if PROMTOOL is None:
         return
     output = _promtool("test", "rules", RULE_TESTS.name, cwd=RULE_TESTS.parent)
@@ -366,7 +366,7 @@ def test_dashboard_structure() -> None:
             assert panel["datasource"]["uid"] == "prometheus", panel["title"]
             assert panel["targets"], panel["title"]
         g = panel["gridPos"]
-        assert 0 <= g["x"] and g["x"] + g["w"] <= 24, panel["title"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24, panel["title"]
         for x in range(g["x"], g["x"] + g["w"]):
             for y in range(g["y"], g["y"] + g["h"]):
                 assert (x, y) not in cells, f"{panel['title']} overlaps {cells[(x, y)]}"

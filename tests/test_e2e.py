@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 
@@ -76,7 +77,7 @@ def test_every_policy_and_scorer_with_the_real_model(server_factory):
                         f"{server.url}/shortlist",
                         json={"registry": "e2e", "query": query, "scorer": scorer, "k": 11},
                     ).json()["tools"]
-                    drops = [a["score"] - b["score"] for a, b in zip(deeper, deeper[1:])]
+                    drops = [a["score"] - b["score"] for a, b in itertools.pairwise(deeper)]
                     assert body["k"] == drops.index(max(drops)) + 1
                 if scorer == "hybrid":  # plain MiniLM puts a mortgage tool above send_email once
                     assert body["tools"][0]["name"] == gold, (query, scorer, policy)

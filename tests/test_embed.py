@@ -16,8 +16,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from registry.errors import ArtifactError  # noqa: E402
-from registry.index.embed import (  # noqa: E402
+from registry.errors import ArtifactError
+from registry.index.embed import (
     MINILM_DIM,
     MINILM_NAME,
     TOKENIZER_FILE,

@@ -26,7 +26,7 @@ def test_put_creates_and_versions_increase(engine, tools_payload):
 
 def test_invalid_upload_changes_nothing(engine, tools_payload):
     engine.put_registry("r", tools_payload)
-    bad = tools_payload + [{"name": ""}, {"description": 3}]
+    bad = [*tools_payload, {"name": ""}, {"description": 3}]
     with pytest.raises(InvalidToolDefinition) as err:
         engine.put_registry("r", bad)
     assert {d["index"] for d in err.value.details} == {4, 5}

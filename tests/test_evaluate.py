@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -173,7 +174,7 @@ def test_needed_groups_attribute_alternatives_to_gold_tools() -> None:
     assert needed_groups(loose) == [("send_email",), ("create_task",)]
 
 
-MULTI_QUERIES = [
+MULTI_QUERIES: list[dict[str, Any]] = [
     {"id": "m0", "query": "share the file with bob and remind me to follow up",
      "gold": ["send_email", "create_task"], "gold_alternatives": [["share_file"], ["set_reminder"]]},
     {"id": "m1", "query": "translate the memo to French and then summarize it",

@@ -25,6 +25,7 @@ import schemathesis
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+from pydantic import SecretStr
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -72,8 +73,8 @@ def _build_app() -> tuple[Any, Path]:
         Settings(
             data_dir=data_dir / "data",
             demo_registry=None,
-            admin_token=(ADMIN,),
-            query_token=(QUERY,),
+            admin_token=(SecretStr(ADMIN),),
+            query_token=(SecretStr(QUERY),),
             max_body_bytes=1024 * 1024,
         ),
         embedder_factory=lambda _: HashingEmbedder(),
@@ -153,7 +154,9 @@ def flatmap_body(context: Any, body: Any) -> Any:
         shortlist_id = body.get("shortlist_id")
         if not (isinstance(shortlist_id, str) and 0 < len(shortlist_id) <= 128):
             return st.just(body)
-        steered = {"shortlist_id": st.sampled_from(SEED["shortlist_ids"])}
+        steered: dict[str, st.SearchStrategy[Any]] = {
+            "shortlist_id": st.sampled_from(SEED["shortlist_ids"])
+        }
         tool = st.sampled_from(SEED["tools"])
         if _valid_tool_names(body.get("used")):
             steered["used"] = st.lists(tool, min_size=1, max_size=3)

@@ -44,7 +44,7 @@ def test_every_registry_parses_as_mcp(path: Path) -> None:
 def test_gateway_is_the_union_of_its_members() -> None:
     sys.path.insert(0, str(ROOT / "bench" / "mcp"))
     try:
-        import gateway
+        import gateway  # type: ignore[import-not-found]  # bench/mcp, put on sys.path above
     finally:
         sys.path.pop(0)
     stored = json.loads((REGISTRIES / "gateway.json").read_text())
@@ -98,7 +98,7 @@ def test_benchmark_scores_tasks_on_the_small_fixture(engine) -> None:
     """bench/mcp_registries.py's scoring, run on the fixture with the fast fake embedder."""
     sys.path.insert(0, str(ROOT / "bench"))
     try:
-        import mcp_registries as bench
+        import mcp_registries as bench  # type: ignore[import-not-found]  # bench/, on sys.path above
     finally:
         sys.path.pop(0)
     n = engine.put_registry("small", json.loads(FIXTURE.read_text())).tools

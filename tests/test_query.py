@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from registry.query import MAX_INTENTS, MAX_QUERY_WINDOWS, WINDOW_WORDS, NameIndex, query_windows, split_intents
+from registry.query import (
+    MAX_INTENTS,
+    MAX_QUERY_WINDOWS,
+    WINDOW_WORDS,
+    NameIndex,
+    query_windows,
+    split_intents,
+)
 from registry.query.names import identifier_like
 
 

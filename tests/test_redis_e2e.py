@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -255,7 +256,7 @@ def test_replicas_compact_the_shared_feedback_stream_and_agree(cluster: Cluster)
     """Two replicas with tiny compaction thresholds on their own key prefix: the sync thread
     compacts the stream, both keep reporting the same efficiency, and a replica started after
     the compaction restores the same report from checkpoint + stream."""
-    settings = dict(redis_prefix="compaction:", feedback_compact_events="3",
+    settings: dict[str, Any] = dict(redis_prefix="compaction:", feedback_compact_events="3",
                     feedback_compact_interval_seconds="0", feedback_compact_margin_seconds="0",
                     live_window_seconds="1")
     a = cluster.servers.start(data_dir=cluster.base / "ca", redis_url=cluster.redis.url, **settings)

@@ -524,7 +524,7 @@ def test_a_write_from_a_stale_view_of_absence_never_overwrites(settings, bor_pol
             return None
         return real_sync(registry)
 
-    b._sync_locked = stale_first_sync  # type: ignore[method-assign]
+    b._sync_locked = stale_first_sync
     b.upsert_tools("r", [tool("x", "Another tool.")])
     names = sorted(t.name for t in b.snapshot("r").tools)
     assert names == sorted([t.name for t in a.snapshot("r").tools] + ["x"])

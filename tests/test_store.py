@@ -68,7 +68,7 @@ def test_embedding_cache_persists_and_cuts_a_torn_tail(tmp_path):
     with open(path, "ab") as handle:
         handle.write(b"\x01" * 40)  # half a record, as a crash mid-append leaves it
     reopened = LocalStore(tmp_path)
-    found = reopened.get_embeddings("model-x", list(vectors) + ["f" * 64, "e" * 64])
+    found = reopened.get_embeddings("model-x", [*vectors, "f" * 64, "e" * 64])
     assert set(found) == set(vectors) | {"f" * 64}
     assert np.array_equal(found[f"{2:064x}"], np.full(4, 2, dtype=np.float32))
     reopened.put_embeddings("model-x", {"e" * 64: np.zeros(4, dtype=np.float32)})

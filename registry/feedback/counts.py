@@ -56,7 +56,7 @@ def _to_fixed(p: float) -> int:
 
 
 class _Bucket:
-    __slots__ = ("index", "events", "presented", "sum_p")
+    __slots__ = ("events", "index", "presented", "sum_p")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -215,7 +215,7 @@ class _ToolCounts:
 
 
 class _RegistryCounts:
-    __slots__ = ("tools", "events", "trajectory_sum", "trajectories")
+    __slots__ = ("events", "tools", "trajectories", "trajectory_sum")
 
     def __init__(self) -> None:
         self.tools: dict[str, _ToolCounts] = {}

@@ -94,7 +94,7 @@ class RememberedShortlists(Protocol):
 
 
 class _Entry:
-    __slots__ = ("shortlist", "has_feedback")
+    __slots__ = ("has_feedback", "shortlist")
 
     def __init__(self, shortlist: ShownShortlist) -> None:
         self.shortlist = shortlist

@@ -18,7 +18,12 @@ from registry.feedback.events import (
     ShownShortlist,
     build_event,
 )
-from registry.feedback.log import CompactableFeedbackLog, FeedbackLog, LogCompacted, SharedFeedbackLog
+from registry.feedback.log import (
+    CompactableFeedbackLog,
+    FeedbackLog,
+    LogCompacted,
+    SharedFeedbackLog,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -29,6 +29,7 @@ class DenseIndex:
         embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
         n, dim = embeddings.shape
         kind = "hnsw" if n >= hnsw_min_tools else "flat"
+        index: faiss.Index
         if kind == "hnsw":
             index = faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
             index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
@@ -115,7 +116,10 @@ class DenseIndex:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
         q = query.reshape(1, -1).astype(np.float32, copy=False)
         if self.kind == "hnsw":
-            params = faiss.SearchParametersHNSW(efSearch=max(HNSW_EF_SEARCH, depth))
+            # missing from the stubs faiss ships, present at runtime
+            params = faiss.SearchParametersHNSW(  # type: ignore[attr-defined]
+                efSearch=max(HNSW_EF_SEARCH, depth)
+            )
             if self._selector is not None:
                 params.sel = self._selector
             scores, slots = self._index.search(q, depth, params=params)

@@ -31,7 +31,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, cast
 
 import numpy as np
@@ -302,9 +302,7 @@ class RedisStore(_RedisBase):
         """
         try:
             if self._pubsub is None:
-                pubsub = self.client.pubsub(  # type: ignore[no-untyped-call]
-                    ignore_subscribe_messages=True
-                )
+                pubsub = self.client.pubsub(ignore_subscribe_messages=True)
                 pubsub.subscribe(self.channel)
                 self._pubsub = pubsub
             message = self._pubsub.get_message(timeout=timeout)
@@ -323,10 +321,9 @@ class RedisStore(_RedisBase):
     def _close_pubsub(self) -> None:
         pubsub, self._pubsub = self._pubsub, None
         if pubsub is not None:
-            try:
+            # closing a broken connection may raise; it is gone either way
+            with suppress(Exception):
                 pubsub.close()
-            except Exception:  # closing a broken connection may raise; it is gone either way
-                pass
 
     def close(self) -> None:
         self._close_pubsub()
@@ -532,7 +529,9 @@ class RedisFeedbackLog(_RedisBase):
         """The last stream id the checkpoint covers (a small key: no need to parse the counts)."""
         with self._call("read checkpoint", FEEDBACK_DOWN):
             raw = self.client.get(self.checkpoint_id_key)
-        return None if raw is None else bytes(raw)
+        if raw is None:
+            return None
+        return raw if isinstance(raw, bytes) else raw.encode()
 
     def checkpoint_state(self) -> dict[str, Any] | None:
         doc = self._checkpoint()
@@ -637,10 +636,8 @@ class RedisFeedbackLog(_RedisBase):
             log.info("feedback stream %s: compacted %d entries up to %s", self.stream, folded, last.decode())
             return folded
         finally:
-            try:
+            with suppress(redis.exceptions.RedisError):  # the lock expires on its own
                 self._release_lock(token)
-            except redis.exceptions.RedisError:
-                pass  # the lock expires on its own
 
     def _release_lock(self, token: str) -> None:
         self.client.eval(_RELEASE_LOCK, 1, self.lock_key, token)
