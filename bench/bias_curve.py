@@ -30,8 +30,15 @@ sys.path.insert(0, str(ROOT / "bench"))
 from leave_one_out import DEV, FOLDS  # noqa: E402
 
 from registry.depth.policies import OnnxDepthPolicy  # noqa: E402
-from registry.evaluate import depth_efficiency, fixed_curve, load_or_build_table, policy_depths, rank_table  # noqa: E402
+from registry.evaluate import load_or_build_table, rank_table  # noqa: E402
 from registry.index.embed import load_minilm  # noqa: E402
+from registry.offline.metrics import (  # noqa: E402
+    DEFAULT_CAP,
+    depth_efficiency,
+    fixed_curve,
+    found_rate,
+    policy_depths,
+)
 
 BIASES = (-0.5, -0.25, -0.1, 0.0, 0.1, 0.2, 0.25, 0.3, 0.4, 0.5)
 DATA = {**DEV, "live": ROOT / "data" / "bfcl_live"}
@@ -39,8 +46,7 @@ DATA = {**DEV, "live": ROOT / "data" / "bfcl_live"}
 
 def point(policy: OnnxDepthPolicy, episodes: list, curve: np.ndarray, bias: float, cap: int) -> dict:
     ks = policy_depths(functools.partial(policy.choose_depth, bias=bias), episodes, cap)
-    first = np.array([e.first_gold_rank for e in episodes])
-    found, mean_k = float(np.mean(first < ks)), float(ks.mean())
+    found, mean_k = found_rate(episodes, ks), float(ks.mean())
     return {"bias": bias, "found": found, "mean_k": mean_k, "efficiency": depth_efficiency(curve, found, mean_k),
             "above_fk3": found >= curve[3] - 1e-12}
 
@@ -56,7 +62,7 @@ def pick(train_points: list[list[dict]]) -> float | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", type=Path, default=ROOT / "data" / "loo", help="leave_one_out.py --work")
-    ap.add_argument("--cap", type=int, default=20)
+    ap.add_argument("--cap", type=int, default=DEFAULT_CAP)
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "generated")
     ap.add_argument("--img", type=Path, default=ROOT / "docs" / "img")
     ap.add_argument("--embedder-cache", type=Path, default=ROOT / "data" / "cache" / "embedder")

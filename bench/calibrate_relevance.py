@@ -22,11 +22,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from registry.datasets import index_dataset, load_dataset  # noqa: E402
-from registry.index.embed import load_minilm  # noqa: E402
-from registry.index.hybrid import Query, rank  # noqa: E402
-from registry.index.lexical import tokenize  # noqa: E402
-from registry.relevance import RELEVANCE_WINDOW, RelevanceModel, relevance_features  # noqa: E402
+from registry.datasets import index_dataset, load_dataset
+from registry.index.embed import load_minilm
+from registry.index.hybrid import Query, rank
+from registry.index.lexical import tokenize
+from registry.relevance import RELEVANCE_WINDOW, RelevanceModel, relevance_features
 
 SETS = ("bfcl_simple", "metatool", "toolbench_stable")
 

@@ -29,8 +29,9 @@ from torch import nn
 
 from registry.datasets import load_dataset
 from registry.depth.features import depth_features
-from registry.evaluate import ScoreTable, fixed_curve, k_equivalent, load_or_build_table, rank_table
 from registry.index.embed import load_minilm
+from registry.offline.metrics import DEFAULT_CAP, depth_efficiency, fixed_curve, found_rate
+from registry.offline.tables import ScoreTable, load_or_build_table, rank_table
 
 ROOT = Path(__file__).resolve().parent.parent
 SETS = (("bfcl_simple", None), ("metatool", 2000), ("toolbench_stable", None))
@@ -73,11 +74,7 @@ def extended_features(table: ScoreTable, tool_vecs: np.ndarray, i: int, order: n
         den.add(int(dense_order[k - 1]))
         lx.add(int(lex_order[k - 1]))
         nxt = top[min(k, top.size - 1)]
-        rows.append(per_query + [
-            sims[k - 1], sims[min(k, sims.size - 1)], float(np.max(tool_vecs[top[:k]] @ tool_vecs[nxt])),
-            np.log2(1 + dpos[nxt]), np.log2(1 + lpos[nxt]), len(hyb & den) / k, len(hyb & lx) / k,
-            dense[nxt], lex_norm[nxt],
-        ])
+        rows.append([*per_query, sims[k - 1], sims[min(k, sims.size - 1)], float(np.max(tool_vecs[top[:k]] @ tool_vecs[nxt])), np.log2(1 + dpos[nxt]), np.log2(1 + lpos[nxt]), len(hyb & den) / k, len(hyb & lx) / k, dense[nxt], lex_norm[nxt]])
     return np.asarray(rows, dtype=np.float32)
 
 
@@ -112,7 +109,7 @@ def fit(xs: list[np.ndarray], ys: list[np.ndarray], seed: int, steps: int = 3000
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
-    ap.add_argument("--cap", type=int, default=20)
+    ap.add_argument("--cap", type=int, default=DEFAULT_CAP)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "generated")
     ap.add_argument("--embedder-cache", type=Path, default=ROOT / "data" / "cache" / "embedder")
@@ -139,19 +136,18 @@ def main() -> None:
         best_per_seed = []
         for seed in args.seeds:
             order = np.random.default_rng(seed).permutation(len(episodes))
-            n_test = int(round(0.3 * len(episodes)))
+            n_test = round(0.3 * len(episodes))
             test = [episodes[i] for i in order[:n_test]]
 
             model = fit(*feature_rows(episodes, extra, order[n_test:], args.cap), seed=seed)
             probs = [np.maximum.accumulate(model(f)) for f in feature_rows(episodes, extra, order[:n_test], args.cap)[0]]
             curve = fixed_curve(test, args.cap)
-            first = np.array([e.first_gold_rank for e in test])
             points = []
             for lam in LAMBDAS:
                 ks = np.array([int(np.argmax(p - lam * np.arange(1, p.size + 1))) + 1 for p in probs])
-                found = float(np.mean(first < ks))
+                found = found_rate(test, ks)
                 points.append({"lambda": lam, "found": found, "mean_k": float(ks.mean()),
-                               "efficiency": k_equivalent(curve, found) / float(ks.mean())})
+                               "efficiency": depth_efficiency(curve, found, float(ks.mean()))})
             ok = [p for p in points if p["found"] >= curve[3] - 1e-12]
             best = max(ok, key=lambda p: p["efficiency"]) if ok else None
             best_per_seed.append({"seed": seed, "fk3": float(curve[3]), "best": best, "points": points})

@@ -21,10 +21,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import numpy as np  # noqa: E402
-from tokenizers import Tokenizer  # noqa: E402
+import numpy as np
+from tokenizers import Tokenizer
 
-from registry.index.embed import ONNX_OUTPUT_NAME, TOKENIZER_FILE, load_minilm  # noqa: E402
+from registry.index.embed import ONNX_OUTPUT_NAME, TOKENIZER_FILE, load_minilm
 
 QUERIES = [
     "what's the weather in Paris tomorrow",

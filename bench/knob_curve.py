@@ -22,8 +22,15 @@ import numpy as np
 import torch
 
 from registry.depth.train import data_episodes, train_ensemble
-from registry.evaluate import fixed_curve, k_equivalent, load_or_build_table, rank_table
 from registry.index.embed import load_minilm
+from registry.offline.metrics import (
+    DEFAULT_CAP,
+    depth_efficiency,
+    fixed_curve,
+    found_rate,
+    policy_depths,
+)
+from registry.offline.tables import load_or_build_table, rank_table
 
 ROOT = Path(__file__).resolve().parent.parent
 SETS = (("bfcl_simple", None), ("metatool", 2000), ("toolbench_stable", None))
@@ -36,7 +43,7 @@ def main() -> None:
     ap.add_argument("--gamma", type=float, default=0.98)
     ap.add_argument("--long-gammas", type=float, nargs="*", default=[0.995, 1.0],
                     help="then step cost 0 with these larger gammas: the longer-list end of the knob")
-    ap.add_argument("--cap", type=int, default=20)
+    ap.add_argument("--cap", type=int, default=DEFAULT_CAP)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "generated")
     ap.add_argument("--img", type=Path, default=ROOT / "docs" / "img")
@@ -49,7 +56,7 @@ def main() -> None:
     for name, limit in SETS:
         t = load_or_build_table(args.shared / name, embedder, cache_dir=args.table_cache, max_queries=limit)
         order = np.random.default_rng(args.seed).permutation(t.n_queries)
-        n_test = int(round(0.3 * t.n_queries))
+        n_test = round(0.3 * t.n_queries)
         tables.append(t)
         test_rows.append(sorted(order[:n_test].tolist()))
         train_rows.append(sorted(order[n_test:].tolist()))
@@ -61,12 +68,12 @@ def main() -> None:
     for cost, gamma in settings:
         pol = train_ensemble(train, [args.seed], step_cost=cost, gamma=gamma, max_depth=50)
         row = {"step_cost": cost, "gamma": gamma}
-        for name, eps in list(tests.items()) + [("pooled", pooled)]:
-            ks = np.array([min(pol.choose_depth(e.scores, e.n_tools, args.cap), args.cap) for e in eps])
-            found = float(np.mean([e.first_gold_rank < k for e, k in zip(eps, ks)]))
+        for name, eps in [*list(tests.items()), ("pooled", pooled)]:
+            ks = policy_depths(pol.choose_depth, eps, args.cap)
+            found = found_rate(eps, ks)
             curve = fixed_curve(eps, args.cap)
             row[name] = {"found": found, "mean_k": float(ks.mean()),
-                         "efficiency": k_equivalent(curve, found) / float(ks.mean())}
+                         "efficiency": depth_efficiency(curve, found, float(ks.mean()))}
         rows.append(row)
         print(json.dumps(row))
     args.out.mkdir(parents=True, exist_ok=True)

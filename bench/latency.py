@@ -24,7 +24,7 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DEFAULT_EMBEDDER_CACHE, ROOT, serve, worktree  # noqa: E402
+from common import DEFAULT_EMBEDDER_CACHE, ROOT, serve, worktree
 
 DEFAULT_QUERIES = [
     "What's the weather like in Paris right now?",

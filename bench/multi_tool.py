@@ -47,8 +47,8 @@ from common import DEFAULT_EMBEDDER_CACHE
 
 from registry.datasets import LabelledQuery, load_dataset
 from registry.depth.episodes import Episode
-from registry.evaluate import fixed_curve, fixed_found_at, k_equivalent
 from registry.fsio import json_safe
+from registry.offline.metrics import depth_efficiency, fixed_curve, fixed_found_at, k_equivalent
 
 DATA = Path("/work/shared/data")
 DEEP_K = 50  # plain-ranking depth read per query (fixed curves up to K = 50)
@@ -187,7 +187,7 @@ def run_set(
             "any_minus_fixed": found_any - fixed_any,
             "any_minus_today": found_any - today_any,
             "k_eq_all": k_eq_all,
-            "efficiency_all": k_eq_all / mean_k if mean_k > 0 else float("nan"),
+            "efficiency_all": depth_efficiency(curve_all, found_all, mean_k),
         }
     return {
         "set": name,

@@ -32,12 +32,12 @@ import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DEFAULT_EMBEDDER_CACHE, ROOT, rss_mib, serve  # noqa: E402
+from common import DEFAULT_EMBEDDER_CACHE, ROOT, rss_mib, serve
 
-VERBS = "get list create update delete search find fetch compute convert send schedule cancel export import validate summarize translate track book".split()
-NOUNS = "invoice order customer ticket flight hotel payment report user account shipment forecast quote document image video playlist contract lead campaign recipe".split()
-DOMAINS = "acme globex initech umbrella hooli stark wayne wonka tyrell cyberdyne soylent vandelay".split()
-QUALIFIERS = "status history details summary metrics balance schedule owner tags comments".split()
+VERBS = ["get", "list", "create", "update", "delete", "search", "find", "fetch", "compute", "convert", "send", "schedule", "cancel", "export", "import", "validate", "summarize", "translate", "track", "book"]
+NOUNS = ["invoice", "order", "customer", "ticket", "flight", "hotel", "payment", "report", "user", "account", "shipment", "forecast", "quote", "document", "image", "video", "playlist", "contract", "lead", "campaign", "recipe"]
+DOMAINS = ["acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "wonka", "tyrell", "cyberdyne", "soylent", "vandelay"]
+QUALIFIERS = ["status", "history", "details", "summary", "metrics", "balance", "schedule", "owner", "tags", "comments"]
 
 
 def synthetic_tools(n: int, seed: int = 0) -> list[dict]:

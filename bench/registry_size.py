@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,35 +36,32 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from registry.depth.carve import FILL_KINDS, carve_grid, load_source
-from registry.depth.episodes import Episode
-from registry.evaluate import (
+from registry.depth.carve import FILL_KINDS, carve_grid, load_source  # noqa: E402
+from registry.depth.episodes import Episode  # noqa: E402
+from registry.offline.metrics import (  # noqa: E402
+    DEFAULT_CAP,
+    PolicyFn,
     depth_efficiency,
     fixed_curve,
-    load_or_build_table,
+    found_rate,
     policy_depths,
-    rank_table,
 )
+from registry.offline.tables import load_or_build_table, rank_table  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 DEV = [SHARED / "bfcl_simple", SHARED / "metatool", SHARED / "toolbench_stable"]
 SIZES = (8, 20, 50)
-CAP = 20
-
-PolicyFn = Callable[[np.ndarray, int, int], int]
-
+CAP = DEFAULT_CAP
 
 def metrics(fn: PolicyFn, eps: Sequence[Episode], cap: int = CAP) -> dict[str, float]:
     """found / all-found / mean K / whole-registry share / efficiency of one policy on ``eps``."""
     ks = policy_depths(fn, eps, cap)
-    first = np.array([e.first_gold_rank for e in eps])
-    last = np.array([int(e.gold_ranks.max()) for e in eps])
     n = np.array([e.n_tools for e in eps])
-    found = float((first < ks).mean())
+    found = found_rate(eps, ks)
     mean_k = float(ks.mean())
     return {
         "found": found,
-        "all_found": float((last < ks).mean()),
+        "all_found": found_rate(eps, ks, need="all"),
         "mean_k": mean_k,
         "whole": float((ks >= n).mean()),
         "efficiency": depth_efficiency(fixed_curve(eps, cap), found, mean_k),
@@ -72,9 +69,8 @@ def metrics(fn: PolicyFn, eps: Sequence[Episode], cap: int = CAP) -> dict[str, f
 
 
 def fixed(eps: Sequence[Episode], ks: Sequence[int] = (1, 3, 5)) -> dict[str, float]:
-    first = np.array([e.first_gold_rank for e in eps])
-    cap = np.array([min(e.n_tools, e.scores.size) for e in eps])
-    return {f"fk{k}": float((first < np.minimum(k, cap)).mean()) for k in ks}
+    curve = fixed_curve(eps, max(ks))
+    return {f"fk{k}": float(curve[k]) for k in ks}
 
 
 def load_policy(spec: str) -> tuple[str, PolicyFn]:

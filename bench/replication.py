@@ -35,7 +35,7 @@ import httpx
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import Server, free_port, rss_mib  # noqa: E402
+from common import Server, free_port, rss_mib
 
 ROOT = Path(__file__).resolve().parent.parent
 QUERIES = [

@@ -36,6 +36,7 @@ from registry.evaluate import (
 )
 from registry.fsio import json_safe
 from registry.index.embed import load_minilm
+from registry.offline.metrics import found_rate
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -93,7 +94,7 @@ CONDITIONS = [
 
 def split_rows(n_rows: int, test_fraction: float, seed: int) -> tuple[list[int], list[int]]:
     order = np.random.default_rng(seed).permutation(n_rows)
-    n_test = int(round(test_fraction * n_rows))
+    n_test = round(test_fraction * n_rows)
     return sorted(order[n_test:].tolist()), sorted(order[:n_test].tolist())
 
 
@@ -116,11 +117,10 @@ def budget_bias(trained, episodes: list, cap: int, budget_k: float) -> float:
 
     qs = [trained.q_values(depth_features(e.scores, e.n_tools, min(cap, e.scores.size, e.n_tools)))
           for e in episodes]
-    first = np.array([e.first_gold_rank for e in episodes])
     best = None
     for bias in BIAS_GRID:
         ks = np.array([first_stop(q, bias) for q in qs])
-        found, mean_k = float(np.mean(first < ks)), float(ks.mean())
+        found, mean_k = found_rate(episodes, ks), float(ks.mean())
         if mean_k <= budget_k and (best is None or (found, -mean_k) > best[:2]):
             best = (found, -mean_k, bias)
     return best[2] if best else BIAS_GRID[0]

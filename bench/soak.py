@@ -21,8 +21,8 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DEFAULT_EMBEDDER_CACHE, ROOT, rss_mib, serve  # noqa: E402
-from perf import real_queries, real_tools, synthetic_tools  # noqa: E402
+from common import DEFAULT_EMBEDDER_CACHE, ROOT, rss_mib, serve
+from perf import real_queries, real_tools, synthetic_tools
 
 
 def main() -> None:

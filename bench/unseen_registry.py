@@ -27,10 +27,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import DEFAULT_EMBEDDER_CACHE, serve  # noqa: E402
+from common import DEFAULT_EMBEDDER_CACHE, serve
 
-from registry.evaluate import depth_efficiency  # noqa: E402
-from registry.fsio import atomic_write_bytes  # noqa: E402
+from registry.fsio import atomic_write_bytes
+from registry.offline.metrics import depth_efficiency, fixed_found_at
 
 
 def main() -> None:
@@ -70,8 +70,9 @@ def main() -> None:
 
     ks_arr, first = np.array(ks), np.array(first_rank)
     fixed = {k: float(np.mean(first <= k)) for k in range(1, 51)}
+    curve = np.array([0.0, *fixed.values()])  # found at fixed K = 0..50 (HTTP ranks, 1-based)
     mean_k = float(ks_arr.mean())
-    at_mean = float(np.interp(mean_k, list(fixed), list(fixed.values())))
+    at_mean = fixed_found_at(curve, mean_k)
     dist = collections.Counter(ks)
     print(f"registry {args.data.name}: N={info['tools']}, {len(ks)} queries (never trained on); "
           f"{len(rejected)} rejected with 422: {collections.Counter(rejected).most_common(2)}")
@@ -80,7 +81,7 @@ def main() -> None:
     print(f"fixed K at the same mean K (interpolated): found {100 * at_mean:.1f}%")
     for k in (1, 3, 5, 10, 20):
         print(f"fixed K={k:<3} found {100 * fixed[k]:.1f}%")
-    efficiency = depth_efficiency(np.array([0.0, *fixed.values()]), float(np.mean(found)), mean_k)
+    efficiency = depth_efficiency(curve, float(np.mean(found)), mean_k)
     print(f"depth efficiency {efficiency:.2f}")
     if args.record:
         path = args.record / "manifest.json"

@@ -45,6 +45,8 @@ import numpy as np
 from registry.fsio import json_safe
 from registry.index.hybrid import SCORERS
 from registry.offline.metrics import (
+    DEFAULT_CAP,
+    DEFAULT_SCORER,
     NEEDS,
     PolicyFn,
     depth_efficiency,
@@ -203,7 +205,7 @@ def evaluate_ranked(
     ranked: RankedSet,
     policies: Mapping[str, PolicyFn],
     *,
-    cap: int = 20,
+    cap: int = DEFAULT_CAP,
     fixed_ks: Sequence[int] = FIXED_KS,
     buckets: Sequence[tuple[str, int, int | None]] = DEFAULT_BUCKETS,
     progress: bool = False,
@@ -505,8 +507,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--policy", nargs="*", type=Path, default=[],
                     help="ONNX policy directories (manifest.json + policy.onnx)")
     ap.add_argument("--out", type=Path, required=True, help="output directory")
-    ap.add_argument("--scorer", default="hybrid", choices=SCORERS)
-    ap.add_argument("--cap", type=int, default=20, help="max_k given to every policy (service default 20)")
+    ap.add_argument("--scorer", default=DEFAULT_SCORER, choices=SCORERS)
+    ap.add_argument("--cap", type=int, default=DEFAULT_CAP,
+                    help=f"max_k given to every policy (service default {DEFAULT_CAP})")
     ap.add_argument("--candidates", type=int, default=None,
                     help="rank each query over N candidates (gold + hard distractors + random fill) "
                     "instead of the full registry")

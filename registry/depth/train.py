@@ -46,6 +46,7 @@ from registry.depth.env import (
     DEFAULT_GAMMA,
     DEFAULT_MAX_DEPTH,
     DEFAULT_STEP_COST,
+    REWARD_FUNCTIONS,
     RewardFn,
     bor_reward_floor,
     build_replay,
@@ -54,7 +55,9 @@ from registry.depth.episodes import Episode, load_episodes
 from registry.depth.model import QEnsemble, QNetwork, SizeGatedQ, TrainedPolicy
 from registry.fsio import json_safe
 from registry.index.embed import sha256_file
+from registry.index.hybrid import SCORERS
 from registry.offline.metrics import (
+    DEFAULT_SCORER,
     compare_with_fixed,
     evaluate_policy,
     fixed_k_baselines,
@@ -355,7 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     source.add_argument("--data", nargs="+", type=Path, help="data directories (tools.json + queries.jsonl)")
     source.add_argument("--episodes", nargs="+", type=Path, help="episode .npz files")
     ap.add_argument(
-        "--scorer", default=None, choices=["dense", "bm25", "hybrid"],
+        "--scorer", default=None, choices=SCORERS,
         help="scorer ranking --data (default hybrid, the service default); with --episodes only the "
         "name recorded in the manifest (default: from the episode files)",
     )
@@ -388,7 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ensemble", type=int, default=1, help="average the Q-values of this many seeds (seed, seed+1, ...)")
     ap.add_argument("--out", type=Path, default=None, help="export directory (omit: no export)")
-    ap.add_argument("--reward", choices=["bor", "f1"], default="bor")
+    ap.add_argument("--reward", choices=sorted(REWARD_FUNCTIONS), default="bor")
     ap.add_argument(
         "--reward-min-n", type=int, default=1,
         help="bor: price depth as on a registry of at least this many tools (registry.depth.env."
@@ -426,7 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sizes: list[int | str] = ["full"]
     else:
 
-        scorer = args.scorer or "hybrid"
+        scorer = args.scorer or DEFAULT_SCORER
         sizes = _parse_sizes(args.candidate_sizes)
         embedder = None
         if scorer != "bm25":

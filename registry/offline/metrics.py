@@ -24,8 +24,11 @@ from registry.bor import log_p_rand_all, p_rand
 from registry.depth.env import DEFAULT_MAX_DEPTH
 from registry.depth.episodes import Episode
 from registry.depth.policies import FixedPolicy
+from registry.settings import Settings
 
 __all__ = [
+    "DEFAULT_CAP",
+    "DEFAULT_SCORER",
     "NEEDS",
     "PolicyFn",
     "compare_with_fixed",
@@ -37,12 +40,15 @@ __all__ = [
     "found_at",
     "found_bits",
     "found_bits_all",
+    "found_rate",
     "k_equivalent",
     "needed_ranks",
     "policy_depths",
 ]
 
 NEEDS: tuple[str, ...] = ("any", "all")
+DEFAULT_CAP: int = Settings.model_fields["default_max_k"].default  # the service's max_k
+DEFAULT_SCORER: str = Settings.model_fields["default_scorer"].default
 PolicyFn = Callable[[np.ndarray, int, int], int]
 
 
@@ -85,6 +91,13 @@ def found_at(episodes: Sequence[Episode], k: int, *, need: str = "any") -> float
     if not episodes:
         return 0.0
     return float(np.mean(needed_ranks(episodes, need) < k))
+
+
+def found_rate(episodes: Sequence[Episode], ks: np.ndarray, *, need: str = "any") -> float:
+    """Share of episodes found by per-episode depths ``ks`` (see :func:`needed_ranks`)."""
+    if not episodes:
+        return 0.0
+    return float(np.mean(needed_ranks(episodes, need) < np.asarray(ks)))
 
 
 def fixed_found_at(curve: np.ndarray, mean_k: float) -> float:
