@@ -121,7 +121,7 @@ class CarveSource:
 def service_groups(names: Sequence[str], names_map: dict[str, Any] | None = None) -> np.ndarray | None:
     """Group ids by service (``names_map[name][0]``, else the ``_for_<service>`` suffix), or
     ``None`` when fewer than 90% of the tools name a service."""
-    keys = []
+    keys: list[str | None] = []
     for name in names:
         entry = (names_map or {}).get(name)
         if isinstance(entry, list) and entry:
@@ -132,8 +132,8 @@ def service_groups(names: Sequence[str], names_map: dict[str, Any] | None = None
             keys.append(None)
     if sum(k is not None for k in keys) < 0.9 * len(keys):
         return None
-    keys = [k if k is not None else f"\0{i}" for i, k in enumerate(keys)]
-    _, ids = np.unique(np.array(keys, dtype=object).astype(str), return_inverse=True)
+    filled = [k if k is not None else f"\0{i}" for i, k in enumerate(keys)]
+    _, ids = np.unique(np.array(filled, dtype=object).astype(str), return_inverse=True)
     return ids.astype(np.int64)
 
 

@@ -83,7 +83,7 @@ def save_episodes(path: str | Path, episodes: Sequence[Episode], meta: dict[str,
     path = Path(path)
     score_len = np.array([e.scores.size for e in episodes], dtype=np.int64)
     gold_len = np.array([e.gold_ranks.size for e in episodes], dtype=np.int64)
-    arrays = {
+    arrays: dict[str, np.ndarray] = {
         "format_version": np.array(EPISODES_FORMAT_VERSION, dtype=np.int64),
         "scores": (
             np.concatenate([e.scores for e in episodes]).astype(np.float32)
@@ -102,7 +102,7 @@ def save_episodes(path: str | Path, episodes: Sequence[Episode], meta: dict[str,
         "meta_json": np.array(json.dumps(meta, sort_keys=True)),
     }
     buffer = io.BytesIO()
-    np.savez_compressed(buffer, **arrays)
+    np.savez_compressed(buffer, **arrays)  # type: ignore[arg-type]  # stub: **kwds may hit allow_pickle
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, buffer.getvalue())
     return path

@@ -48,7 +48,7 @@ def onnx_bytes(trained: TrainedPolicy) -> bytes:
         torch.onnx.export(
             net,
             (dummy,),
-            buf,
+            buf,  # type: ignore[arg-type]  # a file object works; the stub lists paths only
             input_names=[INPUT_NAME],
             output_names=[OUTPUT_NAME],
             dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},

@@ -23,8 +23,21 @@ __all__ = ["INPUT_CLIP", "QEnsemble", "QNetwork", "SizeGatedQ", "TrainedPolicy"]
 INPUT_CLIP = 10.0
 
 
+def _buffer(module: nn.Module, name: str) -> torch.Tensor:
+    """A tensor attribute (buffer or property) of a sub-network, typed."""
+    value = getattr(module, name)
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{type(module).__name__}.{name} is not a tensor")
+    return value
+
+
 class QNetwork(nn.Module):
     """``raw features (B, F) -> [Q_stop, Q_continue] (B, 2)``, standardisation included."""
+
+    mean: torch.Tensor  # buffers (registered in __init__)
+    inv_std: torch.Tensor
+    low: torch.Tensor
+    high: torch.Tensor
 
     def __init__(
         self,
@@ -64,7 +77,7 @@ class QNetwork(nn.Module):
 class QEnsemble(nn.Module):
     """The mean Q-value of several :class:`QNetwork` members (seeds): one ONNX graph, less variance."""
 
-    def __init__(self, members: Sequence[QNetwork]) -> None:
+    def __init__(self, members: Sequence[nn.Module]) -> None:
         super().__init__()
         if not members:
             raise ValueError("an ensemble needs at least one member")
@@ -72,19 +85,19 @@ class QEnsemble(nn.Module):
 
     @property
     def mean(self) -> torch.Tensor:  # the input statistics (shared by all members)
-        return self.members[0].mean
+        return _buffer(self.members[0], "mean")
 
     @property
     def inv_std(self) -> torch.Tensor:
-        return self.members[0].inv_std
+        return _buffer(self.members[0], "inv_std")
 
     @property
     def low(self) -> torch.Tensor:
-        return self.members[0].low
+        return _buffer(self.members[0], "low")
 
     @property
     def high(self) -> torch.Tensor:
-        return self.members[0].high
+        return _buffer(self.members[0], "high")
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         return torch.stack([m(features) for m in self.members]).mean(dim=0)
@@ -101,6 +114,9 @@ class SizeGatedQ(nn.Module):
     0.27 of depth efficiency on the unseen BFCL-live registry (docs/results.md, "Registry size").
     """
 
+    log2_lo: torch.Tensor  # buffers (registered in __init__)
+    log2_hi: torch.Tensor
+
     def __init__(self, small: nn.Module, large: nn.Module, n_lo: int, n_hi: int) -> None:
         super().__init__()
         if not 1 <= n_lo < n_hi:
@@ -114,19 +130,19 @@ class SizeGatedQ(nn.Module):
 
     @property
     def mean(self) -> torch.Tensor:  # the small expert's input statistics (it saw every size)
-        return self.small.mean
+        return _buffer(self.small, "mean")
 
     @property
     def inv_std(self) -> torch.Tensor:
-        return self.small.inv_std
+        return _buffer(self.small, "inv_std")
 
     @property
     def low(self) -> torch.Tensor:
-        return torch.minimum(self.small.low, self.large.low)
+        return torch.minimum(_buffer(self.small, "low"), _buffer(self.large, "low"))
 
     @property
     def high(self) -> torch.Tensor:
-        return torch.maximum(self.small.high, self.large.high)
+        return torch.maximum(_buffer(self.small, "high"), _buffer(self.large, "high"))
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         x = features[:, self.col : self.col + 1]
