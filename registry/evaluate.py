@@ -1,6 +1,8 @@
-"""Benchmark evaluation of depth policies: rankings, metrics, depth efficiency, tables and plots.
+"""Benchmark evaluation of depth policies: per-policy reports, Markdown tables, plots and the CLI.
 
-The pipeline, each step usable on its own (no HTTP, no FastAPI)::
+Score tables and episodes come from :mod:`registry.offline.tables`, the metrics from
+:mod:`registry.offline.metrics` (both re-exported here). The pipeline, each step usable on its
+own (no HTTP, no FastAPI)::
 
     table = score_table(data_dir, embedder)           # every query x every tool, base scorers
     ranked = rank_table(table, "hybrid")              # episodes: top scores + gold ranks
