@@ -66,7 +66,7 @@ class Server:
             HF_HUB_OFFLINE="1",
             **{f"SHORTLIST_{key.upper()}": value for key, value in settings.items()},
         )
-        self._log = open(log_path, "wb") if log_path else None  # a file: a full pipe would block
+        self._log = open(log_path, "wb") if log_path else None  # noqa: SIM115  # a file (a full pipe would block), closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "service.cli", "serve", "--log-level", "warning"],
             env=env, cwd=root, stdout=self._log or subprocess.DEVNULL, stderr=subprocess.STDOUT,

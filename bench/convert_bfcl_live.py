@@ -38,10 +38,10 @@ def main() -> None:
     queries = []
     for category in ("live_simple", "live_multiple"):
         answers = {}
-        for line in open(args.data / "possible_answer" / f"BFCL_v4_{category}.json"):
+        for line in (args.data / "possible_answer" / f"BFCL_v4_{category}.json").read_text().splitlines():
             row = json.loads(line)
             answers[row["id"]] = row["ground_truth"]
-        for line in open(args.data / f"BFCL_v4_{category}.json"):
+        for line in (args.data / f"BFCL_v4_{category}.json").read_text().splitlines():
             row = json.loads(line)
             for function in row["function"]:
                 tools.setdefault(function["name"], {

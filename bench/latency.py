@@ -60,12 +60,12 @@ def main() -> None:
         tools = json.loads((args.data / "tools.json").read_text())
         if args.max_tools:
             tools = tools[: args.max_tools]
-        queries = [json.loads(line)["query"] for line in open(args.data / "queries.jsonl")][:500]
+        queries = [json.loads(line)["query"] for line in (args.data / "queries.jsonl").read_text().splitlines()][:500]
     else:
         tools = json.loads((ROOT / "examples" / "demo_tools.json").read_text())
         queries = DEFAULT_QUERIES
     if args.queries:
-        queries = [json.loads(line)["query"] for line in open(args.queries)][:500]
+        queries = [json.loads(line)["query"] for line in Path(args.queries).read_text().splitlines()][:500]
     if args.baseline:
         compare(args, tools, queries)
         return

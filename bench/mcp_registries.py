@@ -36,11 +36,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from registry.depth.policies import OnnxDepthPolicy
-from registry.engine import ShortlistEngine
-from registry.index.embed import load_minilm
-from registry.settings import Settings
-from registry.store.local import LocalStore
+from registry.depth.policies import OnnxDepthPolicy  # noqa: E402
+from registry.engine import ShortlistEngine  # noqa: E402
+from registry.index.embed import load_minilm  # noqa: E402
+from registry.settings import Settings  # noqa: E402
+from registry.store.local import LocalStore  # noqa: E402
 
 DATA = ROOT / "bench" / "data"
 DEFAULT_EMBEDDER_CACHE = ROOT / "data" / "cache" / "embedder"

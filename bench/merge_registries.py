@@ -40,7 +40,7 @@ def main() -> None:
                 raise SystemExit(f"tool name {name!r} occurs in more than one data set")
             names.add(name)
             tools.append(tool)
-        rows = [json.loads(line) for line in open(directory / "queries.jsonl") if line.strip()]
+        rows = [json.loads(line) for line in (directory / "queries.jsonl").read_text().splitlines() if line.strip()]
         if limit:
             data = load_dataset(directory)  # the same sample score_table() draws
             if len(data.queries) > limit:

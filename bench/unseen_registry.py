@@ -45,7 +45,7 @@ def main() -> None:
     args = parser.parse_args()
 
     tools = json.loads((args.data / "tools.json").read_text())
-    queries = [json.loads(line) for line in open(args.data / "queries.jsonl") if line.strip()]
+    queries = [json.loads(line) for line in (args.data / "queries.jsonl").read_text().splitlines() if line.strip()]
     if len(queries) > args.max_queries:
         queries = random.Random(args.seed).sample(queries, args.max_queries)
 

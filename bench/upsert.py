@@ -91,7 +91,7 @@ def main() -> None:
             exact = set(np.argsort(-(derived.dense.embeddings @ v))[:10])
             for name, snap_ in (("derived", derived), ("rebuilt", rebuilt)):
                 recall[name].append(len(set(snap_.dense.search(v, 10)[0]) & exact) / 10)
-    print("| one-tool write, N = %s | seconds |\n|---|---|" % f"{args.tools:,}")
+    print(f"| one-tool write, N = {args.tools:,} | seconds |\n|---|---|")
     print(f"| upsert (engine, end to end) | {upsert:.3f} |")
     print(f"| delete (engine, end to end) | {delete:.3f} |")
     print(f"| snapshot build, graph derived from the previous version | {derived_s:.3f} |")
