@@ -8,6 +8,8 @@ from typing import Annotated
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from registry.depth.policies import MAX_DEPTH_BIAS
+
 # Comma-separated in the environment; SecretStr keeps every token out of reprs and logs.
 Tokens = Annotated[tuple[SecretStr, ...], NoDecode]
 
@@ -51,8 +53,8 @@ class Settings(BaseSettings):
     threshold: float = Field(0.35, description="Score cut-off of the 'threshold' policy.")
     depth_bias: float = Field(
         0.0,
-        ge=-10.0,
-        le=10.0,
+        ge=-MAX_DEPTH_BIAS,
+        le=MAX_DEPTH_BIAS,
         description="Operating knob of the 'bor' policy, in bits: it stops only where STOP beats "
         "CONTINUE by at least this much. > 0 gives longer lists, < 0 shorter; a request's "
         "depth_bias overrides it.",

@@ -19,7 +19,7 @@ import math
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -45,9 +45,10 @@ from registry.relevance import RelevanceModel
 from registry.settings import Settings
 from registry.snapshot import Snapshot
 
-__all__ = ["MAX_K", "POLICIES", "QueryRunner", "Shortlist", "ShortlistItem", "depth_bias_problem"]
+__all__ = ["MAX_K", "POLICIES", "PolicyName", "QueryRunner", "Shortlist", "ShortlistItem", "depth_bias_problem"]
 
-POLICIES: tuple[str, ...] = ("bor", "fixed", "gap", "threshold")
+PolicyName = Literal["bor", "fixed", "gap", "threshold"]
+POLICIES: tuple[str, ...] = get_args(PolicyName)  # the one list of policy names
 MAX_K = 1000
 
 

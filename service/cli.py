@@ -40,9 +40,15 @@ def _episodes(args: argparse.Namespace) -> int:
     from registry.datasets import dataset_episodes
     from registry.depth.episodes import save_episodes
     from registry.index.embed import load_minilm
+    from registry.index.hybrid import SCORERS
     from registry.settings import Settings
 
-    embedder = None if args.scorer == "bm25" else load_minilm(Settings().resolved_embedder_cache())
+    settings = Settings()
+    args.scorer = args.scorer or settings.default_scorer
+    if args.scorer not in SCORERS:
+        print(f"shortlist episodes: unknown scorer {args.scorer!r}; use one of {list(SCORERS)}", file=sys.stderr)
+        return 2
+    embedder = None if args.scorer == "bm25" else load_minilm(settings.resolved_embedder_cache())
     episodes, meta = dataset_episodes(
         args.data, embedder, args.scorer, max_queries=args.max_queries, seed=args.seed
     )
@@ -66,7 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
         "episodes", help="rank a labelled data set (tools.json + queries.jsonl) into training episodes"
     )
     episodes.add_argument("--data", type=Path, required=True)
-    episodes.add_argument("--scorer", default="hybrid", choices=["dense", "bm25", "hybrid"])
+    episodes.add_argument(
+        "--scorer", default=None, help="dense, bm25 or hybrid (default: SHORTLIST_DEFAULT_SCORER)"
+    )
     episodes.add_argument("--max-queries", type=int, default=None)
     episodes.add_argument("--seed", type=int, default=0)
     episodes.add_argument("--out", type=Path, required=True)

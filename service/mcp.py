@@ -26,6 +26,7 @@ from starlette.routing import Match, Route
 from starlette.types import Receive, Scope, Send
 
 from registry.core import Shortlister
+from registry.depth.policies import MAX_DEPTH_BIAS
 from registry.engine import MAX_K
 from registry.errors import ShortlistError
 from registry.settings import Settings
@@ -62,8 +63,8 @@ class FindToolsArgs(BaseModel):
     )
     depth_bias: float | None = Field(
         None,
-        ge=-10.0,
-        le=10.0,
+        ge=-MAX_DEPTH_BIAS,
+        le=MAX_DEPTH_BIAS,
         allow_inf_nan=False,
         description="Bits: > 0 gives longer lists (more often holds the tool), < 0 shorter.",
     )

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from registry.core import FeedbackResult
+from registry.depth.policies import MAX_DEPTH_BIAS
 from registry.engine import MAX_K
 from registry.feedback import MAX_CALLS
+from registry.index.hybrid import Scorer as ScorerName
+from registry.shortlist import PolicyName
 from registry.tools import MAX_REGISTRY_NAME_CHARS, REGISTRY_NAME_PATTERN, ToolLimits
 
 MAX_TOOL_NAME_CHARS = ToolLimits().max_name_chars
@@ -23,8 +26,8 @@ RegistryName = Annotated[
 ]
 ToolName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TOOL_NAME_CHARS)]
 # Written out for the OpenAPI enum; a test keeps them equal to the engine's lists.
-PolicyName = Literal["bor", "fixed", "gap", "threshold"]
-ScorerName = Literal["hybrid", "dense", "bm25"]
+# The OpenAPI enums are the engine's own lists (registry.shortlist / registry.index.hybrid).
+__all__ = ["PolicyName", "ScorerName"]
 
 EXAMPLE_TOOLS: list[dict[str, Any]] = [
     {
@@ -269,8 +272,8 @@ class ShortlistRequest(BaseModel):
     scorer: ScorerName | None = Field(None, description="Scorer; default hybrid.")
     depth_bias: float | None = Field(
         None,
-        ge=-10.0,
-        le=10.0,
+        ge=-MAX_DEPTH_BIAS,
+        le=MAX_DEPTH_BIAS,
         allow_inf_nan=False,
         description="Operating knob of the 'bor' policy, in bits: stop only where STOP beats "
         "CONTINUE by at least this much. > 0 gives longer lists (more often holds the tool), "
