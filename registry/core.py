@@ -42,6 +42,7 @@ from registry.feedback import (
     ToolEfficiency,
 )
 from registry.index.embed import Embedder, load_minilm
+from registry.index.query_cache import CachedEmbedder
 from registry.settings import Settings
 from registry.shortlist import Shortlist
 from registry.snapshot import Snapshot
@@ -122,6 +123,7 @@ class Shortlister:
             )
         self.store: Store = store or LocalStore(settings.data_dir)
         self.window = LiveWindow(settings.live_window_seconds)
+        self.query_cache: CachedEmbedder | None = None  # set at load when the cache is on
         self.feedback_recorder = FeedbackRecorder(
             memory,
             feedback_log,
@@ -261,6 +263,8 @@ class Shortlister:
     def _load(self) -> None:
         try:
             embedder = self._embedder_factory(self.settings)
+            if self.settings.query_cache_size > 0:
+                embedder = self.query_cache = CachedEmbedder(embedder, self.settings.query_cache_size)
             engine = ShortlistEngine(self.settings, self.store, embedder, self.bor_policy)
             count = self._until_store_answers(engine.load_all)
             log.info("loaded %d registries", count)

@@ -103,6 +103,12 @@ class Settings(BaseSettings):
         16, ge=1, le=1000, description="Requests handled at once (anyio worker threads)."
     )
     embed_threads: int = Field(1, ge=1, description="ONNX Runtime intra-op threads per request.")
+    query_cache_size: int = Field(
+        10_000,
+        ge=0,
+        description="Query embeddings kept in an LRU cache (repeated messages and intents skip "
+        "the model); 0 disables it.",
+    )
 
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Largest request body.")
     max_tools_per_registry: int = Field(50_000, ge=1, description="Most tools in one registry.")

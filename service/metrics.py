@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from registry.engine import Shortlist
+from registry.index.query_cache import QueryCacheStats
 
 LATENCY_BUCKETS = (
     0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.007, 0.008, 0.01, 0.0125, 0.015,
@@ -88,3 +92,28 @@ class Metrics:
         for gauge in (self.registry_tools, self.registry_version):
             with contextlib.suppress(KeyError):
                 gauge.remove(registry)
+
+
+class QueryCacheCollector(Collector):
+    """Exports the query-embedding cache's lookups and size (nothing while it is off or loading)."""
+
+    def __init__(self, stats: Callable[[], QueryCacheStats | None]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        stats = self._stats()
+        if stats is None:
+            return
+        lookups = CounterMetricFamily(
+            "shortlist_query_embedding_cache_lookups",
+            "Query embeddings looked up in the LRU cache, by result.",
+            labels=["result"],
+        )
+        lookups.add_metric(["hit"], stats.hits)
+        lookups.add_metric(["miss"], stats.misses)
+        yield lookups
+        yield GaugeMetricFamily(
+            "shortlist_query_embedding_cache_entries",
+            "Query embeddings held in the cache (at most SHORTLIST_QUERY_CACHE_SIZE).",
+            value=stats.entries,
+        )

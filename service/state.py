@@ -9,7 +9,7 @@ from registry.feedback import FeedbackRecorder
 from registry.settings import Settings
 from registry.store.base import Store
 from service.feedback_metrics import FeedbackMetrics
-from service.metrics import Metrics
+from service.metrics import Metrics, QueryCacheCollector
 
 __all__ = ["DEMO_REGISTRY", "EmbedderFactory", "ServiceState", "default_embedder"]
 
@@ -37,6 +37,9 @@ class ServiceState:
         self.core.add_registry_listener(self._registry_changed)
         self.core.add_shortlist_listener(self.metrics.observe_shortlist)
         self.core.add_feedback_listener(self.feedback_metrics.observe)
+        self.metrics.registry.register(
+            QueryCacheCollector(lambda: self.core.query_cache.stats() if self.core.query_cache else None)
+        )
 
     def _registry_changed(self, change: RegistryChange) -> None:
         if change.info is None:
