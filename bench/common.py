@@ -63,9 +63,12 @@ class Server:
             SHORTLIST_DATA_DIR=str(data_dir),
             SHORTLIST_EMBEDDER_CACHE_DIR=str(embedder_cache),
             SHORTLIST_DEMO_REGISTRY="",
+            # benchmarks cycle over a few queries: measure the model, not the query cache,
+            # unless a bench asks for it (query_cache_size=...)
+            SHORTLIST_QUERY_CACHE_SIZE="0",
             HF_HUB_OFFLINE="1",
-            **{f"SHORTLIST_{key.upper()}": value for key, value in settings.items()},
         )
+        env.update({f"SHORTLIST_{key.upper()}": value for key, value in settings.items()})
         self._log = open(log_path, "wb") if log_path else None  # noqa: SIM115  # a file (a full pipe would block), closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "service.cli", "serve", "--log-level", "warning"],

@@ -54,6 +54,10 @@ def main() -> None:
     parser.add_argument("--queries", type=Path, help="queries.jsonl to send instead of --data's")
     parser.add_argument("--baseline", help="git revision to measure in the same run (before/after)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds with --baseline")
+    parser.add_argument(
+        "--query-cache", type=int, default=0,
+        help="SHORTLIST_QUERY_CACHE_SIZE of the measured server (default 0: every query embedded)",
+    )
     args = parser.parse_args()
 
     if args.data:
@@ -81,7 +85,11 @@ def main() -> None:
         embedder.embed_query(queries[i % len(queries)])
         floor.append(time.perf_counter() - t0)
 
-    with serve(args.embedder_cache) as server, httpx.Client(base_url=server.url, timeout=120) as client:
+    cache = str(args.query_cache)
+    with (
+        serve(args.embedder_cache, query_cache_size=cache) as server,
+        httpx.Client(base_url=server.url, timeout=120) as client,
+    ):
         t0 = time.perf_counter()
         client.put("/registries/bench", json=tools).raise_for_status()
         upload = time.perf_counter() - t0
@@ -135,7 +143,7 @@ def compare(args: argparse.Namespace, tools: object, queries: list[str]) -> None
     with (
         worktree(args.baseline) as base_root,
         serve(args.embedder_cache, root=base_root) as base,
-        serve(args.embedder_cache) as cur,
+        serve(args.embedder_cache, query_cache_size=str(args.query_cache)) as cur,
     ):
         for _ in range(args.rounds):
             for label, url in (("baseline", base.url), ("current", cur.url)):
