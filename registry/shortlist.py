@@ -205,6 +205,14 @@ class QueryRunner:
             problems.append(
                 {"field": "scorer", "message": f"unknown scorer {scorer_name!r}; use one of {list(SCORERS)}"}
             )
+        if k is not None and policy not in (None, "fixed"):
+            problems.append(
+                {
+                    "field": "k",
+                    "message": f"fixes the depth (policy 'fixed'); it cannot be combined with "
+                    f"policy {policy!r}",
+                }
+            )
         bias_problem = depth_bias_problem(depth_bias, k, policy_name)
         if bias_problem:
             problems.append({"field": "depth_bias", "message": bias_problem})

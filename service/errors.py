@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -74,8 +75,19 @@ def error_body(error_type: str, message: str, details: Any = None) -> dict[str, 
     return {"error": {"type": error_type, "message": message, "details": details}}
 
 
+class ErrorJSONResponse(JSONResponse):
+    """An error body in ASCII JSON: it may quote the client's input back, and that input can hold
+    characters UTF-8 cannot encode (a lone surrogate sent as ``"\\ud800"``); ``\\uXXXX``
+    escapes carry them without failing."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode(
+            "ascii"
+        )
+
+
 def error_response(status: int, error_type: str, message: str, details: Any = None) -> JSONResponse:
-    return JSONResponse(error_body(error_type, message, details), status_code=status)
+    return ErrorJSONResponse(error_body(error_type, message, details), status_code=status)
 
 
 def status_for(exc: ShortlistError) -> int:

@@ -59,6 +59,7 @@ class FindToolsArgs(BaseModel):
         None,
         ge=1,
         le=MAX_K,
+        strict=True,
         description="Force a fixed number of tools (default: the learned depth policy chooses).",
     )
     depth_bias: float | None = Field(

@@ -263,10 +263,14 @@ class ShortlistRequest(BaseModel):
         min_length=1,
     )
     k: int | None = Field(
-        None, ge=1, le=MAX_K, description="Force a fixed depth; the policy is then 'fixed'."
+        None,
+        ge=1,
+        le=MAX_K,
+        strict=True,  # an integer, not true or "5"
+        description="Force a fixed depth; the policy is then 'fixed' (refused with another policy).",
     )
     max_k: int | None = Field(
-        None, ge=1, le=MAX_K, description="Cap on the policy's depth (default 20)."
+        None, ge=1, le=MAX_K, strict=True, description="Cap on the policy's depth (default 20)."
     )
     policy: PolicyName | None = Field(None, description="Depth policy; default bor.")
     scorer: ScorerName | None = Field(None, description="Scorer; default hybrid.")
