@@ -43,6 +43,9 @@ class BearerScheme(HTTPBearer):
         return request.headers.get("Authorization")
 
 
+_OWS = " \t"  # RFC 9110 optional whitespace
+
+
 def _digest(token: bytes) -> bytes:
     # Equal-length digests: compare_digest then leaks neither content nor length.
     return hashlib.sha256(token).digest()
@@ -76,8 +79,10 @@ def authenticate(authorization: str | None, accepted: Sequence[SecretStr], needs
             {"reason": "missing_token", "needs": needs},
             challenge='Bearer realm="tool-shortlist"',
         )
-    scheme, _, token = authorization.strip().partition(" ")
-    token = token.strip()
+    # Only HTTP's own whitespace (space, tab) surrounds a token: str.strip() would also drop
+    # NBSP or NEL, and accept "s3cret\xa0" as "s3cret".
+    scheme, _, token = authorization.strip(_OWS).partition(" ")
+    token = token.strip(_OWS)
     if scheme.lower() != "bearer" or not token:
         raise Unauthorized(
             f"malformed Authorization header: expected 'Bearer <token>' with {needs}",

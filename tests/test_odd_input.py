@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from pydantic import SecretStr
 
 from tests.test_api import assert_error
 
@@ -56,3 +57,15 @@ def test_k_with_another_policy_is_refused_not_ignored(client, tools_payload, pol
     assert [d["field"] for d in r.json()["error"]["details"]] == ["k"]
     ok = client.post("/shortlist", json={"registry": "r", "query": "weather", "k": 3, "policy": "fixed"})
     assert ok.status_code == 200 and ok.json()["k"] == 3
+
+
+@pytest.mark.parametrize("suffix", ["\xa0", "\x85", "\u2003"])
+def test_a_token_with_unicode_whitespace_is_not_the_token(suffix):
+    from service.auth import authenticate
+    from service.errors import Unauthorized
+
+    accepted = (SecretStr("s3cret"),)
+    authenticate("Bearer s3cret \t", accepted, "a query token")  # HTTP's own whitespace is fine
+    with pytest.raises(Unauthorized) as err:
+        authenticate("Bearer s3cret" + suffix, accepted, "a query token")
+    assert err.value.details["reason"] == "invalid_token"
