@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Literal
 
 from fastapi import Depends, Request, Security
@@ -9,7 +10,7 @@ from fastapi import Depends, Request, Security
 from registry.core import Shortlister
 from registry.settings import Settings
 from service.auth import BearerScheme, authenticate
-from service.errors import UnsupportedMediaType
+from service.errors import UnsupportedMediaType, invalid_body
 from service.metrics import Metrics
 from service.state import ServiceState
 
@@ -99,3 +100,8 @@ async def require_json(request: Request) -> None:
             f"got {media[:100]!r}",
             {"content_type": media[:100]},
         )
+    # json.loads also reads UTF-16 and UTF-32 bodies; the API speaks UTF-8 only (RFC 8259; a
+    # UTF-8 byte-order mark is tolerated). The body is cached, so it is read once.
+    encoding = json.detect_encoding(await request.body())
+    if encoding not in ("utf-8", "utf-8-sig"):
+        raise invalid_body(f"it is not UTF-8 (it looks like {encoding.upper()}); send UTF-8 JSON")

@@ -69,3 +69,18 @@ def test_a_token_with_unicode_whitespace_is_not_the_token(suffix):
     with pytest.raises(Unauthorized) as err:
         authenticate("Bearer s3cret" + suffix, accepted, "a query token")
     assert err.value.details["reason"] == "invalid_token"
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32"])
+def test_bodies_that_are_not_utf8_are_a_422(client, tools_payload, encoding):
+    client.put("/registries/r", json=tools_payload)
+    query = json.dumps({"registry": "r", "query": "weather"}).encode(encoding)
+    r = client.post("/shortlist", content=query, headers={"content-type": "application/json"})
+    assert_error(r, 422, "validation")
+    assert "UTF-8" in r.json()["error"]["message"]
+    tools = json.dumps([{"name": "x", "description": "y"}]).encode(encoding)
+    assert_error(put_raw(client, "utf16", tools), 422, "validation")
+    assert client.get("/registries/utf16").status_code == 404
+    bom = b"\xef\xbb\xbf" + json.dumps({"registry": "r", "query": "weather"}).encode()
+    ok = client.post("/shortlist", content=bom, headers={"content-type": "application/json"})
+    assert ok.status_code == 200, ok.text  # a UTF-8 byte-order mark is tolerated
