@@ -18,6 +18,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -85,30 +86,9 @@ def main() -> None:
         embedder.embed_query(queries[i % len(queries)])
         floor.append(time.perf_counter() - t0)
 
-    cache = str(args.query_cache)
-    with (
-        serve(args.embedder_cache, query_cache_size=cache) as server,
-        httpx.Client(base_url=server.url, timeout=120) as client,
-    ):
-        t0 = time.perf_counter()
-        client.put("/registries/bench", json=tools).raise_for_status()
-        upload = time.perf_counter() - t0
-        body: dict = {"registry": "bench"}
-        if args.policy:
-            body["policy"] = args.policy
-        if args.scorer:
-            body["scorer"] = args.scorer
-        for q in queries[:50]:
-            client.post("/shortlist", json={**body, "query": q}).raise_for_status()
-        latencies, ks = [], []
-        started = time.perf_counter()
-        for i in range(args.requests):
-            t0 = time.perf_counter()
-            r = client.post("/shortlist", json={**body, "query": queries[i % len(queries)]})
-            latencies.append(time.perf_counter() - t0)
-            r.raise_for_status()
-            ks.append(r.json()["k"])
-        elapsed = time.perf_counter() - started
+    with serve(args.embedder_cache, query_cache_size=str(args.query_cache)) as server:
+        run = timed_requests(server.url, tools, queries, request_body(args), args.requests)
+    latencies, ks, upload, elapsed = run.latencies, run.ks, run.upload, run.elapsed
 
     n_tools = len(tools["tools"] if isinstance(tools, dict) else tools)
     print(f"registry: {n_tools} tools, upload+index {upload:.2f}s; {args.requests} requests, concurrency 1")
@@ -117,28 +97,45 @@ def main() -> None:
     print(f"ratio p50 shortlist / p50 embed-only: {np.percentile(latencies, 50) / np.percentile(floor, 50):.2f}")
 
 
-def timed_requests(url: str, tools: object, queries: list[str], body: dict, n: int) -> tuple[list[float], list[int]]:
+def request_body(args: argparse.Namespace) -> dict:
+    body: dict = {"registry": "bench"}
+    if args.policy:
+        body["policy"] = args.policy
+    if args.scorer:
+        body["scorer"] = args.scorer
+    return body
+
+
+@dataclass
+class Run:
+    latencies: list[float]
+    ks: list[int]
+    upload: float  # seconds to upload and index the registry
+    elapsed: float  # seconds for the timed requests
+
+
+def timed_requests(url: str, tools: object, queries: list[str], body: dict, n: int) -> Run:
+    """Upload the registry, warm up on 50 queries, then time ``n`` requests one at a time."""
     with httpx.Client(base_url=url, timeout=120) as client:
+        t0 = time.perf_counter()
         client.put("/registries/bench", json=tools).raise_for_status()
+        upload = time.perf_counter() - t0
         for q in queries[:50]:
             client.post("/shortlist", json={**body, "query": q}).raise_for_status()
         latencies, ks = [], []
+        started = time.perf_counter()
         for i in range(n):
             t0 = time.perf_counter()
             r = client.post("/shortlist", json={**body, "query": queries[i % len(queries)]})
             latencies.append(time.perf_counter() - t0)
             r.raise_for_status()
             ks.append(r.json()["k"])
-    return latencies, ks
+    return Run(latencies, ks, upload, time.perf_counter() - started)
 
 
 def compare(args: argparse.Namespace, tools: object, queries: list[str]) -> None:
     """Baseline revision vs this checkout, alternating rounds of ``--requests`` each."""
-    body: dict = {"registry": "bench"}
-    if args.policy:
-        body["policy"] = args.policy
-    if args.scorer:
-        body["scorer"] = args.scorer
+    body = request_body(args)
     results: dict[str, tuple[list[float], list[int]]] = {"baseline": ([], []), "current": ([], [])}
     with (
         worktree(args.baseline) as base_root,
@@ -147,9 +144,9 @@ def compare(args: argparse.Namespace, tools: object, queries: list[str]) -> None
     ):
         for _ in range(args.rounds):
             for label, url in (("baseline", base.url), ("current", cur.url)):
-                latencies, ks = timed_requests(url, tools, queries, body, args.requests)
-                results[label][0].extend(latencies)
-                results[label][1].extend(ks)
+                run = timed_requests(url, tools, queries, body, args.requests)
+                results[label][0].extend(run.latencies)
+                results[label][1].extend(run.ks)
     n_tools = len(tools["tools"] if isinstance(tools, dict) else tools)  # type: ignore[index, arg-type]
     print(f"registry: {n_tools} tools; {args.rounds} alternating rounds of {args.requests} requests each")
     for label, (latencies, ks) in results.items():

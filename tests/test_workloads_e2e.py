@@ -96,3 +96,18 @@ def test_allow_empty_answers_nothing_for_an_unrelated_request(mcp_server):
     related = shortlist(mcp_server.url, "post hello to #general on slack", allow_empty=True).json()
     assert related["k"] >= 1 and related["confidence"] > unrelated["confidence"]
     assert shortlist(mcp_server.url, "post hello to #general").json()["confidence"] is None
+
+
+def test_a_repeated_message_is_answered_from_the_query_cache(mcp_server):
+    def lookups(result: str) -> float:
+        text = httpx.get(f"{mcp_server.url}/metrics", timeout=10).text
+        prefix = f'shortlist_query_embedding_cache_lookups_total{{result="{result}"}}'
+        return float(next(line for line in text.splitlines() if line.startswith(prefix)).split()[-1])
+
+    query = "list the public channels of our workspace, please"
+    first = shortlist(mcp_server.url, query).json()
+    hits = lookups("hit")
+    again = shortlist(mcp_server.url, f"  {query} ").json()  # same words: the same embedding
+    assert lookups("hit") == hits + 1
+    assert [t["name"] for t in again["tools"]] == [t["name"] for t in first["tools"]]
+    assert [t["score"] for t in again["tools"]] == [t["score"] for t in first["tools"]]
