@@ -137,6 +137,47 @@ class Settings(BaseSettings):
         "(the other listed as an alternate); above 1 disables it (declared equivalents still fold).",
     )
 
+    # learning loop: usage-augmented ranking (registry/learning/usage.py)
+    learning: bool = Field(
+        True,
+        description="Learn from agents' feedback: a query close to past queries whose agents "
+        "used a tool lifts that tool (usage memory). Off: no lift, nothing folded. Per "
+        "registry: PUT /registries/{r}/learning.",
+    )
+    learning_beta: float = Field(
+        0.3, ge=0.0, le=2.0, description="Most score a tool can gain from usage evidence."
+    )
+    learning_similarity: float = Field(
+        0.5,
+        ge=0.0,
+        lt=1.0,
+        description="Cosine from which a past query counts as evidence for a new one (its weight "
+        "grows linearly from 0 there to 1 at identical queries).",
+    )
+    learning_candidates: int = Field(
+        20,
+        ge=1,
+        le=1000,
+        description="Only this many best tools of the base ranking can be lifted: usage alone "
+        "never brings in a tool the query does not match.",
+    )
+    learning_per_tool: int = Field(
+        64, ge=1, description="Most remembered queries per tool (near-identical ones count up)."
+    )
+    learning_per_registry: int = Field(
+        20_000, ge=1, description="Most remembered queries per registry."
+    )
+    learning_caller_share: float = Field(
+        0.2,
+        gt=0.0,
+        le=1.0,
+        description="Most share of a registry's counted feedback one caller (token) may have; "
+        "its events beyond stop counting (its first 20 always count). 1 disables the cap.",
+    )
+    learning_save_interval_seconds: float = Field(
+        30.0, gt=0, description="How often changed usage memories are saved to the store."
+    )
+
     redis_url: SecretStr | None = Field(
         None,
         description="Redis shared by every replica (redis://[:password@]host:6379/0); "

@@ -1,0 +1,280 @@
+"""The usage memory inside a running service: fed by feedback, read by the query path, kept.
+
+:class:`UsageLearner` owns a :class:`~registry.learning.usage.UsageMemory` and
+
+* folds every feedback event this process accepts (a feedback listener), and in shared mode
+  every event other replicas append to the shared log (its own reader, on its own thread), so
+  replicas agree; events are deduplicated by shortlist id, so overlaps are harmless;
+* lifts the query path's ranking (:meth:`rerank`, called by ``registry.shortlist.QueryRunner``)
+  unless learning is off for the registry;
+* saves each changed registry's memory every ``save_interval`` seconds and at close, restores
+  it at start and then folds the logged events received after it;
+* forgets a deleted tool's memory, wipes a deleted registry's, and applies switches and
+  wipes made on other replicas (their control records, read every tick).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable
+from typing import Any
+
+import numpy as np
+
+from registry.errors import ShortlistError
+from registry.learning.persist import Control, LearningStore
+from registry.learning.usage import UsageConfig, UsageEvent, UsageMemory
+from registry.settings import Settings
+from registry.snapshot import Snapshot
+
+__all__ = ["UsageLearner", "usage_config"]
+
+log = logging.getLogger(__name__)
+
+KnownTools = Callable[[str], Collection[str] | None]
+EventSource = Callable[[], Iterable[UsageEvent]]
+
+
+def usage_config(settings: Settings) -> UsageConfig:
+    """The memory's knobs from the settings; callers are required when query tokens are set."""
+    return UsageConfig(
+        per_tool=settings.learning_per_tool,
+        per_registry=settings.learning_per_registry,
+        similarity=settings.learning_similarity,
+        beta=settings.learning_beta,
+        candidates=settings.learning_candidates,
+        caller_share=settings.learning_caller_share,
+        require_caller=bool(settings.query_token),
+    )
+
+
+class UsageLearner:
+    """Usage-augmented ranking for a service (see the module docstring).
+
+    Args:
+        settings: the service settings (``learning_*``).
+        store: where states and control records live.
+        known_tools: registry -> its current tool names (None: no such registry).
+        clock: wall clock (wipe times).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: LearningStore,
+        known_tools: KnownTools,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.known_tools = known_tools
+        self.memory = UsageMemory(self._not_attached, usage_config(settings))
+        self.save_interval = float(settings.learning_save_interval_seconds)
+        self._clock = clock
+        self._controls: dict[str, Control] = {}
+        self._dirty: set[str] = set()
+        self._dirty_lock = threading.Lock()
+        self._source: EventSource | None = None
+        self._backlog: Iterable[UsageEvent] = ()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_save = time.monotonic()
+        self.attached = False
+
+    @staticmethod
+    def _not_attached(text: str) -> np.ndarray:
+        raise RuntimeError("the usage learner has no embedder yet")
+
+    # -- start and stop -------------------------------------------------------------------------
+
+    def attach(
+        self,
+        embed: Callable[[str], np.ndarray],
+        registries: Iterable[str],
+        *,
+        backlog: Iterable[UsageEvent] = (),
+        source: EventSource | None = None,
+        background: bool = True,
+    ) -> None:
+        """Start learning: restore the saved states of ``registries``, then fold ``backlog``
+        (the logged events; those already in a state are skipped) and, each tick, ``source``
+        (new events of a shared log) on a background thread.
+        """
+        self.memory.embed = embed
+        self._controls = self._read_controls()
+        for registry in registries:
+            self._restore(registry)
+        self._backlog, self._source = backlog, source
+        self.attached = True
+        if background:
+            self._thread = threading.Thread(target=self._run, name="usage-learner", daemon=True)
+            self._thread.start()
+        else:
+            self._fold(self._backlog)
+
+    def _restore(self, registry: str) -> None:
+        try:
+            raw = self.store.load_state(registry)
+            if raw is not None:
+                self.memory.load_state(registry, raw)
+        except (ValueError, ShortlistError) as exc:
+            log.error("usage memory of %r not restored (it relearns from feedback): %s", registry, exc)
+        control = self._controls.get(registry)
+        if control is not None and control.wiped_at > 0:
+            self._apply_wipe(registry, control.wiped_at)
+
+    def close(self) -> None:
+        """Stop the thread and save what changed."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+            self._thread = None
+        if self.attached:
+            self.save()
+
+    def _run(self) -> None:
+        self._fold(self._backlog)
+        self._backlog = ()
+        interval = min(self.settings.sync_interval_seconds, self.save_interval)
+        while not self._stop.wait(interval):
+            try:
+                self.tick()
+            except ShortlistError as exc:  # the shared store is down: try again next tick
+                log.warning("usage learner tick failed: %s", exc.message)
+            except Exception:
+                log.exception("usage learner tick failed")
+
+    def tick(self) -> None:
+        """Apply other replicas' switches and wipes, fold new shared events, save when due."""
+        if self._source is not None:
+            self._controls = self._read_controls()
+            for registry, control in self._controls.items():
+                if control.wiped_at > self._wiped_at(registry):
+                    self._apply_wipe(registry, control.wiped_at)
+            self._fold(self._source())
+        if time.monotonic() - self._last_save >= self.save_interval:
+            self.save()
+
+    def _fold(self, events: Iterable[UsageEvent]) -> None:
+        for event in events:
+            if self._stop.is_set():
+                return
+            self.observe(event)
+
+    # -- feedback in ----------------------------------------------------------------------------
+
+    def enabled(self, registry: str) -> bool:
+        """Learning is on globally (``SHORTLIST_LEARNING``) and for ``registry``."""
+        control = self._controls.get(registry)
+        return bool(self.settings.learning) and (control is None or control.enabled)
+
+    def observe(self, event: UsageEvent) -> str:
+        """Fold one event (the feedback listener); returns what the memory said, or
+        ``"disabled"`` / ``"unknown_registry"``."""
+        if not self.attached:
+            return "not_attached"
+        if not self.enabled(event.registry):
+            return "disabled"
+        known = self.known_tools(event.registry)
+        if known is None:
+            return "unknown_registry"
+        outcome = self.memory.observe(event, known_tools=known)
+        if outcome == "counted":
+            with self._dirty_lock:
+                self._dirty.add(event.registry)
+        return outcome
+
+    # -- the query path -------------------------------------------------------------------------
+
+    def rerank(
+        self, snap: Snapshot, query: np.ndarray, ids: np.ndarray, scores: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, scores)`` of ``snap`` lifted by usage and re-sorted (unchanged when the
+        registry has no memory or learning is off for it)."""
+        if not self.memory.has_memory(snap.registry) or not self.enabled(snap.registry):
+            return ids, scores
+        top = ids[: self.memory.config.candidates]
+        names = [snap.tools[int(i)].name for i in top]
+        return self.memory.rerank(snap.registry, query, names, ids, scores)
+
+    # -- registry changes, switches, wipes ------------------------------------------------------
+
+    def registry_changed(self, registry: str, tools: Collection[str] | None) -> None:
+        """A registry got a new version with ``tools`` (forget deleted tools' memory), or was
+        deleted (``tools`` None: wipe it)."""
+        if tools is None:
+            self.wipe(registry)
+        elif self.memory.drop_tools(registry, tools):
+            with self._dirty_lock:
+                self._dirty.add(registry)
+
+    def set_enabled(self, registry: str, enabled: bool) -> dict[str, Any]:
+        """Switch learning on or off for ``registry`` (memory is kept; off: no lift, no folding)."""
+        control = Control(enabled=enabled, wiped_at=self._control(registry).wiped_at)
+        self.store.set_control(registry, control)
+        self._controls = {**self._controls, registry: control}
+        return self.report(registry)
+
+    def wipe(self, registry: str) -> dict[str, Any]:
+        """Forget everything learned for ``registry``, on every replica; earlier events never count."""
+        at = self._clock()
+        control = Control(enabled=self._control(registry).enabled, wiped_at=at)
+        self.store.set_control(registry, control)
+        self._controls = {**self._controls, registry: control}
+        self._apply_wipe(registry, at)
+        self.store.delete_state(registry)
+        return self.report(registry)
+
+    def _apply_wipe(self, registry: str, at: float) -> None:
+        if at > self._wiped_at(registry):
+            self.memory.wipe(registry, at)
+        with self._dirty_lock:
+            self._dirty.discard(registry)
+
+    def _wiped_at(self, registry: str) -> float:
+        wiped = self.memory.report(registry).get("wiped_at")
+        return float(wiped or 0.0)
+
+    def _control(self, registry: str) -> Control:
+        return self._controls.get(registry) or Control()
+
+    def _read_controls(self) -> dict[str, Control]:
+        try:
+            return self.store.controls()
+        except (ValueError, OSError) as exc:
+            log.error("learning control records unreadable (defaults apply): %s", exc)
+            return {}
+
+    # -- reads and saving -----------------------------------------------------------------------
+
+    def report(self, registry: str) -> dict[str, Any]:
+        """The registry report's ``learning`` section."""
+        return {
+            "enabled": self.enabled(registry),
+            "global_enabled": bool(self.settings.learning),
+            "registry_enabled": self._control(registry).enabled,
+            **self.memory.report(registry),
+        }
+
+    def save(self) -> int:
+        """Save every registry whose memory changed since the last save; returns how many."""
+        with self._dirty_lock:
+            dirty, self._dirty = self._dirty, set()
+        self._last_save = time.monotonic()
+        saved = 0
+        for registry in sorted(dirty):
+            if self.known_tools(registry) is None:
+                continue  # deleted meanwhile: never resurrect its state
+            raw = self.memory.state_bytes(registry)
+            if raw is None:
+                continue
+            try:
+                self.store.save_state(registry, raw)
+                saved += 1
+            except (OSError, ShortlistError) as exc:
+                log.warning("usage memory of %r not saved (retried later): %s", registry, exc)
+                with self._dirty_lock:
+                    self._dirty.add(registry)
+        return saved

@@ -1,0 +1,146 @@
+"""Where learned state lives: next to the registries, locally or in the shared Redis.
+
+Two things per registry:
+
+* the usage-memory state, one blob (``UsageMemory.state_bytes``): written by every replica now
+  and then (they fold the same events, so the blobs agree up to the order events arrived in);
+* its control record ``{"enabled": bool, "wiped_at": epoch seconds}``: small, read by every
+  replica on each sync tick, so a switch-off or a wipe reaches all of them.
+
+Local layout: ``<data_dir>/learning/<registry>.usage.npz`` and ``<data_dir>/learning/control.json``.
+Redis: ``<prefix>usage:<registry>`` (string) and ``<prefix>learning:control`` (hash registry -> JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from registry.errors import StoreUnavailable
+from registry.fsio import atomic_write_bytes
+
+__all__ = ["Control", "LearningStore", "LocalLearningStore", "RedisLearningStore"]
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """A registry's learning switch and the time of its last wipe (0: never)."""
+
+    enabled: bool = True
+    wiped_at: float = 0.0
+
+    def to_json(self) -> str:
+        return json.dumps({"enabled": self.enabled, "wiped_at": self.wiped_at})
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> Control:
+        doc = json.loads(raw)
+        return cls(enabled=bool(doc.get("enabled", True)), wiped_at=float(doc.get("wiped_at", 0.0)))
+
+
+class LearningStore(Protocol):
+    def load_state(self, registry: str) -> bytes | None: ...
+
+    def save_state(self, registry: str, raw: bytes) -> None: ...
+
+    def delete_state(self, registry: str) -> None: ...
+
+    def controls(self) -> dict[str, Control]: ...
+
+    def set_control(self, registry: str, control: Control) -> None: ...
+
+
+class LocalLearningStore:
+    """Files under ``<data_dir>/learning`` (one process per data directory)."""
+
+    def __init__(self, data_dir: Path | str) -> None:
+        self.root = Path(data_dir) / "learning"
+        self._lock = threading.Lock()
+
+    def _state_path(self, registry: str) -> Path:
+        return self.root / f"{registry}.usage.npz"
+
+    def load_state(self, registry: str) -> bytes | None:
+        try:
+            return self._state_path(registry).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def save_state(self, registry: str, raw: bytes) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(self._state_path(registry), raw)
+
+    def delete_state(self, registry: str) -> None:
+        self._state_path(registry).unlink(missing_ok=True)
+
+    def controls(self) -> dict[str, Control]:
+        try:
+            doc: dict[str, Any] = json.loads((self.root / "control.json").read_text("utf-8"))
+        except FileNotFoundError:
+            return {}
+        return {name: Control.from_json(json.dumps(value)) for name, value in doc.items()}
+
+    def set_control(self, registry: str, control: Control) -> None:
+        with self._lock:
+            controls = self.controls()
+            controls[registry] = control
+            self.root.mkdir(parents=True, exist_ok=True)
+            doc = {name: json.loads(c.to_json()) for name, c in sorted(controls.items())}
+            atomic_write_bytes(self.root / "control.json", json.dumps(doc).encode("utf-8"))
+
+
+class RedisLearningStore:
+    """Keys in the shared Redis (``client`` from ``registry.store.redis.connect``).
+
+    Raises:
+        StoreUnavailable: from every method, when Redis cannot be reached.
+    """
+
+    def __init__(self, client: Any, prefix: str) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.control_key = f"{prefix}learning:control"
+
+    def _state_key(self, registry: str) -> str:
+        return f"{self.prefix}usage:{registry}"
+
+    @contextmanager
+    def _call(self, what: str) -> Iterator[None]:
+        import redis
+
+        try:
+            yield
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
+            raise StoreUnavailable(
+                f"the learning store (Redis) is unavailable: cannot {what}",
+                {"store": "redis", "operation": what},
+            ) from exc
+
+    def load_state(self, registry: str) -> bytes | None:
+        with self._call("load a usage memory"):
+            raw = self.client.get(self._state_key(registry))
+        return None if raw is None else bytes(raw)
+
+    def save_state(self, registry: str, raw: bytes) -> None:
+        with self._call("save a usage memory"):
+            self.client.set(self._state_key(registry), raw)
+
+    def delete_state(self, registry: str) -> None:
+        with self._call("delete a usage memory"):
+            self.client.delete(self._state_key(registry))
+
+    def controls(self) -> dict[str, Control]:
+        with self._call("read the learning controls"):
+            raw = self.client.hgetall(self.control_key) or {}
+        return {
+            (k.decode() if isinstance(k, bytes) else str(k)): Control.from_json(v) for k, v in raw.items()
+        }
+
+    def set_control(self, registry: str, control: Control) -> None:
+        with self._call("write a learning control"):
+            self.client.hset(self.control_key, registry, control.to_json())

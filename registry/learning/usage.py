@@ -1,0 +1,379 @@
+"""Usage memory: past queries and the tools agents used for them lift those tools for new,
+similar queries (Tool2Vec/COLT-style usage-augmented ranking).
+
+Every accepted feedback event adds evidence "this query text means these tools". Per registry
+the memory keeps, for each tool, at most ``per_tool`` query embeddings with a count each
+(near-identical queries, cosine >= ``dedupe``, share one entry and add to its count), and at
+most ``per_registry`` entries in all (the least used, then the oldest, go first). Evidence per
+tool of an event::
+
+    a call of the tool was useful, or no call of it was reported and success is not False   +1
+    every reported call of it was useless                                 -1 (only on an entry
+                                                                          it already has)
+    success False and no useful call                                      nothing
+
+At query time only the ``candidates`` best tools of the base ranking can be lifted (usage alone
+never brings in a tool the query does not match), by::
+
+    k_i     = clip((cos(q, v_i) - similarity) / (1 - similarity), 0, 1)   per memory entry i
+    e_t     = sum over t's entries of max(count_i, 0) * k_i               local evidence
+    lift_t  = beta * e_t / (sum over candidates of e + n0)                a share, damped by n0
+
+so a tool gains at most ``beta`` and only as far as past queries close to this one used it
+rather than the other candidates; one stray event weighs ``1 / (1 + n0)`` of that.
+
+Safety: with ``require_caller`` (query tokens configured) an event without a caller does not
+count; a caller whose counted events would exceed ``max(caller_min_events, caller_share *
+counted events)`` of the registry is not counted (the poisoning cap); :meth:`wipe` forgets a
+registry. Events are deduplicated by ``shortlist_id`` (a restart or a replica replaying the
+shared log does not count one twice) and events received before a wipe are ignored.
+
+API (thread-safe; :meth:`boost` reads immutable per-tool arrays without locking)::
+
+    memory = UsageMemory(embed=embedder.embed_query, config=UsageConfig())
+    memory.observe(event, known_tools=...)       -> "counted" | a reason it was not
+    memory.boost(registry, query_vec, names, base_scores) -> lifted scores (same order)
+    memory.rerank(registry, query_vec, names_of_ids, ids, scores) -> (ids, scores) re-sorted
+    memory.drop_tools(registry, keep=names); memory.wipe(registry, at=time)
+    memory.report(registry); memory.state_bytes(registry); memory.load_state(registry, raw)
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from registry.learning.usage_state import RegistryMemory, ToolMemory, decode_state, encode_state
+
+__all__ = ["UsageConfig", "UsageEvent", "UsageMemory", "tool_evidence"]
+
+#: Events received up to this long before the newest one folded may still arrive (other
+#: replicas, clock skew); older ones are taken as folded already when the memory is restored.
+REPLAY_HORIZON_SECONDS = 600.0
+_MAX_SEEN_IDS = 100_000
+
+
+class _Call(Protocol):
+    @property
+    def tool(self) -> str: ...
+    @property
+    def useful(self) -> bool: ...
+
+
+class UsageEvent(Protocol):
+    """What the memory reads of a feedback event (``registry.feedback.FeedbackEvent``)."""
+
+    @property
+    def shortlist_id(self) -> str: ...
+    @property
+    def registry(self) -> str: ...
+    @property
+    def used(self) -> tuple[str, ...]: ...
+    @property
+    def success(self) -> bool | None: ...
+    @property
+    def calls(self) -> Sequence[_Call]: ...
+    @property
+    def received(self) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class UsageConfig:
+    """Knobs of the usage memory (from ``SHORTLIST_LEARNING_*`` settings in the service)."""
+
+    per_tool: int = 64
+    per_registry: int = 20_000
+    dedupe: float = 0.95
+    similarity: float = 0.5
+    beta: float = 0.3
+    n0: float = 2.0
+    candidates: int = 20
+    caller_share: float = 0.2
+    caller_min_events: int = 20
+    require_caller: bool = False
+
+
+def tool_evidence(event: UsageEvent) -> dict[str, int]:
+    """+1 / -1 per tool the event reports (see the module docstring); 0-evidence tools left out."""
+    calls: dict[str, list[bool]] = {}
+    for call in event.calls:
+        calls.setdefault(call.tool, []).append(bool(call.useful))
+    out: dict[str, int] = {}
+    for tool in dict.fromkeys((*event.used, *calls)):
+        flags = calls.get(tool)
+        if flags and any(flags):
+            out[tool] = 1
+        elif flags:
+            out[tool] = -1
+        elif event.success is not False:
+            out[tool] = 1
+    return out
+
+
+class UsageMemory:
+    """Per-registry usage memory (see the module docstring).
+
+    Args:
+        embed: text -> unit query vector (the engine's, query-cached, embedder).
+        config: the knobs.
+    """
+
+    def __init__(self, embed: Callable[[str], np.ndarray], config: UsageConfig | None = None) -> None:
+        self.embed = embed
+        self.config = config or UsageConfig()
+        self._registries: dict[str, RegistryMemory] = {}
+        self._lock = threading.RLock()
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def observe(
+        self,
+        event: UsageEvent,
+        *,
+        known_tools: Collection[str] | None = None,
+        vector: np.ndarray | None = None,
+    ) -> str:
+        """Fold one feedback event in.
+
+        Args:
+            event: the event; its ``query`` and ``caller`` are read when present.
+            known_tools: the registry's current tools (others are skipped); None: all.
+            vector: the query's embedding when at hand (else ``embed(event.query)``).
+
+        Returns:
+            ``"counted"``, or why not: ``"duplicate"``, ``"stale"`` (before a wipe or far
+            before a restored state), ``"no_query"``, ``"untrusted"`` (no caller while callers
+            are required), ``"capped"`` (the caller's share), ``"no_evidence"``.
+        """
+        query = str(getattr(event, "query", "") or "")
+        caller = getattr(event, "caller", None)
+        cfg = self.config
+        with self._lock:
+            reg = self._registries.setdefault(event.registry, RegistryMemory())
+            reason = self._admit(reg, event, query, caller)
+            if reason is None:
+                evidence = tool_evidence(event)
+                if known_tools is not None:
+                    evidence = {t: s for t, s in evidence.items() if t in known_tools}
+                if not any(s > 0 for s in evidence.values()) and not any(
+                    t in reg.tools for t in evidence
+                ):
+                    reason = "no_evidence"
+            if reason is not None:
+                if reason != "duplicate":
+                    reg.skipped[reason] = reg.skipped.get(reason, 0) + 1
+                return reason
+            self._remember_id(reg, event)
+        q = _unit(vector if vector is not None else self.embed(query))
+        with self._lock:
+            reg = self._registries.setdefault(event.registry, RegistryMemory())
+            reg.seq += 1
+            for tool, sign in evidence.items():
+                self._add(reg, tool, q, float(sign))
+            while reg.entries > cfg.per_registry:
+                self._evict_one(reg)
+            reg.counted += 1
+            key = caller if caller is not None else ""
+            reg.callers[key] = reg.callers.get(key, 0) + 1
+        return "counted"
+
+    def _admit(self, reg: RegistryMemory, event: UsageEvent, query: str, caller: str | None) -> str | None:
+        cfg = self.config
+        if event.shortlist_id in reg.seen_ids:
+            return "duplicate"
+        if event.received < reg.wiped_at or event.received < reg.watermark - REPLAY_HORIZON_SECONDS:
+            return "stale"
+        if not query.strip():
+            return "no_query"
+        if caller is None and cfg.require_caller:
+            return "untrusted"
+        if caller is not None and cfg.caller_share < 1.0:
+            limit = max(cfg.caller_min_events, cfg.caller_share * (reg.counted + 1))
+            if reg.callers.get(caller, 0) + 1 > limit:
+                return "capped"
+        return None
+
+    @staticmethod
+    def _remember_id(reg: RegistryMemory, event: UsageEvent) -> None:
+        reg.seen_ids[event.shortlist_id] = event.received
+        reg.watermark = max(reg.watermark, event.received)
+        horizon = reg.watermark - REPLAY_HORIZON_SECONDS
+        ids = reg.seen_ids
+        while ids and (len(ids) > _MAX_SEEN_IDS or next(iter(ids.values())) < horizon):
+            ids.popitem(last=False)
+
+    def _add(self, reg: RegistryMemory, tool: str, q: np.ndarray, sign: float) -> None:
+        cfg = self.config
+        mem = reg.tools.get(tool)
+        if mem is not None and len(mem.counts):
+            sims = mem.vectors @ q
+            best = int(np.argmax(sims))
+            if sims[best] >= cfg.dedupe:
+                counts, seen = mem.counts.copy(), mem.seen.copy()
+                counts[best] += sign
+                seen[best] = reg.seq
+                reg.tools[tool] = ToolMemory(mem.vectors, counts, seen)
+                return
+        if sign <= 0:
+            return  # negative evidence only tempers an entry the tool already has
+        if mem is None:
+            mem = ToolMemory(np.empty((0, q.shape[0]), np.float32), np.empty(0, np.float32), np.empty(0, np.int64))
+        vectors = np.vstack([mem.vectors, q[None, :]])
+        counts = np.append(mem.counts, np.float32(sign)).astype(np.float32)
+        seen = np.append(mem.seen, reg.seq).astype(np.int64)
+        reg.entries += 1
+        if len(counts) > cfg.per_tool:
+            keep = np.ones(len(counts), bool)
+            keep[_weakest(counts, seen)] = False
+            vectors, counts, seen = vectors[keep], counts[keep], seen[keep]
+            reg.entries -= 1
+        vectors.setflags(write=False)
+        reg.tools[tool] = ToolMemory(vectors, counts, seen)
+
+    def _evict_one(self, reg: RegistryMemory) -> None:
+        """Drop the weakest entry of the tool holding the most entries."""
+        tool = max(reg.tools, key=lambda t: len(reg.tools[t].counts))
+        mem = reg.tools[tool]
+        keep = np.ones(len(mem.counts), bool)
+        keep[_weakest(mem.counts, mem.seen)] = False
+        reg.entries -= 1
+        if keep.any():
+            reg.tools[tool] = ToolMemory(mem.vectors[keep], mem.counts[keep], mem.seen[keep])
+        else:
+            del reg.tools[tool]
+
+    def drop_tools(self, registry: str, keep: Collection[str]) -> int:
+        """Forget the tools of ``registry`` not in ``keep`` (deleted tools); returns how many."""
+        with self._lock:
+            reg = self._registries.get(registry)
+            if reg is None:
+                return 0
+            gone = [t for t in reg.tools if t not in keep]
+            for tool in gone:
+                reg.entries -= len(reg.tools.pop(tool).counts)
+            return len(gone)
+
+    def wipe(self, registry: str, at: float) -> None:
+        """Forget everything learned for ``registry``; events received before ``at`` never count."""
+        with self._lock:
+            self._registries[registry] = RegistryMemory(wiped_at=float(at))
+
+    def forget(self, registry: str) -> None:
+        """Drop ``registry`` from memory entirely (it was deleted)."""
+        with self._lock:
+            self._registries.pop(registry, None)
+
+    def registries(self) -> list[str]:
+        with self._lock:
+            return sorted(self._registries)
+
+    def has_memory(self, registry: str) -> bool:
+        """Whether ``registry`` has any entry (the query path's fast exit)."""
+        reg = self._registries.get(registry)
+        return reg is not None and bool(reg.tools)
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def boost(
+        self, registry: str, query: np.ndarray, names: Sequence[str], scores: np.ndarray
+    ) -> np.ndarray:
+        """``scores`` (of the tools ``names``, best first) plus their usage lifts; only the first
+        ``candidates`` can be lifted. Returns a new float32 array, same order."""
+        out = np.array(scores, dtype=np.float32, copy=True)
+        reg = self._registries.get(registry)
+        if reg is None or not reg.tools or not len(out):
+            return out
+        evidence = self.evidence(reg, query, names[: self.config.candidates])
+        total = float(evidence.sum())
+        if total > 0:
+            cfg = self.config
+            out[: len(evidence)] += (cfg.beta * evidence / (total + cfg.n0)).astype(np.float32)
+        return out
+
+    def evidence(self, reg: RegistryMemory, query: np.ndarray, names: Sequence[str]) -> np.ndarray:
+        """Local evidence ``e_t`` of each of ``names`` for ``query``."""
+        cfg = self.config
+        tools = reg.tools
+        scale = 1.0 / max(1e-6, 1.0 - cfg.similarity)
+        out = np.zeros(len(names), dtype=np.float32)
+        for i, name in enumerate(names):
+            mem = tools.get(name)
+            if mem is None:
+                continue
+            kernel = np.clip((mem.vectors @ query - cfg.similarity) * scale, 0.0, 1.0)
+            out[i] = float(mem.positive @ kernel)
+        return out
+
+    def rerank(
+        self, registry: str, query: np.ndarray, names: Sequence[str], ids: np.ndarray, scores: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """A ranking ``(ids, scores)`` (``names[j]`` is tool ``ids[j]``'s name) lifted and
+        re-sorted, best first (stable: ties keep the base order)."""
+        lifted = self.boost(registry, query, names, scores)
+        order = np.argsort(-lifted, kind="stable")
+        return np.asarray(ids)[order], lifted[order]
+
+    def report(self, registry: str, top_callers: int = 10) -> dict[str, Any]:
+        """Events counted and skipped, tools with memory, entries, the callers' shares."""
+        with self._lock:
+            reg = self._registries.get(registry) or RegistryMemory()
+            counted = reg.counted
+            callers = sorted(reg.callers.items(), key=lambda kv: (-kv[1], kv[0]))[:top_callers]
+            return {
+                "events": counted,
+                "skipped": dict(sorted(reg.skipped.items())),
+                "tools_with_memory": len(reg.tools),
+                "entries": reg.entries,
+                "wiped_at": reg.wiped_at or None,
+                "caller_shares": [
+                    {"caller": c or None, "events": n, "share": n / counted if counted else 0.0}
+                    for c, n in callers
+                ],
+            }
+
+    def entries(self, registry: str, tool: str | None = None) -> int:
+        """Entries held for ``registry`` (one tool's with ``tool``)."""
+        with self._lock:
+            reg = self._registries.get(registry)
+            if reg is None:
+                return 0
+            if tool is None:
+                return reg.entries
+            mem = reg.tools.get(tool)
+            return 0 if mem is None else len(mem.counts)
+
+    # -- persistence ----------------------------------------------------------------------------
+
+    def state_bytes(self, registry: str) -> bytes | None:
+        """The registry's memory as one ``.npz`` blob (vectors as float16), or None if unknown."""
+        with self._lock:
+            reg = self._registries.get(registry)
+            return None if reg is None else encode_state(reg)
+
+    def load_state(self, registry: str, raw: bytes) -> None:
+        """Replace the registry's memory with a :meth:`state_bytes` blob.
+
+        Raises:
+            ValueError: the blob is unreadable or of another format.
+        """
+        try:
+            reg = decode_state(raw)
+        except (KeyError, TypeError, ValueError, OSError) as exc:
+            raise ValueError(f"usage memory state of {registry!r} is unreadable: {exc}") from exc
+        with self._lock:
+            self._registries[registry] = reg
+
+
+def _unit(vector: np.ndarray) -> np.ndarray:
+    v = np.asarray(vector, dtype=np.float32).reshape(-1)
+    norm = float(np.linalg.norm(v))
+    return v / norm if norm > 0 else v
+
+
+def _weakest(counts: np.ndarray, seen: np.ndarray) -> int:
+    """Index of the entry to evict: lowest net count, then least recently touched."""
+    return int(np.lexsort((seen, counts))[0])
