@@ -10,6 +10,10 @@ One background thread per process::
         feedback.maybe_compact() fold old feedback into the checkpoint (rarely; one replica)
         on error (store down):   mark the store down, wait `interval`, try again
 
+A store that lost its data (a Redis flushed or restarted without persistence) is repopulated
+from what the replicas hold instead of being mirrored (:func:`republish_from`, and
+:mod:`registry.store.redis_epoch` for the protocol).
+
 The notification makes replication fast (a write is served everywhere after one snapshot
 build); the poll makes it certain (a notification lost while a connection was down is caught
 at the next tick). During an outage the engine keeps serving its snapshots; the first
@@ -22,16 +26,57 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import fields
+from typing import Any
 
 from registry.engine import ShortlistEngine
 from registry.errors import StoreUnavailable
 from registry.feedback import FeedbackRecorder
-from registry.store.base import SharedStore
+from registry.store.base import RegistryRecord, SharedStore, Store
 
 log = logging.getLogger(__name__)
 
 StatusListener = Callable[[bool], None]
 _STOP_CHECK_SECONDS = 0.25  # how promptly stop() ends a long wait
+
+
+def held_records(engine: ShortlistEngine) -> list[RegistryRecord]:
+    """Every registry version ``engine`` serves, as the records that stored them."""
+    optional = {f.name for f in fields(RegistryRecord)}
+    records = []
+    for info in engine.list_registries():
+        snap = engine.current(info.registry)
+        if snap is None:
+            continue
+        extra: dict[str, Any] = {}
+        if "written_at" in optional:
+            extra["written_at"] = getattr(snap, "written_at", None)
+        records.append(
+            RegistryRecord(
+                registry=snap.registry,
+                version=snap.version,
+                tools=[t.definition for t in snap.tools],
+                equivalents=[list(g) for g in snap.equivalents],
+                **extra,
+            )
+        )
+    return records
+
+
+def republish_from(
+    engine: ShortlistEngine, store: Store, feedback: FeedbackRecorder | None = None
+) -> None:
+    """Tell a store that can lose its data what to re-publish then: ``engine``'s registry
+    versions, then ``feedback``'s counts (a no-op for stores that cannot, e.g. local)."""
+    register = getattr(store, "set_republish_source", None)
+    if register is None:
+        return
+
+    def after(won: bool) -> None:
+        if feedback is not None:
+            feedback.republish_counts()
+
+    register(lambda: held_records(engine), after)
 
 
 class StoreSync:
@@ -68,6 +113,7 @@ class StoreSync:
         self.ticks = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        republish_from(engine, store, feedback)
 
     def start(self) -> None:
         if self._thread is not None:

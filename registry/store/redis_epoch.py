@@ -1,0 +1,217 @@
+"""A Redis that lost its data (FLUSHALL, a restart without persistence) must not delete registries.
+
+The store's *epoch* is a random token under ``<p>epoch``, written at first use (``SET NX``).
+Every registry script of :class:`~registry.store.redis.RedisStore` starts with a guard: when
+``<p>epoch`` is not the token this process knows, the script changes nothing and answers
+``-1`` (:data:`WIPED`). So a wiped store is noticed by the first read or write that reaches it
+(the sync thread's poll at the latest, every ``SHORTLIST_SYNC_INTERVAL_SECONDS``), and no read
+sees "no registries" and no write lands on the empty store before the recovery below::
+
+    claim      SET <p>epoch <new token>, and <p>epoch:restoring (a marker with a TTL), in one
+               script, only if <p>epoch is absent: exactly one replica wins
+    winner     re-publishes every registry it holds (same versions, same equivalents), the
+               version counters it last saw and its feedback counts as the stream checkpoint,
+               then deletes the marker
+    others     wait while the marker exists (at most its TTL), then re-publish only what they
+               hold at a *newer* version than the store (normally nothing), and adopt the token
+
+Every re-published version goes through a "newer than the store" check, so versions never go
+backwards, and a write that met the guard retries after the recovery, on top of what was
+re-published (a write racing the wipe gets version 8 on top of a re-published 7, never 1).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+log = logging.getLogger(__name__)
+
+WIPED = -1  # what a guarded script answers when the store's epoch is not ours
+RESTORE_MARKER_MS = 30_000  # a winner that dies mid-recovery blocks the others this long at most
+
+# Prepended to every guarded script: KEYS[1] is the epoch key, ARGV[1] the token we know.
+GUARD = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end\n"
+
+_CLAIM = """
+local current = redis.call('GET', KEYS[1])
+if current then
+  return {0, current}
+end
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[2], ARGV[1], 'PX', tonumber(ARGV[2]))
+return {1, ARGV[1]}
+"""
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+# Re-publish one registry version unless the store already has that version or a newer one.
+# KEYS: epoch, current pointers, assigned counters, the registry's hash.
+# ARGV: token, registry, version, record JSON, change channel.
+RESTORE = GUARD + """
+local version = tonumber(ARGV[3])
+local current = tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '0')
+if current >= version then
+  return 0
+end
+redis.call('HSET', KEYS[4], ARGV[3], ARGV[4])
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+local assigned = tonumber(redis.call('HGET', KEYS[3], ARGV[2]) or '0')
+if assigned < version then
+  redis.call('HSET', KEYS[3], ARGV[2], ARGV[3])
+end
+redis.call('PUBLISH', ARGV[5], ARGV[2] .. ' ' .. ARGV[3])
+return 1
+"""
+
+# Raise version counters (those of deleted registries too) to at least what was last seen.
+# KEYS: epoch, assigned counters. ARGV: token, then registry, version pairs.
+RESTORE_ASSIGNED = GUARD + """
+for i = 2, #ARGV, 2 do
+  local last = tonumber(redis.call('HGET', KEYS[2], ARGV[i]) or '0')
+  if last < tonumber(ARGV[i + 1]) then
+    redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+  end
+end
+return 1
+"""
+
+
+# Delete again what this replica saw deleted before the wipe and another replica, not yet in
+# step, re-published: a stored version at or below the counter seen with the registry absent is
+# older than that delete (a re-creation after it would have a higher version).
+# KEYS: epoch, current pointers. ARGV: token, change channel, registry key prefix, then registry,
+# version pairs (registry hashes are named from the prefix: the store is single-node, no Cluster).
+RETIRE = GUARD + """
+local retired = 0
+for i = 4, #ARGV, 2 do
+  local current = redis.call('HGET', KEYS[2], ARGV[i])
+  if current and tonumber(current) <= tonumber(ARGV[i + 1]) then
+    redis.call('HDEL', KEYS[2], ARGV[i])
+    redis.call('DEL', ARGV[3] .. ARGV[i])
+    redis.call('PUBLISH', ARGV[2], ARGV[i] .. ' deleted')
+    retired = retired + 1
+  end
+end
+return retired
+"""
+
+
+class StoreWiped(Exception):
+    """A guarded script met another epoch (internal: the store recovers and retries)."""
+
+
+Republish = Callable[[str, bool], int]  # (new token, won the claim) -> registries written
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """One recovery of this process: who re-published and how long it took."""
+
+    won: bool
+    registries: int  # registry versions this process wrote (0 for a replica that only adopted)
+    seconds: float  # from the claim to the adopted token (the winner's re-publish included)
+    at: float  # wall clock
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class StoreEpoch:
+    """This process's view of the store's epoch, and the recovery when it changes.
+
+    Args:
+        client: the store's Redis client.
+        prefix: key prefix.
+        marker_ms: TTL of the "re-publish in progress" marker.
+    """
+
+    def __init__(self, client: redis.Redis, prefix: str, *, marker_ms: int = RESTORE_MARKER_MS) -> None:
+        self.client = client
+        self.key = prefix + "epoch"
+        self.marker_key = prefix + "epoch:restoring"
+        self.marker_ms = int(marker_ms)
+        self.token: str | None = None
+        self.recoveries: list[Recovery] = []
+        self._lock = threading.Lock()
+        self._claim = client.register_script(_CLAIM)
+        self._release = client.register_script(_RELEASE)
+
+    def current(self) -> str:
+        """The token to guard scripts with; at first use, the store's (created if absent).
+
+        A process that holds nothing yet simply adopts what it finds (after waiting for a
+        re-publish in progress, so it does not start from half of it).
+
+        Raises:
+            redis.RedisError: Redis cannot be reached.
+        """
+        token = self.token
+        if token is not None:
+            return token
+        with self._lock:
+            if self.token is None:
+                self._wait_for_marker()
+                self.client.set(self.key, uuid.uuid4().hex, nx=True)
+                found = self.client.get(self.key)
+                if found is None:  # wiped between the two calls: the next call will claim
+                    raise StoreWiped("the store's epoch vanished while it was being read")
+                self.token = _text(found)
+            return self.token
+
+    def recover(self, seen: str, republish: Republish) -> None:
+        """Bring the store back after a guard met another epoch than ``seen``.
+
+        Runs once per wipe and process: threads that meet the guard meanwhile wait here, then
+        find the new token adopted and retry.
+
+        Raises:
+            redis.RedisError: Redis cannot be reached (the old token is kept: the next call
+                recovers again, and re-publishing is idempotent).
+            StoreWiped: the store was wiped again while re-publishing.
+        """
+        with self._lock:
+            if self.token != seen:
+                return  # another thread of this process recovered already
+            start = time.monotonic()
+            won, token = self._claim(keys=[self.key, self.marker_key], args=[uuid.uuid4().hex, self.marker_ms])
+            won, token = bool(won), _text(token)
+            if not won:
+                self._wait_for_marker()
+            try:
+                written = republish(token, won)
+            finally:
+                if won:
+                    self._release(keys=[self.marker_key], args=[token])
+            self.token = token
+            recovery = Recovery(won, written, time.monotonic() - start, time.time())
+            self.recoveries.append(recovery)
+            log.warning(
+                "the Redis store lost its data (flushed or restarted empty): %s, %d registry "
+                "versions re-published by this replica in %.3f s",
+                "this replica won the re-publish" if won else "another replica re-published",
+                written, recovery.seconds,
+            )
+
+    def _wait_for_marker(self) -> None:
+        deadline = time.monotonic() + self.marker_ms / 1000
+        while self.client.exists(self.marker_key) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+
+def guarded_reply(reply: Any) -> Any:
+    """``reply`` unless it is the guard's answer (then :class:`StoreWiped`)."""
+    if isinstance(reply, int) and reply == WIPED:
+        raise StoreWiped("the store's epoch changed")
+    return reply

@@ -1,0 +1,261 @@
+"""A Redis that loses its data (FLUSHALL, or a restart without persistence) deletes nothing:
+replicas notice within a sync interval, exactly one re-publishes what it holds, versions never go
+backwards, and writes racing the wipe land on top of the re-published versions. Against real
+`redis-server` processes (nothing persisted), with two replicas sharing each one."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+from pydantic import SecretStr
+
+from registry.engine import ShortlistEngine
+from registry.errors import RegistryNotFound, StoreUnavailable
+from registry.index.embed import HashingEmbedder
+from registry.store.redis import RedisStore, connect
+from registry.sync import StoreSync
+from tests.conftest import weather_tools
+from tests.redis_server import RedisServer
+
+DETECT_SECONDS = 5.0  # the issue's bound: a wipe is noticed and repaired within this
+
+
+@pytest.fixture
+def own_redis(tmp_path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path / "redis", appendonly=False).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def make_core(settings, bor_policy, own_redis, redis_prefix):
+    from registry.core import Shortlister
+
+    cores = []
+
+    def make():
+        core = Shortlister.from_settings(
+            settings.model_copy(
+                update={"redis_url": SecretStr(own_redis.url), "redis_prefix": redis_prefix, "sync_interval_seconds": 1.0}
+            ),
+            embedder_factory=lambda _: HashingEmbedder(),
+            bor_policy=bor_policy,
+            start=True,
+        )
+        cores.append(core)
+        return core
+
+    yield make
+    for core in cores:
+        core.close()
+
+
+def tool(name: str, text: str) -> dict:
+    return {"name": name, "description": text, "parameters": {"type": "object", "properties": {}}}
+
+
+def wait(condition: Callable[[], bool], timeout: float, what: str) -> float:
+    start = time.monotonic()
+    while not condition():
+        assert time.monotonic() - start < timeout, f"timed out waiting for {what}"
+        time.sleep(0.02)
+    return time.monotonic() - start
+
+
+@dataclass
+class Load:
+    """One thread alternating queries and one-tool upserts over two replicas."""
+
+    cores: list
+    acknowledged: list[tuple[str, int]] = field(default_factory=list)  # (tool, version)
+    refused: list[str] = field(default_factory=list)  # writes answered 503 (Redis down)
+    query_errors: list[str] = field(default_factory=list)
+    queries: int = 0
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        i = 0
+        while not self.stop.is_set():
+            core = self.cores[i % 2]
+            try:
+                result = core.shortlist("r1", "weather in Paris", k=2)
+                assert result.tools
+                self.queries += 1
+            except (RegistryNotFound, AssertionError) as exc:
+                self.query_errors.append(f"{type(exc).__name__}: {exc}")
+            try:
+                info = core.upsert_tools("r1", [tool(f"load_{i}", f"Load tool number {i}.")])
+                self.acknowledged.append((f"load_{i}", info.version))
+            except StoreUnavailable:
+                self.refused.append(f"load_{i}")
+            i += 1
+            time.sleep(0.01)
+
+
+def seed(a, b) -> dict:
+    """Two registries (one with equivalents), a few versions, feedback on both replicas."""
+    a.put_registry("r1", weather_tools())
+    for n in range(4):
+        a.upsert_tools("r1", [tool(f"seed_{n}", f"Seed tool {n}.")])
+    a.put_registry(
+        "r2",
+        {"tools": [tool("x", "Tool x."), tool("y", "Tool y.")], "equivalents": [["x", "y"]]},
+    )
+    wait(lambda: b.engine.current("r1") is not None and b.engine.current("r1").version == 5, 5, "b in step")
+    wait(lambda: b.engine.current("r2") is not None, 5, "b has r2")
+    for core in (a, b, a):
+        served = core.shortlist("r1", "weather in Paris", k=2)
+        core.feedback(served.shortlist_id, [served.tools[0].name])
+    wait(lambda: a.feedback_recorder.efficiency.to_state() == b.feedback_recorder.efficiency.to_state(),
+         5, "feedback counts in step")
+    return a.feedback_recorder.efficiency.to_state()
+
+
+def check_after(a, b, load: Load, counts_before: dict, make_core) -> None:
+    assert load.query_errors == [], load.query_errors[:3]
+    assert load.queries > 20
+    versions = [v for _, v in load.acknowledged]
+    assert versions == sorted(versions) and len(set(versions)) == len(versions), "versions went backwards"
+    assert versions and versions[0] > 5, "a write after the wipe restarted the numbering"
+    # Every acknowledged tool and every seeded one is in the store, under the newest version.
+    store = RedisStore(connect(a.settings.redis_url.get_secret_value()), a.settings.redis_prefix)
+    record = store.load("r1")
+    assert record is not None and record.version == versions[-1]
+    names = {t.get("name") or t["function"]["name"] for t in record.tools}
+    assert {"get_weather", "send_email", "seed_0", "seed_3"} <= names
+    assert {name for name, _ in load.acknowledged} <= names
+    r2 = store.load("r2")
+    assert r2 is not None and r2.version == 1 and r2.equivalents == [["x", "y"]]
+    # Exactly one replica re-published; the other adopted its work.
+    recoveries = a.store.epoch.recoveries + b.store.epoch.recoveries
+    assert len(recoveries) == 2 and sorted(r.won for r in recoveries) == [False, True]
+    assert [r.registries for r in recoveries if r.won] == [2]
+    assert [r.registries for r in recoveries if not r.won] == [0]
+    # Both replicas converge on the same versions, with the feedback counts of before the wipe.
+    wait(lambda: a.engine.current("r1").version == b.engine.current("r1").version == versions[-1], 5, "convergence")
+    wait(lambda: a.feedback_recorder.efficiency.to_state() == b.feedback_recorder.efficiency.to_state(),
+         5, "feedback counts in step after the wipe")
+    assert a.feedback_recorder.efficiency.to_state() == counts_before
+    # A replica started afterwards restores the same counts from the re-published checkpoint.
+    c = make_core()
+    assert c.feedback_recorder.efficiency.to_state() == counts_before
+    assert {i.registry: i.version for i in c.list_registries()} == {"r1": versions[-1], "r2": 1}
+
+
+def time_to_recover(cores) -> float:
+    return max(core.store.epoch.recoveries[0].at for core in cores)
+
+
+def test_flushall_under_load_deletes_nothing(make_core, own_redis):
+    a, b = make_core(), make_core()
+    counts = seed(a, b)
+    load = Load([a, b])
+    thread = threading.Thread(target=load.run)
+    thread.start()
+    try:
+        time.sleep(0.5)
+        wiped_at = time.time()
+        own_redis.client().flushall()
+        detected = wait(lambda: all(c.store.epoch.recoveries for c in (a, b)), DETECT_SECONDS, "both replicas recover")
+        time.sleep(0.5)
+    finally:
+        load.stop.set()
+        thread.join(10)
+    print(f"flush: recovered on both replicas {time_to_recover([a, b]) - wiped_at:.3f} s after FLUSHALL "
+          f"(waited {detected:.3f} s); winner re-publish "
+          f"{next(r.seconds for c in (a, b) for r in c.store.epoch.recoveries if r.won) * 1000:.1f} ms")
+    assert load.refused == []  # a flush is not an outage: no write fails
+    check_after(a, b, load, counts, make_core)
+
+
+def test_restart_without_persistence_under_load_deletes_nothing(make_core, own_redis):
+    a, b = make_core(), make_core()
+    counts = seed(a, b)
+    load = Load([a, b])
+    thread = threading.Thread(target=load.run)
+    thread.start()
+    try:
+        time.sleep(0.5)
+        own_redis.stop()
+        time.sleep(1.0)  # an outage: queries are served from memory, writes get 503
+        own_redis.start()  # same port, empty
+        restarted_at = time.time()
+        detected = wait(lambda: all(c.store.epoch.recoveries for c in (a, b)), DETECT_SECONDS, "both replicas recover")
+        time.sleep(0.5)
+    finally:
+        load.stop.set()
+        thread.join(10)
+    print(f"restart: recovered on both replicas {time_to_recover([a, b]) - restarted_at:.3f} s after the restart "
+          f"(waited {detected:.3f} s); {len(load.refused)} writes refused during the outage")
+    assert len(load.acknowledged) > 10
+    check_after(a, b, load, counts, make_core)
+
+
+# -- the protocol, step by step (engines without sync threads: nothing runs by itself) -----------
+
+
+def engines(settings, bor_policy, url: str, prefix: str, n: int = 2) -> list[ShortlistEngine]:
+    out = []
+    for _ in range(n):
+        store = RedisStore(connect(url), prefix)
+        engine = ShortlistEngine(settings, store, HashingEmbedder(), bor_policy)
+        StoreSync(engine, store)  # never started: only registers what to re-publish
+        out.append(engine)
+    return out
+
+
+def test_a_write_in_the_wipe_window_lands_on_the_held_version(settings, bor_policy, own_redis, redis_prefix):
+    a, b = engines(settings, bor_policy, own_redis.url, redis_prefix)
+    a.put_registry("r", weather_tools())
+    for n in range(6):
+        a.upsert_tools("r", [tool(f"t{n}", f"Tool {n}.")])
+    b.refresh()
+    assert b.snapshot("r").version == 7
+    own_redis.client().flushall()
+    # b writes before anything noticed the wipe: version 8 on top of 7, not version 1 alone
+    info = b.upsert_tools("r", [tool("late", "A late tool.")])
+    assert info.version == 8 and info.tools == 4 + 6 + 1
+    assert [(r.won, r.registries) for r in b.store.epoch.recoveries] == [(True, 1)]
+    # a notices at its next poll, re-publishes nothing (the store is not behind it) and follows
+    a.refresh()
+    assert [(r.won, r.registries) for r in a.store.epoch.recoveries] == [(False, 0)]
+    assert a.snapshot("r").version == 8 and "late" in a.snapshot("r").by_name
+    assert b.store.load("r").version == 8
+
+
+def test_a_replica_ahead_of_the_winner_fills_in_and_counters_survive(settings, bor_policy, own_redis, redis_prefix):
+    a, b = engines(settings, bor_policy, own_redis.url, redis_prefix)
+    a.put_registry("r", weather_tools())
+    a.put_registry("gone", [tool("g", "Gone soon.")])
+    a.upsert_tools("gone", [tool("h", "Gone too.")])
+    b.refresh()
+    a.upsert_tools("r", [tool("newest", "Only a has seen this.")])  # a: r v2, b still at v1
+    a.delete_registry("gone")  # version counter of "gone": 2, kept for a re-creation
+    a.refresh()  # a's last poll saw the counters
+    own_redis.client().flushall()
+    b.refresh()  # b wins and re-publishes what it holds: r v1, and "gone" (it missed the delete)
+    assert [(r.won, r.registries) for r in b.store.epoch.recoveries] == [(True, 2)]
+    assert b.store.version("gone") == 2
+    a.refresh()  # a holds r v2, newer than the store: re-published; "gone" v2 is older than its delete
+    assert [(r.won, r.registries) for r in a.store.epoch.recoveries] == [(False, 1)]
+    assert a.snapshot("r").version == 2
+    b.refresh()
+    assert b.snapshot("r").version == 2 and "newest" in b.snapshot("r").by_name
+    # the deleted registry stays deleted and its numbers are not reused
+    assert not a.has_registry("gone") and not b.has_registry("gone")
+    assert b.put_registry("gone", [tool("g", "Back.")]).version == 3
+
+
+def test_a_fresh_store_is_adopted_and_a_second_flush_recovers_again(settings, bor_policy, own_redis, redis_prefix):
+    (a,) = engines(settings, bor_policy, own_redis.url, redis_prefix, n=1)
+    assert a.load_all() == 0 and a.store.epoch.token is not None  # first use: the epoch is created
+    a.put_registry("r", weather_tools())
+    for _ in range(2):
+        own_redis.client().flushall()
+        assert a.store.versions() == {"r": 1}  # the poll itself repairs the store
+    assert [r.won for r in a.store.epoch.recoveries] == [True, True]
+    assert a.store.load("r").version == 1
