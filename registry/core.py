@@ -48,7 +48,7 @@ from registry.shortlist import Shortlist
 from registry.snapshot import Snapshot
 from registry.store.base import SharedStore, Store
 from registry.store.local import LocalStore
-from registry.sync import StoreSync, republish_from
+from registry.sync import StoreSync
 from registry.tools import ToolLimits, parse_tools
 
 log = logging.getLogger(__name__)
@@ -266,8 +266,6 @@ class Shortlister:
             if self.settings.query_cache_size > 0:
                 embedder = self.query_cache = CachedEmbedder(embedder, self.settings.query_cache_size)
             engine = ShortlistEngine(self.settings, self.store, embedder, self.bor_policy)
-            # before the first store call: a store wiped from here on is refilled, not mirrored
-            republish_from(engine, self.store, self.feedback_recorder)
             count = self._until_store_answers(engine.load_all)
             log.info("loaded %d registries", count)
             self._until_store_answers(lambda: self._load_demo(engine))
@@ -319,9 +317,11 @@ class Shortlister:
         scorer: str | None = None,
         depth_bias: float | None = None,
         allow_empty: bool = False,
+        caller: str | None = None,
     ) -> Shortlist:
         """Shortlist ``registry``'s tools for ``query`` (see :meth:`ShortlistEngine.shortlist`)
-        and remember it, so feedback can quote its ``shortlist_id``."""
+        and remember it, so feedback can quote its ``shortlist_id``. ``caller``: a hash of the
+        bearer token that asked (None without tokens), logged for the learning loop."""
         result = self.require_engine().shortlist(
             registry,
             query,
@@ -334,7 +334,7 @@ class Shortlister:
         )
         for listener in self._shortlist_listeners:
             listener(result)
-        self.feedback_recorder.remember(result.shown(time.time()))
+        self.feedback_recorder.remember(result.shown(time.time(), query, caller))
         return result
 
     def feedback(
@@ -343,6 +343,8 @@ class Shortlister:
         used: Sequence[str],
         calls: Sequence[Mapping[str, Any]] | None = None,
         success: bool | None = None,
+        *,
+        caller: str | None = None,
     ) -> FeedbackResult:
         """Record which tools the agent used for a served shortlist (a resend is not counted).
 
@@ -369,6 +371,7 @@ class Shortlister:
             success,
             known_tools=known_tools,
             equivalence=equivalence,
+            caller=caller,
         )
         return FeedbackResult(event, resent)
 

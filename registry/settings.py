@@ -95,6 +95,27 @@ class Settings(BaseSettings):
     prune_min_shown: int = Field(
         20, ge=1, description="Times shown (with feedback) before a never-used tool is a prune candidate."
     )
+    # learning loop: exploration and per-registry depth refits (registry/learning/)
+    explore_share: float = Field(
+        0.05,
+        ge=0.0,
+        le=1.0,
+        description="Share of adaptive shortlists served 1-3 tools deeper than the policy chose "
+        "(the propensity is logged), so feedback shows where a used tool sat past the cut; "
+        "never with k. Costs about share x 2 tools of mean K.",
+    )
+    refit_min_events: int = Field(
+        200, ge=10, description="Feedback events a registry needs before a depth refit is tried."
+    )
+    refit_margin: float = Field(
+        0.0,
+        ge=0.0,
+        description="A refit ships only when the bootstrap lower bound of its reward gain over "
+        "the current policy exceeds this (bits per query).",
+    )
+    refit_confidence: float = Field(
+        0.95, gt=0.5, lt=1.0, description="Confidence of that one-sided bootstrap bound."
+    )
 
     hnsw_min_tools: int = Field(
         20_000, ge=1, description="Registries with at least this many tools use an HNSW index."

@@ -33,13 +33,17 @@ from registry.depth.policies import (
     GapPolicy,
     ThresholdPolicy,
     TunableDepthPolicy,
+    first_stop,
     policy_depth_limit,
 )
 from registry.errors import ValidationFailed
 from registry.feedback import ShownShortlist
+from registry.feedback.events import MAX_LOGGED_QUERY_CHARS, RANKING_TAIL
 from registry.index.embed import Embedder
 from registry.index.hybrid import SCORERS, Query, best_scores, rank_windows
 from registry.index.lexical import tokenize
+from registry.learning.explore import DepthTrace, Explorer
+from registry.learning.policies import PolicyBook
 from registry.query import Intent, query_windows, split_request
 from registry.relevance import RelevanceModel
 from registry.settings import Settings
@@ -79,6 +83,9 @@ class Shortlist:
     depth_bias: float | None = None  # the bor policy's operating knob used; None for other policies
     intents: tuple[str, ...] = ()  # the request's intents when it held several
     confidence: float | None = None  # P(some tool fits), computed when allow_empty was asked
+    policy_version: str = ""  # the depth policy version that served it ("default", "refit-3", "gap")
+    trace: DepthTrace | None = None  # adaptive depth: chosen, shown, propensity (learning loop)
+    ranking: tuple[str, ...] = ()  # shown tools, then the next ones of the request's ranking
 
     def to_json(self) -> dict[str, Any]:
         """The ``POST /shortlist`` body (``service.schemas.ShortlistResponse``), timings left out."""
@@ -95,6 +102,7 @@ class Shortlist:
             "depth_bias": self.depth_bias,
             "intents": list(self.intents),
             "confidence": self.confidence,
+            "policy_version": self.policy_version,
             "tools": [
                 {
                     "name": t.name,
@@ -109,8 +117,11 @@ class Shortlist:
             ],
         }
 
-    def shown(self, created: float) -> ShownShortlist:
-        """What the feedback memory keeps of this shortlist, served at ``created``."""
+    def shown(self, created: float, query: str = "", caller: str | None = None) -> ShownShortlist:
+        """What the feedback memory keeps of this shortlist, served at ``created`` for ``query``
+        (asked by ``caller``, a token hash)."""
+        trace = self.trace
+        extra = trace.shown - trace.chosen if trace is not None else 0
         return ShownShortlist(
             shortlist_id=self.shortlist_id,
             registry=self.registry,
@@ -119,6 +130,14 @@ class Shortlist:
             k=self.k,
             shown=tuple(t.name for t in self.tools),
             created=created,
+            query=query[:MAX_LOGGED_QUERY_CHARS],
+            caller=caller,
+            ranking=self.ranking,
+            depth_chosen=self.k - extra,
+            propensity=trace.propensity if trace is not None else 1.0,
+            policy_version=self.policy_version,
+            margins=trace.margins if trace is not None else (),
+            depth_bias=self.depth_bias,
         )
 
 
@@ -163,6 +182,8 @@ class QueryRunner:
         self._gap = GapPolicy()
         self._threshold = ThresholdPolicy(settings.threshold)
         self._fixed = FixedPolicy(settings.fixed_k)
+        self.policy_book = PolicyBook()  # per-registry stop rules (the core installs its own)
+        self.explorer = Explorer(settings.explore_share)
 
     def check(
         self,
@@ -236,6 +257,8 @@ class QueryRunner:
         started = time.perf_counter()
         timings: dict[str, float] = {}
         n = snap.n_tools
+        adaptive = request.k is None  # depth chosen by a policy: traced (and maybe explored)
+        trace = DepthTrace(self.policy_book.active(snap.registry)) if adaptive else None
         intents = self._intents(query, request)
 
         t0 = time.perf_counter()
@@ -261,7 +284,7 @@ class QueryRunner:
         elif request.k is not None:
             picks = self._fixed_picks(rankings[0], named, request.k)
         else:
-            picks = self._compose(snap, rankings, [i.step for i in intents], named, request)
+            picks = self._compose(snap, rankings, [i.step for i in intents], named, request, trace)
         timings["policy"] = time.perf_counter() - t2
 
         items = [
@@ -277,6 +300,7 @@ class QueryRunner:
             for r, p in enumerate(picks)
         ]
         depth = len(items)
+        ranking = self._ranking(snap, items, rankings[0][0])
         p_rand = bor.p_rand(n, 1, depth) if n and depth else 0.0
         timings["total"] = time.perf_counter() - started
         return Shortlist(
@@ -294,6 +318,9 @@ class QueryRunner:
             depth_bias=request.bias,
             intents=tuple(i.text for i in intents),
             confidence=confidence,
+            policy_version=trace.rule.version if request.policy == "bor" and trace else request.policy,
+            trace=trace,
+            ranking=ranking,
         )
 
     # -- steps ----------------------------------------------------------------------------------
@@ -359,6 +386,7 @@ class QueryRunner:
         steps: list[bool],
         named: list[tuple[int, float]],
         request: _Request,
+        trace: DepthTrace | None = None,
     ) -> list[Pick]:
         n = snap.n_tools
         # names are only read to fold declared equivalents
@@ -371,24 +399,56 @@ class QueryRunner:
         cap = min(request.cap, policy_depth_limit(n))  # only k may ask for the whole registry
 
         def choose(scores: np.ndarray) -> int:
-            return self._choose_depth(request, scores, n, cap)
+            return self._choose_depth(request, scores, n, cap, trace)
 
         intents = list(zip(folded[1:], steps, strict=True))
         return interleave(folded[0], intents, choose, cap=cap, named=named)
 
-    def _choose_depth(self, request: _Request, scores: np.ndarray, n: int, cap: int) -> int:
+    @staticmethod
+    def _ranking(snap: Snapshot, items: list[ShortlistItem], ids: np.ndarray) -> tuple[str, ...]:
+        """The shown names, then up to ``RANKING_TAIL`` more of the request's ranking."""
+        shown = [t.name for t in items]
+        seen = set(shown)
+        tail = (snap.tools[int(t)].name for t in ids)
+        rest = [name for name in tail if name not in seen][:RANKING_TAIL]
+        return (*shown, *rest)
+
+    def _choose_depth(
+        self, request: _Request, scores: np.ndarray, n: int, cap: int, trace: DepthTrace | None = None
+    ) -> int:
         available = int(scores.shape[0])
         if available == 0:
             return 0
         chosen: DepthPolicy
         if request.policy == "bor":
-            depth = self.bor_policy.choose_depth(scores, n, cap, bias=request.bias or 0.0)
-            return min(depth, cap, available)
-        if request.policy == "gap":
-            chosen = self._gap
-        elif request.policy == "threshold":
-            chosen = self._threshold
+            depth = self._bor_depth(request, scores, n, cap, trace)
         else:
-            chosen = self._fixed
-        return min(chosen.choose_depth(scores, n, cap), cap, available)
+            if request.policy == "gap":
+                chosen = self._gap
+            elif request.policy == "threshold":
+                chosen = self._threshold
+            else:
+                chosen = self._fixed
+            depth = chosen.choose_depth(scores, n, cap)
+        depth = min(depth, cap, available)
+        if trace is None or trace.done or request.policy == "fixed":
+            return depth  # intents' rankings, and a fixed depth, are never explored
+        shown, trace.propensity = self.explorer.draw(depth, min(cap, available))
+        trace.chosen, trace.shown, trace.done = depth, shown, True
+        return shown
+
+    def _bor_depth(
+        self, request: _Request, scores: np.ndarray, n: int, cap: int, trace: DepthTrace | None
+    ) -> int:
+        """The learned policy's depth under the registry's stop rule (margins kept in ``trace``)."""
+        rule = trace.rule if trace is not None else self.policy_book.active("")
+        bias = (request.bias or 0.0) + rule.bias_offset
+        limit = min(cap, rule.max_depth or cap)
+        q_values = getattr(self.bor_policy, "q_values", None)
+        if trace is None or trace.done or q_values is None:
+            return int(self.bor_policy.choose_depth(scores, n, limit, bias=bias))
+        q = np.asarray(q_values(scores, n, cap))
+        margins = q[:, 0] - q[:, 1]
+        trace.margins = tuple(round(float(m), 4) if math.isfinite(m) else 0.0 for m in margins)
+        return first_stop(q[:limit], bias)
 

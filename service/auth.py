@@ -7,7 +7,9 @@ Which routes need which token is decided once, in :func:`service.app.create_app`
   ``SHORTLIST_QUERY_TOKEN`` is set.
 - ``GET /registries...`` (the report too): a query or an admin token when query tokens are
   set, else an admin token when admin tokens are set. Tool definitions and usage are not public.
-- ``/healthz``, ``/readyz``, ``/metrics``, ``/docs``: open (probes and scrapers carry no tokens).
+- ``GET /metrics``: a metrics, query or admin token when any token is configured (it names
+  every registry); ``SHORTLIST_METRICS_TOKEN`` gives a scraper a token that opens nothing else.
+- ``/healthz``, ``/readyz``, ``/docs``: open (probes carry no tokens).
 """
 
 from __future__ import annotations
@@ -64,6 +66,19 @@ def token_matches(presented: str, accepted: Sequence[SecretStr]) -> bool:
     return found
 
 
+def caller_hash(authorization: str | None, settings: Settings) -> str | None:
+    """A short stable id of the bearer token on a request (the learning loop counts evidence
+    per caller); ``None`` when no tokens are configured or none was sent. Not reversible."""
+    if not (settings.query_token or settings.admin_token) or not authorization:
+        return None
+    scheme, _, token = authorization.strip(_OWS).partition(" ")
+    token = token.strip(_OWS)
+    if scheme.lower() != "bearer" or not token:
+        return None
+    raw = b"tool-shortlist caller\0" + token.encode("latin-1", errors="replace")
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
 def authenticate(authorization: str | None, accepted: Sequence[SecretStr], needs: str) -> None:
     """Raise :class:`Unauthorized` unless ``authorization`` is ``Bearer <one of accepted>``.
 
@@ -95,6 +110,11 @@ def authenticate(authorization: str | None, accepted: Sequence[SecretStr], needs
             {"reason": "invalid_token", "needs": needs},
             challenge='Bearer realm="tool-shortlist", error="invalid_token"',
         )
+
+
+def metrics_tokens(settings: Settings) -> tuple[SecretStr, ...]:
+    """The tokens that open ``/metrics``: every configured token; none (open) when there are none."""
+    return (*settings.metrics_token, *settings.query_token, *settings.admin_token)
 
 
 def log_access_mode(settings: Settings) -> None:

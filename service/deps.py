@@ -9,7 +9,7 @@ from fastapi import Depends, Request, Security
 
 from registry.core import Shortlister
 from registry.settings import Settings
-from service.auth import BearerScheme, authenticate
+from service.auth import BearerScheme, authenticate, caller_hash
 from service.errors import UnsupportedMediaType, invalid_body
 from service.metrics import Metrics
 from service.state import ServiceState
@@ -74,6 +74,14 @@ async def require_query(
 
 AdminDep = Annotated[Caller, Depends(require_admin)]
 QueryDep = Annotated[Caller, Depends(require_query)]
+
+
+def get_caller_id(request: Request) -> str | None:
+    """Hash of the request's bearer token (None without tokens): who sent a query or feedback."""
+    return caller_hash(request.headers.get("Authorization"), get_state(request).settings)
+
+
+CallerIdDep = Annotated[str | None, Depends(get_caller_id)]
 
 
 async def require_json(request: Request) -> None:

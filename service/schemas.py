@@ -328,6 +328,12 @@ class ShortlistResponse(BaseModel):
         description="With allow_empty: the calibrated chance that some tool fits (the list is "
         "empty below the model's threshold); null otherwise.",
     )
+    policy_version: str = Field(
+        "",
+        description="The depth policy version that served this list: 'default' or the "
+        "registry's refit ('refit-3') for the bor policy, else the policy name ('fixed', 'gap').",
+        examples=["default"],
+    )
     tools: list[ShortlistTool]
 
 

@@ -42,7 +42,7 @@ def test_shortlist_response(client, tools_payload):
     body = r.json()
     assert set(body) == {
         "shortlist_id", "registry", "version", "policy", "scorer", "k", "n_tools", "p_rand",
-        "bor_max_bits", "depth_bias", "intents", "confidence", "tools",
+        "bor_max_bits", "depth_bias", "intents", "confidence", "policy_version", "tools",
     }
     assert body["intents"] == [] and body["confidence"] is None  # one intent, allow_empty unset
     assert set(body["tools"][0]) == {"name", "rank", "score", "definition", "alternates", "intent", "named"}

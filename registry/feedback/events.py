@@ -16,6 +16,58 @@ from registry.errors import ShortlistNotFound, ValidationFailed
 MATCHES: tuple[str, str] = ("exact", "equivalent")
 #: Upper bound on the calls one feedback event may report (keeps log lines bounded).
 MAX_CALLS = 10_000
+#: Longest request text remembered with a shortlist (and logged with its feedback).
+MAX_LOGGED_QUERY_CHARS = 1_000
+#: Ranked tools remembered beyond the shown ones.
+RANKING_TAIL = 50
+
+
+class _Learning(Protocol):
+    @property
+    def query(self) -> str: ...
+    @property
+    def caller(self) -> str | None: ...
+    @property
+    def ranking(self) -> tuple[str, ...]: ...
+    @property
+    def depth_chosen(self) -> int: ...
+    @property
+    def propensity(self) -> float: ...
+    @property
+    def policy_version(self) -> str: ...
+    @property
+    def margins(self) -> tuple[float, ...]: ...
+    @property
+    def depth_bias(self) -> float | None: ...
+
+
+def _learning_json(x: _Learning) -> dict[str, Any]:
+    return {
+        "query": x.query,
+        "caller": x.caller,
+        "ranking": list(x.ranking),
+        "depth_chosen": x.depth_chosen,
+        "propensity": x.propensity,
+        "policy_version": x.policy_version,
+        "margins": list(x.margins),
+        "depth_bias": x.depth_bias,
+    }
+
+
+def _learning_fields(d: dict[str, Any]) -> dict[str, Any]:
+    """The learning-loop fields of a record, defaults for an old one (read as served at ``k``)."""
+    caller = d.get("caller")
+    bias = d.get("depth_bias")
+    return {
+        "query": str(d.get("query") or "")[:MAX_LOGGED_QUERY_CHARS],
+        "caller": None if caller is None else str(caller),
+        "ranking": tuple(str(n) for n in d.get("ranking") or ()),
+        "depth_chosen": int(d["depth_chosen"] if "depth_chosen" in d else d["k"]),
+        "propensity": float(d.get("propensity", 1.0)),
+        "policy_version": str(d.get("policy_version") or ""),
+        "margins": tuple(float(m) for m in d.get("margins") or ()),
+        "depth_bias": None if bias is None else float(bias),
+    }
 
 
 # -- served shortlists ----------------------------------------------------------------------------
@@ -33,6 +85,22 @@ class ShownShortlist:
         k: shortlist length ``K``.
         shown: tool names shown, in rank order.
         created: wall-clock seconds (``time.time()``) when it was served.
+
+    What the learning loop reads (all optional: records written before it have the defaults):
+
+    Attributes:
+        query: the request text, cut to :data:`MAX_LOGGED_QUERY_CHARS`.
+        caller: short stable hash of the bearer token that asked (``None``: no tokens configured).
+        ranking: the shown tools, then the next ones of the request's ranking (up to
+            :data:`RANKING_TAIL` more), so a used tool's rank is known even when not shown.
+        depth_chosen: the depth the policy chose (``k`` differs when exploration served deeper;
+            0: unknown, an old record: read as ``k``).
+        propensity: probability of serving depth ``k`` under the serving policy, exploration
+            included (1.0 for a fixed ``k`` or when nothing was explored).
+        policy_version: the depth-policy version that served it ("" unknown).
+        margins: ``Q_stop - Q_continue`` per depth of the learned policy on the request's own
+            ranking (empty for other policies): a refit replays its stop rule on them.
+        depth_bias: the request's operating knob (bits) the margins were compared with.
     """
 
     shortlist_id: str
@@ -42,6 +110,14 @@ class ShownShortlist:
     k: int
     shown: tuple[str, ...]
     created: float
+    query: str = ""
+    caller: str | None = None
+    ranking: tuple[str, ...] = ()
+    depth_chosen: int = 0
+    propensity: float = 1.0
+    policy_version: str = ""
+    margins: tuple[float, ...] = ()
+    depth_bias: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -52,6 +128,7 @@ class ShownShortlist:
             "k": self.k,
             "shown": list(self.shown),
             "created": self.created,
+            **_learning_json(self),
         }
 
     @classmethod
@@ -65,6 +142,7 @@ class ShownShortlist:
             k=int(d["k"]),
             shown=tuple(str(n) for n in d["shown"]),
             created=float(d["created"]),
+            **_learning_fields(d),
         )
 
 
@@ -348,6 +426,9 @@ class FeedbackEvent:
         p_rand_equivalent: ``P_rand(N, R=|union of the classes of used|, K)``, ``R`` clipped
             to ``N``.
         received: wall-clock seconds when the feedback was accepted.
+        caller: short hash of the bearer token that sent the feedback (``None``: no tokens).
+        query, ranking, depth_chosen, propensity, policy_version, margins, depth_bias: copied
+            from the shortlist (see :class:`ShownShortlist`); defaults on old records.
     """
 
     shortlist_id: str
@@ -364,6 +445,23 @@ class FeedbackEvent:
     p_rand_exact: float
     p_rand_equivalent: float
     received: float
+    query: str = ""
+    caller: str | None = None
+    ranking: tuple[str, ...] = ()
+    depth_chosen: int = 0
+    propensity: float = 1.0
+    policy_version: str = ""
+    margins: tuple[float, ...] = ()
+    depth_bias: float | None = None
+
+    def rank_of(self, names: Collection[str]) -> int | None:
+        """0-based position of the first of ``names`` in the logged ranking (the shown list
+        first); ``None`` when none of them is there (ranked deeper than logged: censored)."""
+        order = self.ranking or self.shown
+        for position, name in enumerate(order):
+            if name in names:
+                return position
+        return None
 
     def presented(self, match: str) -> bool:
         """``presented_exact`` or ``presented_equivalent`` by ``match`` name."""
@@ -389,6 +487,7 @@ class FeedbackEvent:
             "p_rand_exact": self.p_rand_exact,
             "p_rand_equivalent": self.p_rand_equivalent,
             "received": self.received,
+            **_learning_json(self),
         }
 
     @classmethod
@@ -412,6 +511,7 @@ class FeedbackEvent:
             p_rand_exact=float(d["p_rand_exact"]),
             p_rand_equivalent=float(d["p_rand_equivalent"]),
             received=float(d["received"]),
+            **_learning_fields(d),
         )
 
 
@@ -512,6 +612,7 @@ def build_event(
     known_tools: Collection[str],
     equivalence: EquivalenceClasses,
     received: float,
+    caller: str | None = None,
 ) -> FeedbackEvent:
     """Validate a feedback report against its shortlist and registry and score it.
 
@@ -524,6 +625,7 @@ def build_event(
         known_tools: current tool names of ``shortlist.registry``.
         equivalence: the registry's equivalence classes.
         received: wall-clock seconds, stored on the event.
+        caller: hash of the token that sent the feedback (``None``: no tokens configured).
 
     Raises:
         ValidationFailed: every structural problem and every unknown tool (``"tool"`` key in
@@ -563,6 +665,14 @@ def build_event(
         p_rand_exact=p_rand(n, min(len(used_t), n), k),
         p_rand_equivalent=p_rand(n, min(len(relevant_equiv), n), k),
         received=float(received),
+        query=shortlist.query,
+        caller=caller,
+        ranking=shortlist.ranking,
+        depth_chosen=shortlist.depth_chosen or shortlist.k,
+        propensity=shortlist.propensity,
+        policy_version=shortlist.policy_version,
+        margins=shortlist.margins,
+        depth_bias=shortlist.depth_bias,
     )
 
 

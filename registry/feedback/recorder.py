@@ -89,6 +89,7 @@ class FeedbackRecorder:
         *,
         known_tools: Callable[[str], Collection[str]],
         equivalence: Callable[[str], EquivalenceClasses],
+        caller: str | None = None,
     ) -> tuple[FeedbackEvent, bool]:
         """Record feedback for ``shortlist_id``.
 
@@ -97,6 +98,7 @@ class FeedbackRecorder:
             used, calls, success: payload fields (see :func:`build_event`).
             known_tools: registry name -> its current tool names.
             equivalence: registry name -> its equivalence classes.
+            caller: hash of the token that sent it (``None``: no tokens configured).
 
         Returns:
             ``(event, resent)``. On a resend (feedback already recorded for this id) the event
@@ -118,6 +120,7 @@ class FeedbackRecorder:
             known_tools(shortlist.registry),
             equivalence(shortlist.registry),
             self._clock(),
+            caller,
         )
         if not self.memory.mark_feedback(shortlist_id):
             return event, True
@@ -223,27 +226,6 @@ class FeedbackRecorder:
         except LogCompacted:
             return self.resync()
         return count
-
-    def republish_counts(self) -> bool:
-        """After the shared store lost its data: count what is left of the shared log, then
-        offer this replica's counts as its new checkpoint (``republish_checkpoint``), under the
-        count lock so no own event is counted twice or missed. A no-op for other logs.
-
-        Returns:
-            Whether this replica's counts became the checkpoint.
-        """
-        log = self.log
-        write = getattr(log, "republish_checkpoint", None)
-        if write is None or not isinstance(log, SharedFeedbackLog):
-            return False
-        with self._count_lock:
-            try:
-                while events := log.read_new():
-                    for event in events:
-                        self._count(event)
-            except LogCompacted:
-                return False  # another replica re-published first: catch_up resyncs from it
-            return bool(write(self.efficiency.to_state()))
 
     def resync(self) -> int:
         """Rebuild the counts from a shared log's checkpoint and everything after it (this

@@ -6,7 +6,7 @@ import json
 
 from fastapi import APIRouter, Depends, Response
 
-from service.deps import CoreDep, require_json
+from service.deps import CallerIdDep, CoreDep, require_json
 from service.schemas import ShortlistRequest, ShortlistResponse, error_responses
 
 router = APIRouter(tags=["shortlist"], dependencies=[Depends(require_json)])
@@ -17,7 +17,7 @@ router = APIRouter(tags=["shortlist"], dependencies=[Depends(require_json)])
     response_model=ShortlistResponse,  # documents the body; it is written directly below
     responses=error_responses(404, 413, 415, 422, 503),
 )
-def shortlist(body: ShortlistRequest, core: CoreDep) -> Response:
+def shortlist(body: ShortlistRequest, core: CoreDep, caller: CallerIdDep) -> Response:
     """Rank a registry's tools for a query and return the shortlist the depth policy chose."""
     result = core.shortlist(
         body.registry,
@@ -28,6 +28,7 @@ def shortlist(body: ShortlistRequest, core: CoreDep) -> Response:
         scorer=body.scorer,
         depth_bias=body.depth_bias,
         allow_empty=body.allow_empty,
+        caller=caller,
     )
     # Serialised here, not through the response model: the body is built from typed engine
     # values, and re-validating every tool definition (on a second thread hop) cost more

@@ -1,0 +1,300 @@
+"""Per-registry depth policies: versioned stop rules over the shared learned network.
+
+A registry's policy is the default ONNX Q-network plus a :class:`StopRule`: the network's
+``Q_stop - Q_continue`` margin is compared with ``request bias + bias_offset`` and the depth is
+at most ``max_depth``. The default rule (version ``"default"``) changes nothing. A refit
+(:mod:`registry.learning.refit`) proposes a new rule; the :class:`PolicyHistory` of a registry
+keeps every version and which one is active, in a :class:`PolicyStore` (a directory locally,
+keys in Redis across replicas). Every replica holds the active rules in a :class:`PolicyBook`,
+read on the query path without a lock and reloaded when the store says something changed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from registry.errors import NotFound, ValidationFailed
+from registry.tools import validate_registry_name
+
+__all__ = [
+    "DEFAULT_VERSION",
+    "LocalPolicyStore",
+    "PolicyBook",
+    "PolicyHistory",
+    "PolicyStore",
+    "RedisPolicyStore",
+    "StopRule",
+]
+
+DEFAULT_VERSION = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class StopRule:
+    """One version of a registry's depth policy.
+
+    Attributes:
+        version: ``"default"`` or ``"refit-<n>"``.
+        bias_offset: bits added to the request's ``depth_bias`` (``> 0``: longer lists).
+        max_depth: deepest list the rule shows (``None``: the request's cap).
+        created: wall-clock seconds it was made.
+        parent: the version it was refit from.
+        estimate: the refit's off-policy evaluation (found rate, mean K, CI...).
+    """
+
+    version: str = DEFAULT_VERSION
+    bias_offset: float = 0.0
+    max_depth: int | None = None
+    created: float = 0.0
+    parent: str | None = None
+    estimate: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "bias_offset": self.bias_offset,
+            "max_depth": self.max_depth,
+            "created": self.created,
+            "parent": self.parent,
+            "estimate": self.estimate,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> StopRule:
+        max_depth = d.get("max_depth")
+        return cls(
+            version=str(d["version"]),
+            bias_offset=float(d.get("bias_offset", 0.0)),
+            max_depth=None if max_depth is None else int(max_depth),
+            created=float(d.get("created", 0.0)),
+            parent=None if d.get("parent") is None else str(d["parent"]),
+            estimate=dict(d.get("estimate") or {}),
+        )
+
+
+DEFAULT_RULE = StopRule()
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyHistory:
+    """Every version of one registry's policy and the active one (``default`` is implicit)."""
+
+    registry: str
+    active: str = DEFAULT_VERSION
+    versions: tuple[StopRule, ...] = ()
+
+    def rule(self, version: str) -> StopRule:
+        """The rule ``version`` (raises :class:`NotFound`)."""
+        if version == DEFAULT_VERSION:
+            return DEFAULT_RULE
+        for rule in self.versions:
+            if rule.version == version:
+                return rule
+        raise NotFound(
+            f"registry {self.registry!r} has no policy version {version!r}",
+            {"registry": self.registry, "version": version},
+        )
+
+    @property
+    def active_rule(self) -> StopRule:
+        try:
+            return self.rule(self.active)
+        except NotFound:
+            return DEFAULT_RULE
+
+    def next_version(self) -> str:
+        numbers = [int(v.version.split("-", 1)[1]) for v in self.versions if v.version.startswith("refit-")]
+        return f"refit-{max(numbers, default=0) + 1}"
+
+    def with_rule(self, rule: StopRule, *, activate: bool, keep: int = 20) -> PolicyHistory:
+        """This history plus ``rule`` (the oldest inactive versions beyond ``keep`` dropped)."""
+        versions = [*self.versions, rule]
+        active = rule.version if activate else self.active
+        while len(versions) > keep:
+            drop = next((v for v in versions if v.version != active), None)
+            if drop is None:
+                break
+            versions.remove(drop)
+        return replace(self, active=active, versions=tuple(versions))
+
+    def activated(self, version: str) -> PolicyHistory:
+        self.rule(version)  # raises NotFound
+        return replace(self, active=version)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "registry": self.registry,
+            "active": self.active,
+            "versions": [v.to_json() for v in self.versions],
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> PolicyHistory:
+        return cls(
+            registry=str(d["registry"]),
+            active=str(d.get("active") or DEFAULT_VERSION),
+            versions=tuple(StopRule.from_json(v) for v in d.get("versions") or ()),
+        )
+
+
+class PolicyStore(Protocol):
+    """Where policy histories live; ``epoch`` changes whenever one is written or deleted."""
+
+    def load(self, registry: str) -> PolicyHistory: ...
+
+    def save(self, history: PolicyHistory) -> None: ...
+
+    def delete(self, registry: str) -> None: ...
+
+    def registries(self) -> list[str]: ...
+
+    def epoch(self) -> str: ...
+
+
+class LocalPolicyStore:
+    """One JSON file per registry under ``<data_dir>/policies/`` (atomic replace)."""
+
+    def __init__(self, data_dir: Path | str) -> None:
+        self.root = Path(data_dir) / "policies"
+        self._lock = threading.Lock()
+        self._epoch = 0
+
+    def _path(self, registry: str) -> Path:
+        return self.root / f"{validate_registry_name(registry)}.json"
+
+    def load(self, registry: str) -> PolicyHistory:
+        try:
+            return PolicyHistory.from_json(json.loads(self._path(registry).read_text("utf-8")))
+        except FileNotFoundError:
+            return PolicyHistory(registry)
+
+    def save(self, history: PolicyHistory) -> None:
+        path = self._path(history.registry)
+        with self._lock:
+            self.root.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps(history.to_json(), separators=(",", ":")), "utf-8")
+            os.replace(tmp, path)
+            self._epoch += 1
+
+    def delete(self, registry: str) -> None:
+        with self._lock:
+            self._path(registry).unlink(missing_ok=True)
+            self._epoch += 1
+
+    def registries(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(p.stem for p in self.root.glob("*.json"))
+
+    def epoch(self) -> str:
+        return str(self._epoch)
+
+
+class RedisPolicyStore:
+    """``<prefix>policies:<registry>`` (JSON) and an ``<prefix>policies:epoch`` counter every
+    replica polls on its sync tick (one GET) to hot-swap the active rules."""
+
+    def __init__(self, client: Any, prefix: str) -> None:
+        self._client = client
+        self._key = f"{prefix}policies:"
+        self._epoch_key = f"{prefix}policies-epoch"
+
+    def load(self, registry: str) -> PolicyHistory:
+        raw = self._client.get(self._key + registry)
+        return PolicyHistory(registry) if raw is None else PolicyHistory.from_json(json.loads(raw))
+
+    def save(self, history: PolicyHistory) -> None:
+        pipe = self._client.pipeline(transaction=True)
+        pipe.set(self._key + history.registry, json.dumps(history.to_json(), separators=(",", ":")))
+        pipe.incr(self._epoch_key)
+        pipe.execute()
+
+    def delete(self, registry: str) -> None:
+        pipe = self._client.pipeline(transaction=True)
+        pipe.delete(self._key + registry)
+        pipe.incr(self._epoch_key)
+        pipe.execute()
+
+    def registries(self) -> list[str]:
+        names = (k.decode() if isinstance(k, bytes) else str(k) for k in self._client.scan_iter(self._key + "*"))
+        return sorted(n[len(self._key) :] for n in names)
+
+    def epoch(self) -> str:
+        raw = self._client.get(self._epoch_key)
+        return "0" if raw is None else (raw.decode() if isinstance(raw, bytes) else str(raw))
+
+
+class PolicyBook:
+    """The active rule of every registry, as served by this replica.
+
+    Reads (:meth:`active`) take no lock: the mapping is replaced whole. :meth:`refresh` reloads
+    from the store when its epoch moved (called on every sync tick and after local writes).
+    """
+
+    def __init__(self, store: PolicyStore | None = None) -> None:
+        self.store = store
+        self._rules: dict[str, StopRule] = {}
+        self._epoch: str | None = None
+        self._lock = threading.Lock()
+
+    def active(self, registry: str) -> StopRule:
+        return self._rules.get(registry, DEFAULT_RULE)
+
+    def refresh(self, *, force: bool = False) -> bool:
+        """Reload the active rules when the store's epoch changed. Returns whether it did."""
+        store = self.store
+        if store is None:
+            return False
+        with self._lock:
+            epoch = store.epoch()
+            if epoch == self._epoch and not force:
+                return False
+            rules = {}
+            for registry in store.registries():
+                rule = store.load(registry).active_rule
+                if rule.version != DEFAULT_VERSION:
+                    rules[registry] = rule
+            self._rules = rules
+            self._epoch = epoch
+            return True
+
+    def history(self, registry: str) -> PolicyHistory:
+        return self.store.load(registry) if self.store is not None else PolicyHistory(registry)
+
+    def add(self, rule: StopRule, registry: str, *, activate: bool) -> PolicyHistory:
+        """Store ``rule`` as a new version of ``registry``'s policy (activating it or not)."""
+        store = self._require_store()
+        with self._lock:
+            history = store.load(registry)
+            rule = replace(rule, version=history.next_version(), created=rule.created or time.time())
+            history = history.with_rule(rule, activate=activate)
+            store.save(history)
+        self.refresh(force=True)
+        return history
+
+    def activate(self, registry: str, version: str) -> PolicyHistory:
+        """Make ``version`` (``"default"`` included) the active one: a rollback or a roll-forward."""
+        store = self._require_store()
+        with self._lock:
+            history = store.load(registry).activated(version)
+            store.save(history)
+        self.refresh(force=True)
+        return history
+
+    def forget(self, registry: str) -> None:
+        """Drop every version of ``registry``'s policy (the registry was deleted or wiped)."""
+        if self.store is not None:
+            self.store.delete(registry)
+        self.refresh(force=True)
+
+    def _require_store(self) -> PolicyStore:
+        if self.store is None:
+            raise ValidationFailed("no policy store configured", [])
+        return self.store
