@@ -43,6 +43,8 @@ from registry.feedback import (
 )
 from registry.index.embed import Embedder, load_minilm
 from registry.index.query_cache import CachedEmbedder
+from registry.learning.learner import UsageLearner
+from registry.learning.wiring import build_learner, start_learner
 from registry.settings import Settings
 from registry.shortlist import Shortlist
 from registry.snapshot import Snapshot
@@ -138,6 +140,11 @@ class Shortlister:
         self._shortlist_listeners: list[ShortlistListener] = []
         self._closing = threading.Event()
         self._thread: threading.Thread | None = None
+        # usage memory (registry.learning): fed by feedback, lifts rankings, attached at load
+        self.learning: UsageLearner = build_learner(self.settings, self.store, lambda: self._loading)
+        self._loading: ShortlistEngine | None = None
+        self.add_feedback_listener(self._learn)
+        self._registry_listeners.append(self._learning_registry_changed)
 
     @classmethod
     def from_settings(
@@ -232,6 +239,7 @@ class Shortlister:
         self._closing.set()
         if self.sync is not None:
             self.sync.stop()
+        self.learning.close()
         if isinstance(self.store, SharedStore):
             self.store.close()
 
@@ -272,6 +280,11 @@ class Shortlister:
             restored = self._until_store_answers(self.feedback_recorder.restore)
             log.info("restored %d feedback events from the log", restored)
             self.feedback_recorder.maybe_compact()
+            self._loading = engine
+            self._until_store_answers(
+                lambda: start_learner(self.learning, engine, embedder, self.feedback_recorder.log, self.store)
+            )
+            engine.queries.usage = self.learning
             for info in engine.list_registries():
                 self._changed(info)
             if isinstance(self.store, SharedStore):
@@ -376,14 +389,41 @@ class Shortlister:
         return FeedbackResult(event, resent)
 
     def report(self, registry: str) -> dict[str, Any]:
-        """Tool efficiency from agents' feedback: per-tool utility and the tools worth pruning."""
+        """Tool efficiency from agents' feedback: per-tool utility and the tools worth pruning,
+        and what the usage memory learned (``learning``)."""
         snap = self.require_engine().snapshot(registry)
-        return self.feedback_recorder.efficiency.report(
+        report = self.feedback_recorder.efficiency.report(
             registry,
             tools=list(snap.by_name),
             min_calls=self.settings.prune_min_calls,
             min_shown=self.settings.prune_min_shown,
         )
+        return {**report, "learning": self.learning.report(registry)}
+
+    # -- learning (registry.learning) -----------------------------------------------------------
+
+    def learning_report(self, registry: str) -> dict[str, Any]:
+        """The usage memory of a registry (raises RegistryNotFound)."""
+        self.require_engine().snapshot(registry)
+        return self.learning.report(registry)
+
+    def set_learning(self, registry: str, enabled: bool) -> dict[str, Any]:
+        """Switch learning on or off for one registry, on every replica (memory is kept)."""
+        self.require_engine().snapshot(registry)
+        return self.learning.set_enabled(registry, enabled)
+
+    def wipe_learning(self, registry: str) -> dict[str, Any]:
+        """Forget what a registry learned from feedback, on every replica."""
+        self.require_engine().snapshot(registry)
+        return self.learning.wipe(registry)
+
+    def _learn(self, event: FeedbackEvent) -> None:
+        self.learning.observe(event)
+
+    def _learning_registry_changed(self, change: RegistryChange) -> None:
+        tools = self.learning.known_tools(change.registry) if change.info is not None else None
+        if change.info is None or tools is not None:
+            self.learning.registry_changed(change.registry, tools)
 
     # -- registries -----------------------------------------------------------------------------
 

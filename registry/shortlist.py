@@ -19,7 +19,7 @@ import math
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
@@ -48,6 +48,9 @@ from registry.query import Intent, query_windows, split_request
 from registry.relevance import RelevanceModel
 from registry.settings import Settings
 from registry.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from registry.learning.learner import UsageLearner
 
 __all__ = ["MAX_K", "POLICIES", "PolicyName", "QueryRunner", "Shortlist", "ShortlistItem", "depth_bias_problem"]
 
@@ -182,6 +185,7 @@ class QueryRunner:
         self._gap = GapPolicy()
         self._threshold = ThresholdPolicy(settings.threshold)
         self._fixed = FixedPolicy(settings.fixed_k)
+        self.usage: UsageLearner | None = None  # the core installs it when learning is on
         self.policy_book = PolicyBook()  # per-registry stop rules (the core installs its own)
         self.explorer = Explorer(settings.explore_share)
 
@@ -271,6 +275,8 @@ class QueryRunner:
             rank_windows(request.scorer, q, snap.dense, snap.lexical, min(wanted, n))
             for q in prepared
         ]
+        if self.usage is not None and prepared[0][0].vector is not None:  # usage lift (learning)
+            rankings[0] = self.usage.rerank(snap, prepared[0][0].vector, *rankings[0])
         t2 = time.perf_counter()
         timings["search"] = t2 - t1
 

@@ -17,6 +17,7 @@ from service.errors import install_error_handlers
 from service.mcp import McpFace
 from service.middleware import BodyLimitMiddleware, HttpMetricsMiddleware
 from service.routes import feedback, health, registries, shortlist
+from service.routes import learning as learning_routes
 from service.schemas import error_responses
 from service.state import EmbedderFactory, ServiceState, default_embedder
 
@@ -63,6 +64,8 @@ def create_app(
     app.include_router(feedback.router, **_guarded(query))
     app.include_router(registries.router, **_guarded(query or admin))
     app.include_router(registries.admin_router, **_guarded(admin))
+    app.include_router(learning_routes.router, **_guarded(query or admin))
+    app.include_router(learning_routes.admin_router, **_guarded(admin))
     app.include_router(health.router)
     app.router.routes.append(mcp.route())  # /mcp, guarded like /shortlist (service.mcp)
     log_access_mode(settings)

@@ -165,8 +165,38 @@ class ToolUsage(BaseModel):
     efficiency: float | None = Field(description="useful_calls / calls; null without calls.")
 
 
+class CallerShare(BaseModel):
+    caller: str | None = Field(description="Hash of the caller's token; null without tokens.")
+    events: int = Field(description="Its feedback events that counted.")
+    share: float = Field(description="Its share of the registry's counted events.")
+
+
+class LearningReport(BaseModel):
+    """What the usage memory learned for a registry (README "Learning from feedback")."""
+
+    enabled: bool = Field(description="Feedback lifts rankings now: on globally and for this registry.")
+    global_enabled: bool = Field(description="SHORTLIST_LEARNING.")
+    registry_enabled: bool = Field(description="This registry's switch (PUT .../learning).")
+    events: int = Field(description="Feedback events counted as evidence.")
+    skipped: dict[str, int] = Field(
+        description="Events not counted, by reason: untrusted (no token), capped (the caller's "
+        "share), stale, no_query, no_evidence."
+    )
+    tools_with_memory: int
+    entries: int = Field(description="Remembered (query, tool) entries.")
+    wiped_at: float | None = Field(description="Unix time of the last wipe; null if never.")
+    caller_shares: list[CallerShare] = Field(description="The callers with most counted events.")
+
+
+class LearningSwitch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(strict=True, description="Learn from this registry's feedback and lift its rankings.")
+
+
 class ToolReport(BaseModel):
     registry: str
+    learning: LearningReport | None = Field(None, description="The usage memory's state.")
     events: int = Field(description="Feedback events counted.")
     mean_trajectory_efficiency: float | None = Field(
         description="Mean over events with calls of useful calls / calls; null without calls."

@@ -1,0 +1,125 @@
+"""Usage memory through the app (fake embedder): feedback lifts a tool; switch, wipe, deletion,
+restart, token gating and the caller cap."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import SecretStr
+
+from registry.core import Shortlister
+from registry.index.embed import HashingEmbedder
+
+TOOLS = [
+    {"name": "get_weather", "description": "Current weather conditions in a city"},
+    {"name": "weather_forecast", "description": "Weather forecast for the coming days"},
+    {"name": "send_email", "description": "Send an email message"},
+    {"name": "convert_currency", "description": "Convert money between currencies"},
+]
+LIFT = {"learning_beta": 1.0}  # the fake embedder's scores are far apart: a full lift to cross them
+CITIES = ["paris", "rome", "berlin", "madrid", "lisbon", "vienna", "prague", "oslo", "dublin", "athens"]
+
+
+def rank_of(client, query: str, tool: str, headers=None) -> int:
+    body = client.post("/shortlist", json={"registry": "w", "query": query, "k": 4}, headers=headers).json()
+    return [t["name"] for t in body["tools"]].index(tool)
+
+
+def teach(client, n: int, headers=None) -> None:
+    """An agent that asks about the weather and uses the forecast tool."""
+    for i in range(n):
+        query = f"weather today in {CITIES[i % len(CITIES)]} city"
+        body = client.post("/shortlist", json={"registry": "w", "query": query, "k": 4}, headers=headers).json()
+        r = client.post("/feedback", json={"shortlist_id": body["shortlist_id"], "used": ["weather_forecast"],
+                                          "success": True}, headers=headers)
+        assert r.status_code == 200, r.text
+
+
+def test_feedback_lifts_the_used_tool_and_the_report_shows_it(make_client):
+    with make_client(**LIFT) as client:
+        assert client.put("/registries/w", json=TOOLS).status_code == 200
+        query = "weather today in london city"
+        assert rank_of(client, query, "weather_forecast") > 0  # get_weather matches 'today' too
+        teach(client, 10)
+        assert rank_of(client, query, "weather_forecast") == 0
+        # an unrelated query is not touched
+        assert rank_of(client, "convert money to euros", "convert_currency") == 0
+        learning = client.get("/registries/w/report").json()["learning"]
+        assert learning["events"] == 10 and learning["tools_with_memory"] == 1
+        assert learning["enabled"] and learning["caller_shares"][0]["caller"] is None
+        assert client.get("/registries/w/learning").json() == learning
+
+
+def test_switch_off_wipe_and_deletion(make_client, settings):
+    query = "weather today in london city"
+    with make_client(**LIFT) as client:
+        client.put("/registries/w", json=TOOLS)
+        teach(client, 10)
+        assert rank_of(client, query, "weather_forecast") == 0
+        off = client.put("/registries/w/learning", json={"enabled": False})
+        assert off.status_code == 200 and off.json()["enabled"] is False
+        assert rank_of(client, query, "weather_forecast") > 0  # no lift while off
+        teach(client, 3)
+        assert client.get("/registries/w/learning").json()["events"] == 10  # nothing folded
+        client.put("/registries/w/learning", json={"enabled": True})
+        assert rank_of(client, query, "weather_forecast") == 0  # memory kept
+        wiped = client.delete("/registries/w/learning").json()
+        assert wiped["events"] == 0 and wiped["entries"] == 0 and wiped["wiped_at"] > 0
+        assert rank_of(client, query, "weather_forecast") > 0
+        # deleting the tool deletes its memory
+        teach(client, 5)
+        assert client.delete("/registries/w/tools/weather_forecast").status_code == 204
+        assert client.get("/registries/w/learning").json()["entries"] == 0
+        assert client.get("/registries/nope/learning").status_code == 404
+        assert client.put("/registries/w/learning", json={"enabled": "no"}).status_code == 422
+
+
+def test_memory_survives_a_restart_and_dies_with_its_registry(make_client, settings):
+    query = "weather today in london city"
+    with make_client(**LIFT) as client:
+        client.put("/registries/w", json=TOOLS)
+        teach(client, 10)
+    state = Path(settings.data_dir) / "learning" / "w.usage.npz"
+    assert state.exists()
+    with make_client(**LIFT) as client:
+        assert client.get("/registries/w/learning").json()["events"] == 10
+        assert rank_of(client, query, "weather_forecast") == 0
+        assert client.delete("/registries/w").status_code == 204
+        assert not state.exists()
+        client.put("/registries/w", json=TOOLS)  # a new registry of that name starts afresh
+        assert client.get("/registries/w/learning").json()["entries"] == 0
+        assert rank_of(client, query, "weather_forecast") > 0
+    with make_client(**LIFT) as client:  # and the old events in the feedback log stay forgotten
+        assert client.get("/registries/w/learning").json()["entries"] == 0
+
+
+def test_global_switch(make_client):
+    with make_client(learning=False, **LIFT) as client:
+        client.put("/registries/w", json=TOOLS)
+        teach(client, 10)
+        learning = client.get("/registries/w/learning").json()
+        assert learning["enabled"] is False and learning["events"] == 0
+        assert rank_of(client, "weather today in london city", "weather_forecast") > 0
+
+
+def test_with_tokens_only_callers_count_and_none_beyond_its_share(make_client, settings, bor_policy):
+    tokens = tuple(SecretStr(f"token-{i}-0123456789abcdef") for i in range(6))
+    with make_client(query_token=tokens, learning_caller_share=0.3, **LIFT) as client:
+        client.put("/registries/w", json=TOOLS)
+        for i in range(6):
+            teach(client, 4 if i else 40, headers={"Authorization": f"Bearer token-{i}-0123456789abcdef"})
+        learning = client.get("/registries/w/learning", headers={"Authorization": "Bearer token-1-0123456789abcdef"}).json()
+        top = learning["caller_shares"][0]
+        assert top["caller"] is not None and top["events"] == 20  # its first 20 count, then the cap
+        assert learning["skipped"]["capped"] == 20
+    # the core called in-process without a caller: not counted while query tokens are set
+    core = Shortlister.from_settings(
+        settings.model_copy(update={"query_token": tokens}),
+        embedder_factory=lambda _: HashingEmbedder(), bor_policy=bor_policy, start=True,
+    )
+    try:
+        result = core.shortlist("w", "weather today in oslo city", k=2)
+        core.feedback(result.shortlist_id, ["weather_forecast"])
+        assert core.learning_report("w")["skipped"]["untrusted"] == 1
+    finally:
+        core.close()
