@@ -73,8 +73,10 @@ T = TypeVar("T")
 
 
 def default_embedder(settings: Settings) -> Embedder:
-    """MiniLM from the settings' embedder cache (exported there on first use)."""
-    return load_minilm(settings.resolved_embedder_cache(), threads=settings.embed_threads)
+    """The settings' embedder (MiniLM fp32 or int8) from their embedder cache (made on first use)."""
+    return load_minilm(
+        settings.resolved_embedder_cache(), threads=settings.embed_threads, embedder=settings.embedder
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -346,6 +346,7 @@ class ShortlistEngine:
                 version=version,
                 tools=[t.definition for t in tools],
                 equivalents=[list(g) for g in equivalents],
+                embedder=self.embedder.model_id,
             )
         )
         self._install(snap)

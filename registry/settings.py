@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal, get_args
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -12,6 +12,10 @@ from registry.depth.policies import MAX_DEPTH_BIAS
 
 # Comma-separated in the environment; SecretStr keeps every token out of reprs and logs.
 Tokens = Annotated[tuple[SecretStr, ...], NoDecode]
+
+# The query/tool embedders (registry.index.minilm_export makes their ONNX files).
+EmbedderName = Literal["minilm", "minilm-int8"]
+EMBEDDERS: tuple[str, ...] = get_args(EmbedderName)  # the one list of embedder names
 
 # Artifacts ship beside the packages (models/, examples/); settings can point elsewhere.
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -32,6 +36,12 @@ class Settings(BaseSettings):
     relevance_model: Path = Field(
         _PROJECT_ROOT / "models" / "relevance.json",
         description="Calibrated 'does any tool fit' model used by allow_empty requests.",
+    )
+    embedder: EmbedderName = Field(
+        "minilm",
+        description="Sentence embedder: 'minilm' (all-MiniLM-L6-v2, fp32) or 'minilm-int8' (the "
+        "same model with int8 weights, quantised at first start: faster per query at a small "
+        "quality cost, measured in README). Registries are re-embedded when it changes.",
     )
     embedder_cache_dir: Path | None = Field(
         None,

