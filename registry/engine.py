@@ -29,6 +29,7 @@ from registry.shortlist import MAX_K, POLICIES, QueryRunner, Shortlist, Shortlis
 from registry.snapshot import Snapshot, build_snapshot
 from registry.store.base import RegistryRecord, SharedStore, Store
 from registry.tools import Tool, ToolLimits, parse_tools, validate_registry_name
+from registry.writes import PreparedWrite, new_tools, stored_tools
 
 log = logging.getLogger(__name__)
 
@@ -208,10 +209,17 @@ class ShortlistEngine:
         ``payload`` is a tool array or ``{"tools": [...], "equivalents": [[names], ...]}``;
         the version increases.
         """
+        info: RegistryInfo = self.prepare_put(registry, payload).run()
+        return info
+
+    def prepare_put(self, registry: str, payload: Any) -> PreparedWrite:
+        """Validate a :meth:`put_registry` (raising its errors now); ``.run()`` applies it."""
         validate_registry_name(registry)
         tools = parse_tools(payload, self.limits)
         equivalents = validate_equivalents(_equivalents_field(payload), {t.name for t in tools})
-        return self._apply(registry, lambda current: (tools, equivalents))
+        return self._prepared(
+            registry, tools, lambda: self._apply(registry, lambda current: (tools, equivalents))
+        )
 
     def create_registry(self, registry: str, payload: Any) -> RegistryInfo | None:
         """Like :meth:`put_registry`, but only if the registry does not exist yet, on this
@@ -232,6 +240,13 @@ class ShortlistEngine:
 
         Existing equivalence groups are kept; groups in the payload are merged into them.
         """
+        info: RegistryInfo = self.prepare_upsert(registry, payload).run()
+        return info
+
+    def prepare_upsert(self, registry: str, payload: Any) -> PreparedWrite:
+        """Validate a :meth:`upsert_tools` (raising its errors now); ``.run()`` applies it.
+        Errors that depend on the registry's tools at commit time (too many tools, unknown
+        names in equivalents) are raised by ``.run()``."""
         validate_registry_name(registry)
         incoming = parse_tools(payload, self.limits)
 
@@ -251,7 +266,13 @@ class ShortlistEngine:
             equivalents = validate_equivalents(kept + added, merged) if added else kept
             return tools, equivalents
 
-        return self._apply(registry, change)
+        return self._prepared(registry, incoming, lambda: self._apply(registry, change))
+
+    def _prepared(
+        self, registry: str, incoming: list[Tool], apply: Callable[[], Any]
+    ) -> PreparedWrite:
+        fresh = new_tools(incoming, self._snapshots.get(registry))
+        return PreparedWrite(registry, fresh, apply, self.embedder, self.store)
 
     def delete_registry(self, registry: str) -> None:
         with self._lock(registry):
@@ -412,7 +433,7 @@ class ShortlistEngine:
             return self._notify(RegistryChange(registry, None))
         if current is not None and current.version == record.version:
             return None
-        tools = parse_tools(record.tools, self.limits)
+        tools = stored_tools(record.tools, current, self.limits)
         self._install(self._build(registry, record.version, tools, record.equivalents))
         self._unloadable.pop(registry, None)
         return self._notify(

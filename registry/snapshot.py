@@ -41,6 +41,12 @@ class Snapshot:
         return [tool.definition for tool in self.tools]
 
 
+# Texts embedded per call when many are missing: each batch's vectors are written to the store
+# before the next starts, so a large upload holds one batch of model activations at a time and
+# an interrupted one resumes from the cache.
+EMBED_BATCH = 256
+
+
 def embed_tools(
     tools: Sequence[Tool],
     embedder: Embedder,
@@ -48,11 +54,13 @@ def embed_tools(
     *,
     hashes: Sequence[str] | None = None,
     known: dict[str, np.ndarray] | None = None,
+    batch: int = EMBED_BATCH,
 ) -> np.ndarray:
     """Embeddings of ``tools`` in order, reusing the store's cache keyed by content hash.
 
     ``hashes`` are the tools' content hashes when the caller has them; ``known`` maps hashes
-    to vectors already at hand (the previous version's), which skips the cache for them.
+    to vectors already at hand, which skips the cache for them. Missing texts are embedded
+    ``batch`` at a time, each batch stored before the next.
     """
     if hashes is None:
         hashes = [tool.content_hash() for tool in tools]
@@ -60,13 +68,15 @@ def embed_tools(
     wanted = [h for h in dict.fromkeys(hashes) if h not in cached]
     if wanted:
         cached.update(store.get_embeddings(embedder.model_id, wanted))
-    missing: dict[str, str] = {}
+    missing: dict[str, Tool] = {}
     for tool, content_hash in zip(tools, hashes):
         if content_hash not in cached and content_hash not in missing:
-            missing[content_hash] = tool.text()
-    if missing:
-        vectors = embedder.embed_documents(list(missing.values()))
-        fresh = dict(zip(missing.keys(), vectors))
+            missing[content_hash] = tool
+    pending = list(missing.items())
+    for start in range(0, len(pending), batch):
+        chunk = pending[start : start + batch]
+        vectors = embedder.embed_documents([tool.text() for _, tool in chunk])
+        fresh = {content_hash: vectors[i] for i, (content_hash, _) in enumerate(chunk)}
         store.put_embeddings(embedder.model_id, fresh)
         cached.update(fresh)
     matrix = np.empty((len(tools), embedder.dim), dtype=np.float32)
@@ -88,35 +98,57 @@ def build_snapshot(
 ) -> Snapshot:
     """Embed (through the cache) and index ``tools`` into a servable snapshot.
 
-    With ``previous`` (the version being replaced) the vectors of unchanged tools are taken
-    from it and a large HNSW index is derived from its graph (:meth:`DenseIndex.updated`)
-    instead of being rebuilt: a one-tool change to a 100,000-tool registry then skips the
-    graph construction.
+    With ``previous`` (the version being replaced) the snapshot is derived from it: tools whose
+    text is unchanged keep their vectors and BM25 term counts, only new texts are embedded and
+    tokenised, BM25 postings are extended (:meth:`LexicalIndex.updated`), a flat FAISS index is
+    refilled from the copied matrix and a large HNSW index clones the previous graph and adds
+    the new vectors (:meth:`DenseIndex.updated`). ``previous`` itself is never modified
+    (readers may still be using it). A one-tool change costs milliseconds, not a rebuild.
     """
     hashes = [tool.content_hash() for tool in tools]
-    position: dict[str, int] = {}
-    known: dict[str, np.ndarray] = {}
+    groups = tuple(tuple(group) for group in equivalents)
     if previous is not None and previous.embedder != embedder.model_id:
         previous = None  # another embedder's vectors: never mixed, everything is re-embedded
-    if previous is not None and len(previous.content_hashes) == previous.n_tools:
-        position = {h: i for i, h in enumerate(previous.content_hashes)}
-        known = {h: previous.dense.embeddings[i] for h, i in position.items()}
-    embeddings = embed_tools(tools, embedder, store, hashes=hashes, known=known)
-    if previous is not None and position:
-        reuse = np.array([position.get(h, -1) for h in hashes], dtype=np.int64)
-        dense = DenseIndex.updated(previous.dense, embeddings, reuse, hnsw_min_tools=hnsw_min_tools)
-    else:
+    if previous is None or len(previous.content_hashes) != previous.n_tools:
+        embeddings = embed_tools(tools, embedder, store, hashes=hashes)
         dense = DenseIndex(embeddings, hnsw_min_tools=hnsw_min_tools)
+        lexical = LexicalIndex([tool.text() for tool in tools])
+    else:
+        position = {h: i for i, h in enumerate(previous.content_hashes)}
+        reuse = np.fromiter((position.get(h, -1) for h in hashes), np.int64, len(hashes))
+        kept = reuse >= 0
+        new_rows = np.flatnonzero(~kept)
+        embeddings = np.empty((len(tools), embedder.dim), dtype=np.float32)
+        embeddings[kept] = previous.dense.embeddings[reuse[kept]]
+        if new_rows.size:
+            embeddings[new_rows] = embed_tools(
+                [tools[i] for i in new_rows.tolist()],
+                embedder,
+                store,
+                hashes=[hashes[i] for i in new_rows.tolist()],
+            )
+        dense = DenseIndex.updated(previous.dense, embeddings, reuse, hnsw_min_tools=hnsw_min_tools)
+        texts = [tool.text() for tool in tools]
+        lexical = LexicalIndex.updated(previous.lexical, texts, reuse)
+    names = [tool.name for tool in tools]
+    by_name: dict[str, int] = {name: i for i, name in enumerate(names)}
+    name_index: NameIndex | None = None
+    equivalence: EquivalenceClasses | None = None
+    if previous is not None:  # unchanged parts are shared (they are never mutated)
+        if previous.by_name == by_name:
+            by_name, name_index = previous.by_name, previous.names
+        if previous.equivalents == groups:
+            equivalence = previous.equivalence
     return Snapshot(
         registry=registry,
         version=version,
         tools=tuple(tools),
-        by_name={tool.name: i for i, tool in enumerate(tools)},
+        by_name=by_name,
         dense=dense,
-        lexical=LexicalIndex([tool.text() for tool in tools]),
-        equivalents=tuple(tuple(group) for group in equivalents),
-        equivalence=EquivalenceClasses(equivalents),
+        lexical=lexical,
+        equivalents=groups,
+        equivalence=equivalence if equivalence is not None else EquivalenceClasses(groups),
         content_hashes=tuple(hashes),
-        names=NameIndex(tool.name for tool in tools),
+        names=name_index if name_index is not None else NameIndex(names),
         embedder=embedder.model_id,
     )

@@ -1,0 +1,154 @@
+"""Incremental writes (issue 14 item 9): a version is derived from the previous one, embedding
+and tokenising only new text, and serves exactly like a snapshot built from scratch."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from registry.engine import ShortlistEngine
+from registry.errors import InvalidToolDefinition, PayloadTooLarge
+from registry.index.dense import DenseIndex
+from registry.index.hybrid import Query, rank
+from registry.index.lexical import LexicalIndex, tokenize
+from registry.snapshot import build_snapshot
+from registry.store.local import LocalStore
+from registry.tools import ToolLimits, parse_tools
+from registry.writes import WriteJobs, stored_tools
+
+WORDS = "invoice order flight hotel payment report user zebra weather stock ticket email calendar".split()
+QUERIES = ["book a flight and hotel", "zebra weather report", "send an email about the invoice",
+           "order order payment", "calendar", "nothing matches xyzzy"]
+
+
+def _text(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 9)))
+
+
+def _tool(name: str, rng: random.Random) -> dict:
+    return {"name": name, "description": _text(rng)}
+
+
+def test_lexical_update_scores_exactly_like_a_rebuild_through_many_changes():
+    rng = random.Random(7)
+    texts = [_text(rng) for _ in range(60)]
+    index = LexicalIndex(texts)
+    compacted = False
+    for step in range(80):
+        new = list(texts)
+        action = step % 4
+        if action == 0 and len(new) > 5:
+            del new[rng.randrange(len(new))]  # delete
+        elif action == 1:
+            new[rng.randrange(len(new))] = _text(rng)  # change
+        elif action == 2:
+            new.append(_text(rng))  # add
+        else:
+            new.append(new[rng.randrange(len(new))])  # a duplicate text gets its own slot
+        position = {t: i for i, t in enumerate(texts)}
+        reuse = np.array([position.get(t, -1) for t in new])
+        derived = LexicalIndex.updated(index, new, reuse)
+        rebuilt = LexicalIndex(new)
+        compacted |= derived.dead_slots == 0 and index.dead_slots > 0
+        for query in QUERIES:
+            tokens = tokenize(query)
+            assert np.array_equal(derived.scores(tokens), rebuilt.scores(tokens)), (step, query)
+            assert derived.ceiling(tokens) == pytest.approx(rebuilt.ceiling(tokens), abs=1e-12)
+        index, texts = derived, new
+    assert compacted  # dead slots were folded away at least once
+
+
+def test_lexical_update_leaves_the_previous_index_untouched():
+    index = LexicalIndex(["alpha beta", "gamma"])
+    before = index.scores(["alpha", "gamma"]).copy()
+    LexicalIndex.updated(index, ["alpha beta", "alpha alpha delta"], np.array([0, -1]))
+    assert np.array_equal(index.scores(["alpha", "gamma"]), before)
+    with pytest.raises(ValueError):
+        LexicalIndex.updated(index, ["x"], np.array([5]))
+
+
+def test_derived_snapshot_ranks_like_a_rebuilt_one_and_embeds_only_new_text(tmp_path, hashing_embedder):
+    rng = random.Random(3)
+    store = LocalStore(tmp_path)
+    tools = parse_tools([_tool(f"t{i}", rng) for i in range(80)])
+    first = build_snapshot("r", 1, tools, hashing_embedder, store, hnsw_min_tools=10**6)
+    hashing_embedder.documents = 0
+    changed = [*tools[:10], *tools[11:]]  # one deleted
+    changed[20] = parse_tools([{"name": changed[20].name, "description": "a brand new zebra text"}])[0]
+    changed += parse_tools([_tool("added", rng)])
+    derived = build_snapshot("r", 2, changed, hashing_embedder, store, hnsw_min_tools=10**6, previous=first)
+    assert hashing_embedder.documents == 2  # the changed tool and the added one
+    rebuilt = build_snapshot("r", 2, changed, hashing_embedder, store, hnsw_min_tools=10**6)
+    assert np.array_equal(derived.dense.embeddings, rebuilt.dense.embeddings)
+    for text in QUERIES:
+        query = Query(hashing_embedder.embed_query(text), tokenize(text))
+        for scorer in ("dense", "bm25", "hybrid"):
+            got = rank(scorer, query, derived.dense, derived.lexical, 10)
+            want = rank(scorer, query, rebuilt.dense, rebuilt.lexical, 10)
+            assert np.array_equal(got[0], want[0]) and np.allclose(got[1], want[1]), (text, scorer)
+    assert derived.by_name == rebuilt.by_name and derived.names.find("`added`") == [len(changed) - 1]
+    assert first.n_tools == 80 and first.lexical.scores(["zebra"]).shape == (80,)  # untouched
+
+
+def test_one_tool_upsert_embeds_one_text_and_shares_unchanged_parts(settings, hashing_embedder, bor_policy):
+    engine = ShortlistEngine(settings, LocalStore(settings.data_dir), hashing_embedder, bor_policy)
+    rng = random.Random(1)
+    engine.put_registry("r", {"tools": [_tool(f"t{i}", rng) for i in range(50)], "equivalents": [["t1", "t2"]]})
+    before = engine.snapshot("r")
+    hashing_embedder.documents = 0
+    engine.upsert_tools("r", [{"name": "t3", "description": "counts zebras"}])
+    after = engine.snapshot("r")
+    assert hashing_embedder.documents == 1
+    assert after.names is before.names and after.equivalence is before.equivalence  # shared
+    assert after.tools[3].description == "counts zebras" and after.version == before.version + 1
+    assert engine.shortlist("r", "count the zebras", k=1).tools[0].name == "t3"
+    engine.delete_tool("r", "t3")
+    assert "t3" not in engine.snapshot("r").by_name and hashing_embedder.documents == 1
+
+
+def test_stored_tools_reuses_parsed_tools_and_matches_the_parser(settings, hashing_embedder, bor_policy):
+    engine = ShortlistEngine(settings, LocalStore(settings.data_dir), hashing_embedder, bor_policy)
+    rng = random.Random(2)
+    definitions = [_tool(f"t{i}", rng) for i in range(20)]
+    definitions.append({"type": "function", "function": {"name": "openai_style", "description": "x"}})
+    engine.put_registry("r", definitions)
+    current = engine.snapshot("r")
+    stored = [*definitions[:5], *definitions[6:], {"name": "fresh", "description": "new"}]
+    stored[0] = {"name": "t0", "description": "changed"}
+    limits = ToolLimits()
+    got = stored_tools(stored, current, limits)
+    assert [t.definition for t in got] == [t.definition for t in parse_tools(stored, limits)]
+    assert got[1] is current.tools[1] and got[-2] is current.tools[-1]  # reused, not reparsed
+    assert got[0] is not current.tools[0]
+    with pytest.raises(InvalidToolDefinition):  # a duplicate name is still refused
+        stored_tools([*stored, {"name": "t1", "description": "again"}], current, limits)
+    with pytest.raises(PayloadTooLarge):
+        stored_tools(stored, current, ToolLimits(max_tools=3))
+
+
+def test_write_jobs_report_done_and_failed(settings, hashing_embedder, bor_policy):
+    engine = ShortlistEngine(settings, LocalStore(settings.data_dir), hashing_embedder, bor_policy)
+    jobs = WriteJobs()
+    ok = jobs.submit(engine.prepare_put("r", [{"name": "a", "description": "alpha"}]))
+    assert ok.new_texts == 1
+    assert jobs.wait(ok, 10) and ok.state == "done" and ok.info.version == 1
+    assert jobs.get("r", ok.id) is ok and jobs.get("other", ok.id) is None
+    engine.limits = ToolLimits(max_tools=2)
+    bad = jobs.submit(engine.prepare_upsert("r", [{"name": "b", "description": "b"}, {"name": "c", "description": "c"}]))
+    assert jobs.wait(bad, 10) and bad.state == "failed" and isinstance(bad.error, PayloadTooLarge)
+    assert engine.snapshot("r").n_tools == 1
+
+
+def test_dense_flat_index_update_matches_a_rebuild():
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(30, 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    first = DenseIndex(vectors, hnsw_min_tools=1000)
+    reuse = np.array([*range(1, 30), -1])
+    new = np.concatenate([vectors[1:], vectors[:1] * -1])
+    derived = DenseIndex.updated(first, new, reuse, hnsw_min_tools=1000)
+    ids, scores = derived.search(new[3], 5)
+    want_ids, want_scores = DenseIndex(new, hnsw_min_tools=1000).search(new[3], 5)
+    assert np.array_equal(ids, want_ids) and np.allclose(scores, want_scores)
