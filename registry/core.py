@@ -44,6 +44,7 @@ from registry.feedback import (
 from registry.index.embed import Embedder, load_minilm
 from registry.index.query_cache import CachedEmbedder
 from registry.learning.learner import UsageLearner
+from registry.learning.manager import PolicyManager
 from registry.learning.wiring import build_learner, start_learner
 from registry.settings import Settings
 from registry.shortlist import Shortlist
@@ -136,6 +137,12 @@ class Shortlister:
             compact_after_events=settings.feedback_compact_events,
             min_compact_interval_seconds=settings.feedback_compact_interval_seconds,
             compact_margin_seconds=settings.feedback_compact_margin_seconds,
+        )
+        # per-registry depth policies (registry.learning): versions, refits, hot swaps
+        self.policies = PolicyManager.for_settings(
+            settings,
+            lambda: self.feedback_recorder.log.replay(),
+            shared=isinstance(self.store, SharedStore),
         )
         self.sync: StoreSync | None = None
         self._registry_listeners: list[RegistryListener] = []
@@ -241,6 +248,7 @@ class Shortlister:
         self._closing.set()
         if self.sync is not None:
             self.sync.stop()
+        self.policies.close()
         self.learning.close()
         if isinstance(self.store, SharedStore):
             self.store.close()
@@ -299,6 +307,9 @@ class Shortlister:
                     feedback=self.feedback_recorder,
                     on_tick=getattr(memory, "flush_pending", None),
                 )
+            engine.queries.policy_book = self.policies.book
+            shared = isinstance(self.store, SharedStore)
+            self.policies.start(self.settings.sync_interval_seconds if shared else None)
             self.engine = engine
             if self.sync is not None and not self._closing.is_set():
                 self.sync.start()
@@ -452,3 +463,4 @@ class Shortlister:
         """Delete a registry and all its versions."""
         self.require_engine().delete_registry(registry)
         self._notify(RegistryChange(registry, None))
+        self.policies.forget(registry)

@@ -25,7 +25,7 @@ import numpy as np
 
 from registry import bor
 from registry.compose import Pick, fold_duplicates, interleave
-from registry.depth.features import FEATURE_WINDOW
+from registry.depth.features import FEATURE_WINDOW, depth_features
 from registry.depth.policies import (
     MAX_DEPTH_BIAS,
     DepthPolicy,
@@ -33,7 +33,6 @@ from registry.depth.policies import (
     GapPolicy,
     ThresholdPolicy,
     TunableDepthPolicy,
-    first_stop,
     policy_depth_limit,
 )
 from registry.errors import ValidationFailed
@@ -141,6 +140,7 @@ class Shortlist:
             policy_version=self.policy_version,
             margins=trace.margins if trace is not None else (),
             depth_bias=self.depth_bias,
+            scores=trace.scores if trace is not None else (),
         )
 
 
@@ -446,15 +446,20 @@ class QueryRunner:
     def _bor_depth(
         self, request: _Request, scores: np.ndarray, n: int, cap: int, trace: DepthTrace | None
     ) -> int:
-        """The learned policy's depth under the registry's stop rule (margins kept in ``trace``)."""
+        """The learned policy's depth under the registry's stop rule (margins and scores of the
+        request's own ranking kept in ``trace``, for a refit)."""
         rule = trace.rule if trace is not None else self.policy_book.active("")
-        bias = (request.bias or 0.0) + rule.bias_offset
+        bias = request.bias or 0.0
         limit = min(cap, rule.max_depth or cap)
         q_values = getattr(self.bor_policy, "q_values", None)
-        if trace is None or trace.done or q_values is None:
-            return int(self.bor_policy.choose_depth(scores, n, limit, bias=bias))
+        if q_values is None or (rule.kind == "bias" and (trace is None or trace.done)):
+            return int(self.bor_policy.choose_depth(scores, n, limit, bias=bias + rule.bias_offset))
         q = np.asarray(q_values(scores, n, cap))
-        margins = q[:, 0] - q[:, 1]
-        trace.margins = tuple(round(float(m), 4) if math.isfinite(m) else 0.0 for m in margins)
-        return first_stop(q[:limit], bias)
+        if trace is not None and not trace.done:
+            margins = q[:, 0] - q[:, 1]
+            trace.margins = tuple(round(float(m), 4) if math.isfinite(m) else 0.0 for m in margins)
+            top = np.asarray(scores[:FEATURE_WINDOW], dtype=np.float64)
+            trace.scores = tuple(round(float(v), 5) if math.isfinite(v) else 0.0 for v in top)
+        q = q[:limit]
+        return rule.depth(q, lambda: depth_features(np.asarray(scores), n, q.shape[0]), bias)
 

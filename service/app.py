@@ -18,6 +18,7 @@ from service.mcp import McpFace
 from service.middleware import BodyLimitMiddleware, HttpMetricsMiddleware
 from service.routes import feedback, health, registries, shortlist
 from service.routes import learning as learning_routes
+from service.routes import policies as policy_routes
 from service.schemas import error_responses
 from service.state import EmbedderFactory, ServiceState, default_embedder
 
@@ -66,6 +67,8 @@ def create_app(
     app.include_router(registries.admin_router, **_guarded(admin))
     app.include_router(learning_routes.router, **_guarded(query or admin))
     app.include_router(learning_routes.admin_router, **_guarded(admin))
+    app.include_router(policy_routes.router, **_guarded(query or admin))
+    app.include_router(policy_routes.admin_router, **_guarded(admin))
     app.include_router(health.router)
     app.router.routes.append(mcp.route())  # /mcp, guarded like /shortlist (service.mcp)
     log_access_mode(settings)

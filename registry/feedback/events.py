@@ -39,6 +39,8 @@ class _Learning(Protocol):
     def margins(self) -> tuple[float, ...]: ...
     @property
     def depth_bias(self) -> float | None: ...
+    @property
+    def scores(self) -> tuple[float, ...]: ...
 
 
 def _learning_json(x: _Learning) -> dict[str, Any]:
@@ -51,6 +53,7 @@ def _learning_json(x: _Learning) -> dict[str, Any]:
         "policy_version": x.policy_version,
         "margins": list(x.margins),
         "depth_bias": x.depth_bias,
+        "scores": list(x.scores),
     }
 
 
@@ -67,6 +70,7 @@ def _learning_fields(d: dict[str, Any]) -> dict[str, Any]:
         "policy_version": str(d.get("policy_version") or ""),
         "margins": tuple(float(m) for m in d.get("margins") or ()),
         "depth_bias": None if bias is None else float(bias),
+        "scores": tuple(float(v) for v in d.get("scores") or ()),
     }
 
 
@@ -101,6 +105,7 @@ class ShownShortlist:
         margins: ``Q_stop - Q_continue`` per depth of the learned policy on the request's own
             ranking (empty for other policies): a refit replays its stop rule on them.
         depth_bias: the request's operating knob (bits) the margins were compared with.
+        scores: the top scores of that ranking (the policy's feature window), for a refit.
     """
 
     shortlist_id: str
@@ -118,6 +123,7 @@ class ShownShortlist:
     policy_version: str = ""
     margins: tuple[float, ...] = ()
     depth_bias: float | None = None
+    scores: tuple[float, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -427,8 +433,8 @@ class FeedbackEvent:
             to ``N``.
         received: wall-clock seconds when the feedback was accepted.
         caller: short hash of the bearer token that sent the feedback (``None``: no tokens).
-        query, ranking, depth_chosen, propensity, policy_version, margins, depth_bias: copied
-            from the shortlist (see :class:`ShownShortlist`); defaults on old records.
+        query, ranking, depth_chosen, propensity, policy_version, margins, depth_bias,
+            scores: copied from the shortlist (see :class:`ShownShortlist`); defaults on old records.
     """
 
     shortlist_id: str
@@ -453,6 +459,7 @@ class FeedbackEvent:
     policy_version: str = ""
     margins: tuple[float, ...] = ()
     depth_bias: float | None = None
+    scores: tuple[float, ...] = ()
 
     def rank_of(self, names: Collection[str]) -> int | None:
         """0-based position of the first of ``names`` in the logged ranking (the shown list
@@ -673,6 +680,7 @@ def build_event(
         policy_version=shortlist.policy_version,
         margins=shortlist.margins,
         depth_bias=shortlist.depth_bias,
+        scores=shortlist.scores,
     )
 
 

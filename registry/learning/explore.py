@@ -53,6 +53,7 @@ class DepthTrace:
         shown: the depth served for it (``chosen`` unless exploration went deeper).
         propensity: probability of ``shown`` under the serving policy, exploration included.
         margins: the learned policy's ``Q_stop - Q_continue`` per depth on that ranking.
+        scores: that ranking's top scores (the policy's feature window).
         done: the request's own ranking was handled (intents' rankings are not traced).
     """
 
@@ -61,4 +62,5 @@ class DepthTrace:
     shown: int = 0
     propensity: float = 1.0
     margins: tuple[float, ...] = field(default=())
+    scores: tuple[float, ...] = field(default=())
     done: bool = False

@@ -15,11 +15,15 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from registry.errors import NotFound, ValidationFailed
+import numpy as np
+
+from registry.depth.policies import first_stop
+from registry.errors import NotFound, StoreUnavailable, ValidationFailed
 from registry.tools import validate_registry_name
 
 __all__ = [
@@ -39,10 +43,19 @@ DEFAULT_VERSION = "default"
 class StopRule:
     """One version of a registry's depth policy.
 
+    Two kinds. A *bias* rule stops where the network's ``Q_stop - Q_continue`` reaches the
+    request's ``depth_bias + bias_offset``. A *calibrated* rule (``weights`` set) stops at the
+    first depth whose estimated miss probability ``P(used tool ranked deeper)`` -- a logistic
+    model on the policy's features and margin, fitted on the registry's feedback -- is at most
+    ``threshold * 2**-depth_bias`` (a positive bias still asks for longer lists).
+
     Attributes:
         version: ``"default"`` or ``"refit-<n>"``.
         bias_offset: bits added to the request's ``depth_bias`` (``> 0``: longer lists).
         max_depth: deepest list the rule shows (``None``: the request's cap).
+        weights: calibrated rule: intercept then one weight per standardised input.
+        center, scale: the inputs' standardisation (features, then the margin).
+        threshold: calibrated rule: the miss probability it stops at.
         created: wall-clock seconds it was made.
         parent: the version it was refit from.
         estimate: the refit's off-policy evaluation (found rate, mean K, CI...).
@@ -54,15 +67,46 @@ class StopRule:
     created: float = 0.0
     parent: str | None = None
     estimate: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    weights: tuple[float, ...] = ()
+    center: tuple[float, ...] = ()
+    scale: tuple[float, ...] = ()
+    threshold: float = 0.0
+
+    @property
+    def kind(self) -> str:
+        return "calibrated" if self.weights else "bias"
+
+    def miss_probability(self, features: np.ndarray, margins: np.ndarray) -> np.ndarray:
+        """Calibrated rule: ``P(the used tool is ranked past depth k)`` per row ``k - 1``."""
+        x = np.column_stack([np.asarray(features, np.float64), np.asarray(margins, np.float64)])
+        z = (x - np.asarray(self.center)) / np.asarray(self.scale)
+        w = np.asarray(self.weights)
+        return 1.0 / (1.0 + np.exp(-np.clip(z @ w[1:] + w[0], -30, 30)))
+
+    def depth(self, q: np.ndarray, features: Callable[[], np.ndarray], bias: float = 0.0) -> int:
+        """The depth this rule shows given the network's ``(D, 2)`` Q-values (already cut to the
+        deepest allowed list) and, for a calibrated rule, the policy's feature rows."""
+        if q.shape[0] == 0:
+            return 0
+        if not self.weights:
+            return first_stop(q, bias + self.bias_offset)
+        p = self.miss_probability(features(), q[:, 0] - q[:, 1])
+        stop = np.flatnonzero(p <= self.threshold * 2.0 ** (-bias))
+        return int(stop[0]) + 1 if stop.size else int(q.shape[0])
 
     def to_json(self) -> dict[str, Any]:
         return {
             "version": self.version,
+            "kind": self.kind,
             "bias_offset": self.bias_offset,
             "max_depth": self.max_depth,
             "created": self.created,
             "parent": self.parent,
             "estimate": self.estimate,
+            "weights": list(self.weights),
+            "center": list(self.center),
+            "scale": list(self.scale),
+            "threshold": self.threshold,
         }
 
     @classmethod
@@ -75,6 +119,10 @@ class StopRule:
             created=float(d.get("created", 0.0)),
             parent=None if d.get("parent") is None else str(d["parent"]),
             estimate=dict(d.get("estimate") or {}),
+            weights=tuple(float(v) for v in d.get("weights") or ()),
+            center=tuple(float(v) for v in d.get("center") or ()),
+            scale=tuple(float(v) for v in d.get("scale") or ()),
+            threshold=float(d.get("threshold", 0.0)),
         )
 
 
@@ -197,12 +245,34 @@ class LocalPolicyStore:
         return str(self._epoch)
 
 
+class _Guarded:
+    """A Redis client whose errors surface as :class:`StoreUnavailable` (a 503, not a 500)."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not callable(attr) or name == "pipeline":
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return attr(*args, **kwargs)
+            except Exception as exc:
+                if type(exc).__module__.startswith("redis"):
+                    raise StoreUnavailable(f"policy store unavailable: {exc}") from exc
+                raise
+
+        return call
+
+
 class RedisPolicyStore:
-    """``<prefix>policies:<registry>`` (JSON) and an ``<prefix>policies:epoch`` counter every
-    replica polls on its sync tick (one GET) to hot-swap the active rules."""
+    """``<prefix>policies:<registry>`` (JSON) and a ``<prefix>policies-epoch`` counter every
+    replica polls (one GET per sync interval) to hot-swap the active rules."""
 
     def __init__(self, client: Any, prefix: str) -> None:
-        self._client = client
+        self._client = _Guarded(client)
         self._key = f"{prefix}policies:"
         self._epoch_key = f"{prefix}policies-epoch"
 

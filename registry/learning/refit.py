@@ -1,0 +1,287 @@
+"""Per-registry depth refit: fit a stop rule on a registry's logged feedback, evaluate it off
+policy on held-out feedback, and ship it only when it is measurably better.
+
+Data. Every feedback event on a shortlist the learned policy served carries the policy's
+margins and feature-window scores for the request's own ranking, and the ranking itself past
+the shown list (:class:`registry.feedback.FeedbackEvent`). The used tool's logged rank ``r``
+is known when it was shown or ranked within the logged tail (censored beyond it: then no depth
+a policy may choose finds it). So any rule's depth ``d`` can be replayed on every event, and it
+*finds* the tool iff ``r < d``: the censored found-at-K curve. No propensity weighting is
+needed for that (the rank is logged whatever was shown); exploration adds events whose used
+tool sat just past the cut, which a shallower policy never gets reported.
+
+Candidates. Bias rules (``bias_offset`` on a grid) and a calibrated rule: a logistic model of
+``P(r >= k)`` (stopping at ``k`` misses) on the policy's features and margin at each depth,
+stopping at the first ``k`` with that probability at most ``threshold`` (grid). Each is
+scored on the fitting part by depth efficiency ``K_eq / mean K`` (``K_eq``: the fixed depth
+with the same found rate, from the same events) among those whose found rate is not below the
+current policy's.
+
+Guard. On the held-out part (30%, split by shortlist id) a bootstrap of the efficiency gain
+``candidate - current`` must have its lower bound at ``confidence`` above ``margin``, and the
+candidate's found rate must not be below the current one's. Otherwise the refit is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from registry.depth.features import depth_features
+from registry.feedback import FeedbackEvent
+from registry.learning.policies import StopRule
+from registry.offline.metrics import k_equivalent
+
+__all__ = ["HOLDOUT_SHARE", "Estimate", "LoggedEvents", "RefitOutcome", "evaluate_rule", "refit"]
+
+HOLDOUT_SHARE = 0.3
+BIAS_GRID = tuple(np.round(np.arange(-3.0, 3.01, 0.25), 2))
+THRESHOLD_GRID = (0.02, 0.03, 0.05, 0.07, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5)
+BOOTSTRAP = 400
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedEvent:
+    """One usable event: the network's Q margins, the feature rows, the request bias, the rank."""
+
+    shortlist_id: str
+    margins: np.ndarray  # (D,)
+    features: np.ndarray  # (D, F)
+    bias: float
+    rank: float  # 0-based logged rank of the first used tool; inf: past the logged ranking
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedEvents:
+    events: tuple[LoggedEvent, ...]
+
+    @classmethod
+    def of(cls, events: Iterable[FeedbackEvent], registry: str) -> LoggedEvents:
+        """The registry's events the learned policy served (with margins and scores)."""
+        out = []
+        for e in events:
+            if e.registry != registry or not e.margins or not e.scores:
+                continue
+            depth = len(e.margins)
+            feats = depth_features(np.asarray(e.scores, np.float64), e.n_tools, depth)
+            if feats.shape[0] != depth:
+                continue
+            rank = e.rank_of(set(e.used))
+            out.append(
+                LoggedEvent(
+                    e.shortlist_id,
+                    np.asarray(e.margins, np.float64),
+                    feats.astype(np.float64),
+                    float(e.depth_bias or 0.0),
+                    math.inf if rank is None else float(rank),
+                )
+            )
+        return cls(tuple(out))
+
+    def split(self, share: float = HOLDOUT_SHARE) -> tuple[LoggedEvents, LoggedEvents]:
+        """``(fit, held out)``, by a hash of the shortlist id (stable across refits)."""
+        fit: list[LoggedEvent] = []
+        held: list[LoggedEvent] = []
+        for e in self.events:
+            h = int.from_bytes(hashlib.sha256(e.shortlist_id.encode()).digest()[:4], "big")
+            (held if h / 2**32 < share else fit).append(e)
+        return LoggedEvents(tuple(fit)), LoggedEvents(tuple(held))
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+
+def rule_depths(rule: StopRule, data: LoggedEvents) -> np.ndarray:
+    """The depth ``rule`` shows on each logged event."""
+    out = np.empty(len(data), dtype=np.int64)
+    for i, e in enumerate(data.events):
+        d = e.margins.shape[0]
+        limit = min(d, rule.max_depth or d)
+        q = np.column_stack([e.margins[:limit], np.zeros(limit)])
+        feats = e.features[:limit]
+        out[i] = rule.depth(q, lambda feats=feats: feats, e.bias)  # type: ignore[misc]
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """Off-policy metrics of one rule on logged events (censored found-at-K curve)."""
+
+    events: int
+    found: float
+    mean_k: float
+    efficiency: float
+    found_at_1: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "events": self.events,
+            "found": round(self.found, 4),
+            "mean_k": round(self.mean_k, 3),
+            "efficiency": round(self.efficiency, 4) if math.isfinite(self.efficiency) else None,
+            "found_at_1": round(self.found_at_1, 4),
+        }
+
+
+def _curve(ranks: np.ndarray, weights: np.ndarray, kmax: int) -> np.ndarray:
+    ks = np.arange(kmax + 1)
+    hit = ranks[:, None] < ks[None, :]
+    return np.asarray(weights @ hit / weights.sum())
+
+
+def _metrics(depths: np.ndarray, ranks: np.ndarray, weights: np.ndarray) -> tuple[float, float, float]:
+    total = weights.sum()
+    found = float(weights @ (ranks < depths) / total)
+    mean_k = float(weights @ depths / total)
+    curve = _curve(ranks, weights, int(max(depths.max(initial=1), 1)) + 1)
+    eff = k_equivalent(curve, found) / mean_k if mean_k > 0 else math.nan
+    return found, mean_k, eff
+
+
+def evaluate_rule(rule: StopRule, data: LoggedEvents) -> Estimate:
+    depths = rule_depths(rule, data)
+    ranks = np.array([e.rank for e in data.events])
+    found, mean_k, eff = _metrics(depths, ranks, np.ones(len(ranks)))
+    return Estimate(len(data), found, mean_k, eff, float(np.mean(ranks < 1)) if len(ranks) else 0.0)
+
+
+def _fit_logistic(data: LoggedEvents, l2: float = 1.0, steps: int = 25) -> StopRule | None:
+    """A calibrated rule (threshold unset): ``P(rank >= k)`` from the features and margin at
+    depth ``k``, fitted by Newton's method with an L2 penalty. Events whose tool no depth finds
+    are left out (they say nothing about where to stop)."""
+    rows, labels = [], []
+    for e in data.events:
+        d = e.margins.shape[0]
+        if e.rank >= d:
+            continue
+        rows.append(np.column_stack([e.features, e.margins]))
+        labels.append(e.rank >= np.arange(1, d + 1))
+    if len(rows) < 20:
+        return None
+    x = np.vstack(rows)
+    y = np.concatenate(labels).astype(np.float64)
+    if y.min() == y.max():
+        return None
+    center = x.mean(axis=0)
+    scale = x.std(axis=0)
+    scale[scale < 1e-9] = 1.0
+    z = np.column_stack([np.ones(len(x)), (x - center) / scale])
+    w = np.zeros(z.shape[1])
+    penalty = l2 * np.eye(z.shape[1])
+    penalty[0, 0] = 0.0
+    for _ in range(steps):
+        p = 1.0 / (1.0 + np.exp(-np.clip(z @ w, -30, 30)))
+        grad = z.T @ (p - y) + penalty @ w
+        hess = (z * (p * (1 - p))[:, None]).T @ z + penalty + 1e-6 * np.eye(z.shape[1])
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if float(np.abs(step).max()) < 1e-6:
+            break
+    return StopRule(
+        weights=tuple(float(v) for v in w),
+        center=tuple(float(v) for v in center),
+        scale=tuple(float(v) for v in scale),
+    )
+
+
+def candidates(fit: LoggedEvents, current: StopRule) -> list[StopRule]:
+    """Every rule the refit weighs (bias rules on a grid, calibrated rules per threshold)."""
+    rules = [replace(current, bias_offset=float(b), weights=()) for b in BIAS_GRID]
+    calibrated = _fit_logistic(fit)
+    if calibrated is not None:
+        rules += [replace(calibrated, threshold=t, max_depth=current.max_depth) for t in THRESHOLD_GRID]
+    return rules
+
+
+@dataclass(frozen=True, slots=True)
+class RefitOutcome:
+    """What a refit concluded: ``state`` is ``done`` (candidate better: ``rule`` to ship) or
+    ``refused`` (``reason`` says why; ``rule`` may still show the best candidate)."""
+
+    state: str
+    reason: str
+    rule: StopRule | None
+    estimate: dict[str, Any] = field(default_factory=dict)
+
+
+def _bootstrap_gain(
+    cand: np.ndarray, cur: np.ndarray, ranks: np.ndarray, confidence: float, seed: int = 0
+) -> tuple[float, float, float]:
+    """Efficiency gain (candidate - current): point, lower and upper bound at ``confidence``."""
+    n = len(ranks)
+    ones = np.ones(n)
+    point = _metrics(cand, ranks, ones)[2] - _metrics(cur, ranks, ones)[2]
+    rng = np.random.default_rng(seed)
+    gains = []
+    for _ in range(BOOTSTRAP):
+        w = rng.multinomial(n, np.full(n, 1.0 / n)).astype(np.float64)
+        gains.append(_metrics(cand, ranks, w)[2] - _metrics(cur, ranks, w)[2])
+    finite = np.asarray([g for g in gains if math.isfinite(g)])
+    if finite.size < BOOTSTRAP // 2:
+        return point, -math.inf, math.inf
+    return point, float(np.quantile(finite, 1 - confidence)), float(np.quantile(finite, confidence))
+
+
+def refit(
+    events: Iterable[FeedbackEvent],
+    registry: str,
+    current: StopRule,
+    *,
+    min_events: int = 200,
+    margin: float = 0.0,
+    confidence: float = 0.95,
+) -> RefitOutcome:
+    """Fit, evaluate and decide (see the module docstring). Never raises on thin data."""
+    started = time.perf_counter()
+    data = LoggedEvents.of(events, registry)
+    if len(data) < min_events:
+        return RefitOutcome(
+            "refused", f"{len(data)} usable feedback events; a refit needs {min_events}", None,
+            {"events": len(data)},
+        )
+    fit, held = data.split()
+    base = evaluate_rule(current, fit)
+    best: tuple[float, StopRule, Estimate] | None = None
+    for rule in candidates(fit, current):
+        est = evaluate_rule(rule, fit)
+        if est.found + 1e-12 < base.found or not math.isfinite(est.efficiency):
+            continue
+        if best is None or est.efficiency > best[0]:
+            best = (est.efficiency, rule, est)
+    if best is None:
+        return RefitOutcome("refused", "no candidate keeps the found rate", None, {"fit": base.to_json()})
+    rule = best[1]
+    ranks = np.array([e.rank for e in held.events])
+    cand_d, cur_d = rule_depths(rule, held), rule_depths(current, held)
+    cand, cur = evaluate_rule(rule, held), evaluate_rule(current, held)
+    point, lower, upper = _bootstrap_gain(cand_d, cur_d, ranks, confidence)
+    estimate = {
+        "events": len(data),
+        "fit_events": len(fit),
+        "held_out_events": len(held),
+        "candidate": cand.to_json(),
+        "current": cur.to_json(),
+        "efficiency_gain": round(point, 4),
+        "efficiency_gain_ci": [round(lower, 4), round(upper, 4)],
+        "confidence": confidence,
+        "margin": margin,
+        "kind": rule.kind,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+    rule = replace(rule, parent=current.version, estimate=estimate)
+    if cand.found + 1e-12 < cur.found:
+        reason = f"held-out found rate {cand.found:.4f} is below the current {cur.found:.4f}"
+        return RefitOutcome("refused", reason, rule, estimate)
+    if not lower > margin:
+        reason = (
+            f"efficiency gain {point:+.3f}, lower bound {lower:+.3f} at {confidence:.0%} "
+            f"is not above the margin {margin:g}"
+        )
+        return RefitOutcome("refused", reason, rule, estimate)
+    return RefitOutcome("done", f"efficiency {cur.efficiency:.3f} -> {cand.efficiency:.3f}", rule, estimate)

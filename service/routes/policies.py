@@ -1,0 +1,126 @@
+"""Per-registry depth policies: list versions, refit from feedback, activate (roll back).
+
+``GET /registries/{r}/policies`` needs a read token; refits and activation an admin token
+(create_app guards each router). A refit runs on a worker thread, never a query's.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from service.deps import CoreDep
+from service.routes.registries import RegistryPath
+from service.schemas import error_responses
+
+router = APIRouter(prefix="/registries", tags=["policies"])
+admin_router = APIRouter(prefix="/registries", tags=["policies"])  # no body: no JSON check
+
+
+class PolicyVersionOut(BaseModel):
+    version: str = Field(examples=["refit-2"])
+    kind: str = Field(description="'bias' (offset on the network's STOP - CONTINUE margin) or "
+                      "'calibrated' (logistic miss probability, stops at a threshold).")
+    active: bool
+    bias_offset: float = 0.0
+    max_depth: int | None = None
+    threshold: float | None = None
+    created: float | None = None
+    parent: str | None = None
+    estimate: dict[str, Any] = Field(default_factory=dict, description="The refit's held-out "
+                                     "estimate: found, mean K, efficiency of candidate and current.")
+
+
+class PolicyList(BaseModel):
+    registry: str
+    active: str = Field(description="The version stored as active (every replica converges to it).")
+    serving: str = Field(description="The version this replica serves now.")
+    versions: list[PolicyVersionOut]
+
+
+class RefitJobOut(BaseModel):
+    job: str
+    registry: str
+    state: str = Field(description="running, done (a new version is active), refused (the "
+                       "guard said no) or failed.")
+    reason: str = ""
+    version: str | None = Field(None, description="The version a done refit activated.")
+    active: str | None = None
+    estimate: dict[str, Any] = Field(default_factory=dict)
+    created: float | None = None
+    finished: float | None = None
+
+
+def _listing(data: dict[str, Any]) -> PolicyList:
+    versions = []
+    for v in data["versions"]:
+        calibrated = v.get("kind") == "calibrated"
+        versions.append(
+            PolicyVersionOut(
+                version=v["version"], kind=v.get("kind", "bias"), active=v["active"],
+                bias_offset=v.get("bias_offset", 0.0), max_depth=v.get("max_depth"),
+                threshold=v.get("threshold") if calibrated else None, created=v.get("created"),
+                parent=v.get("parent"), estimate=v.get("estimate") or {},
+            )
+        )
+    return PolicyList(
+        registry=data["registry"], active=data["active"], serving=data["serving"], versions=versions
+    )
+
+
+@router.get(
+    "/{registry}/policies", response_model=PolicyList, responses=error_responses(404, 422, 503)
+)
+def list_policies(registry: RegistryPath, core: CoreDep) -> PolicyList:
+    """Every version of the registry's depth policy, the active one and the one served here."""
+    core.snapshot(registry)  # 404 for an unknown registry
+    return _listing(core.policies.listing(registry))
+
+
+@admin_router.post(
+    "/{registry}/policies/refit",
+    response_model=RefitJobOut,
+    responses={202: {"description": "Started (async=true): poll the job."},
+               **error_responses(404, 422, 503)},
+)
+def refit(
+    registry: RegistryPath,
+    core: CoreDep,
+    run_async: Annotated[bool, Query(alias="async", description="Answer at once with the job "
+                                     "id; poll GET .../refit/{job} until its state is final.")] = False,
+) -> Any:
+    """Refit the registry's depth policy from its feedback; activate it only when it beats the
+    current one on held-out feedback (bootstrap lower bound above the margin, found rate kept)."""
+    core.snapshot(registry)
+    job = core.policies.refit(registry, background=run_async)
+    if run_async:
+        return JSONResponse({"job": job.job, "state": job.state}, status_code=202)
+    return RefitJobOut.model_validate(job.to_json())
+
+
+@admin_router.get(
+    "/{registry}/policies/refit/{job}",
+    response_model=RefitJobOut,
+    responses=error_responses(404, 422, 503),
+)
+def refit_job(
+    registry: RegistryPath, job: Annotated[str, Path(max_length=64)], core: CoreDep
+) -> RefitJobOut:
+    """A refit job's state: running, done, refused or failed (kept a day)."""
+    return RefitJobOut.model_validate(core.policies.job(registry, job).to_json())
+
+
+@admin_router.post(
+    "/{registry}/policies/{version}/activate",
+    response_model=PolicyList,
+    responses=error_responses(404, 422, 503),
+)
+def activate(
+    registry: RegistryPath, version: Annotated[str, Path(max_length=64)], core: CoreDep
+) -> PolicyList:
+    """Make a stored version (or 'default') active on every replica: a rollback or roll-forward."""
+    core.snapshot(registry)
+    return _listing(core.policies.activate(registry, version))

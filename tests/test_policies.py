@@ -1,0 +1,232 @@
+"""Exploration with logged propensities, the refit's swap guard, policy versions and rollback,
+refit job states (issue 11 items 2-3)."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import numpy as np
+import pytest
+
+from tests.conftest import weather_tools
+
+SCORES = tuple(float(v) for v in np.linspace(0.9, 0.1, 51))
+
+
+def _event(i: int, rank: int, margins: tuple[float, ...], registry: str = "r"):
+    from registry.feedback.events import FeedbackEvent
+
+    ranking = tuple(f"t{j}" for j in range(60))
+    return FeedbackEvent(
+        shortlist_id=f"s{i}", registry=registry, version=1, n_tools=100, k=len(margins),
+        shown=ranking[: len(margins)], used=(f"t{rank}",), success=True, calls=(),
+        presented_exact=rank < len(margins), presented_equivalent=rank < len(margins),
+        p_rand_exact=0.1, p_rand_equivalent=0.1, received=time.time(), ranking=ranking,
+        depth_chosen=len(margins), propensity=1.0, policy_version="default",
+        margins=margins, depth_bias=0.0, scores=SCORES,
+    )
+
+
+def easy_events(n: int = 400, registry: str = "r"):
+    """The default rule shows 10 (no margin reaches 0); the used tool is always first."""
+    rng = random.Random(1)
+    return [
+        _event(i, 0, tuple(-0.5 - rng.random() * 0.5 for _ in range(10)), registry)
+        for i in range(n)
+    ]
+
+
+def spread_events(n: int = 400):
+    """The default rule shows 10 and the used tool sits anywhere in the top 10."""
+    rng = random.Random(2)
+    return [_event(i, rng.randrange(10), tuple(-0.5 - rng.random() for _ in range(10))) for i in range(n)]
+
+
+# -- exploration -------------------------------------------------------------------------------
+
+
+def test_propensities_are_a_distribution_and_the_share_is_respected():
+    from registry.learning.explore import Explorer, propensity
+
+    for chosen, limit in ((3, 20), (18, 20), (20, 20)):
+        total = sum(propensity(chosen, shown, limit, 0.05) for shown in range(chosen, limit + 1))
+        assert total == pytest.approx(1.0)
+    assert propensity(3, 3, 20, 0.05) == pytest.approx(0.95)
+    assert propensity(3, 5, 20, 0.05) == pytest.approx(0.05 / 3)
+    assert propensity(19, 20, 20, 0.3) == pytest.approx(0.3)  # 1, 2 and 3 extra all give 20
+    explorer = Explorer(0.05, random.Random(7))
+    draws = [explorer.draw(4, 20) for _ in range(20_000)]
+    deeper = [s for s, _ in draws if s > 4]
+    assert 0.04 < len(deeper) / len(draws) < 0.06
+    assert set(deeper) == {5, 6, 7}
+    assert all(p == pytest.approx(propensity(4, s, 20, 0.05)) for s, p in draws[:200])
+    assert Explorer(0.0).draw(4, 20) == (4, 1.0)
+
+
+@pytest.fixture
+def make_core(settings, bor_policy):
+    from registry.core import Shortlister
+    from registry.index.embed import HashingEmbedder
+
+    cores = []
+
+    def make(**overrides):
+        core = Shortlister.from_settings(
+            settings.model_copy(update=overrides), embedder_factory=lambda _: HashingEmbedder(),
+            bor_policy=bor_policy, start=True,
+        )
+        cores.append(core)
+        return core
+
+    yield make
+    for core in cores:
+        core.close()
+
+
+def _tools(n: int = 60) -> list[dict]:
+    words = ["weather", "email", "currency", "file", "calendar", "music", "stock", "map"]
+    return [{"name": f"tool_{i}", "description": f"{words[i % 8]} helper {i} {words[i * 3 % 8]}"}
+            for i in range(n)]
+
+
+def test_explored_shortlists_log_depth_chosen_and_propensity(make_core):
+    core = make_core(explore_share=1.0)  # every adaptive list is explored
+    core.put_registry("big", _tools())
+    explored = 0
+    for query in ("weather helper", "email and currency", "music stock map", "file calendar"):
+        result = core.shortlist("big", query)
+        s = core.feedback_recorder.memory.get(result.shortlist_id)
+        assert s.k == result.k and s.k - s.depth_chosen in (0, 1, 2, 3)
+        if s.k > s.depth_chosen:
+            explored += 1
+            assert s.propensity == pytest.approx(1 / 3) or s.k == 30  # 30: the cap, several extras
+        # a fixed k is never explored
+        fixed = core.feedback_recorder.memory.get(core.shortlist("big", query, k=2).shortlist_id)
+        assert (fixed.k, fixed.depth_chosen, fixed.propensity) == (2, 2, 1.0)
+    assert explored >= 3
+    quiet = make_core(explore_share=0.0, data_dir=core.settings.data_dir / "q")
+    quiet.put_registry("big", _tools())
+    s = quiet.feedback_recorder.memory.get(quiet.shortlist("big", "weather helper").shortlist_id)
+    assert s.k == s.depth_chosen and s.propensity == 1.0
+
+
+# -- the refit and its guard ---------------------------------------------------------------------
+
+
+def test_refit_ships_a_better_rule():
+    from registry.learning.policies import StopRule
+    from registry.learning.refit import refit
+
+    outcome = refit(easy_events(), "r", StopRule())
+    assert outcome.state == "done", outcome.reason
+    est = outcome.estimate
+    assert est["candidate"]["found"] >= est["current"]["found"] == 1.0
+    assert est["candidate"]["mean_k"] < est["current"]["mean_k"] == 10
+    assert est["efficiency_gain_ci"][0] > 0
+
+
+def test_refit_refuses_a_candidate_that_is_not_better():
+    from registry.learning.policies import StopRule
+    from registry.learning.refit import refit
+
+    outcome = refit(spread_events(), "r", StopRule())  # only as deep as now keeps the found rate
+    assert outcome.state == "refused"
+    assert refit(easy_events(50), "r", StopRule()).reason.startswith("50 usable feedback events")
+
+
+def test_refit_never_ships_a_lower_found_rate(monkeypatch):
+    """Even a candidate far more efficient on the fitting part is refused when its held-out
+    found rate is below the current one's."""
+    from registry.learning import refit as refit_module
+    from registry.learning.policies import StopRule
+
+    shallow = StopRule(bias_offset=-3.0)  # stops at 1: much shorter lists, fewer found
+    monkeypatch.setattr(refit_module, "candidates", lambda fit, current: [shallow])
+    monkeypatch.setattr(refit_module.LoggedEvents, "split", lambda self: (self, self))
+    events = spread_events()
+    for e in events[: len(events) // 2]:  # half the fitting data found at 1 as well
+        object.__setattr__(e, "used", ("t0",))
+    outcome = refit_module.refit(events, "r", StopRule())
+    assert outcome.state == "refused"
+    assert "no candidate keeps the found rate" in outcome.reason or "below the current" in outcome.reason
+
+
+# -- versions, rollback and jobs over HTTP -----------------------------------------------------
+
+
+def _fill_log(core, events):
+    for e in events:
+        core.feedback_recorder.log.append(e)
+
+
+def test_versions_listing_activation_and_rollback(make_client):
+    from registry.learning.policies import StopRule
+
+    with make_client() as client:
+        client.put("/registries/w", json={"tools": weather_tools()})
+        body = client.get("/registries/w/policies").json()
+        assert body["active"] == body["serving"] == "default"
+        assert [v["version"] for v in body["versions"]] == ["default"]
+        core = client.app.state.service.core
+        core.policies.book.add(StopRule(bias_offset=1.0), "w", activate=True)
+        body = client.get("/registries/w/policies").json()
+        assert body["active"] == body["serving"] == "refit-1"
+        assert [v["version"] for v in body["versions"]] == ["default", "refit-1"]
+        q = {"registry": "w", "query": "weather in Paris"}
+        assert client.post("/shortlist", json=q).json()["policy_version"] == "refit-1"
+        r = client.post("/registries/w/policies/default/activate")
+        assert r.status_code == 200 and r.json()["serving"] == "default"
+        assert client.post("/shortlist", json=q).json()["policy_version"] == "default"
+        assert client.post("/registries/w/policies/refit-1/activate").json()["active"] == "refit-1"
+        assert client.post("/registries/w/policies/refit-9/activate").status_code == 404
+        assert client.get("/registries/nope/policies").status_code == 404
+        # the versions survive a restart (stored under the data dir)
+    with make_client() as client:
+        assert client.get("/registries/w/policies").json()["serving"] == "refit-1"
+        client.delete("/registries/w")
+        client.put("/registries/w", json={"tools": weather_tools()})
+        assert client.get("/registries/w/policies").json()["active"] == "default"
+
+
+def test_refit_job_states(make_client):
+    with make_client() as client:
+        client.put("/registries/w", json={"tools": weather_tools()})
+        r = client.post("/registries/w/policies/refit")  # synchronous, no feedback yet
+        assert r.status_code == 200 and r.json()["state"] == "refused"
+        assert "usable feedback events" in r.json()["reason"]
+        core = client.app.state.service.core
+        _fill_log(core, easy_events(400, "w"))
+        r = client.post("/registries/w/policies/refit?async=true")
+        assert r.status_code == 202 and set(r.json()) == {"job", "state"}
+        job = r.json()["job"]
+        for _ in range(200):
+            state = client.get(f"/registries/w/policies/refit/{job}").json()
+            if state["state"] != "running":
+                break
+            time.sleep(0.05)
+        assert state["state"] == "done", state
+        assert state["version"] == state["active"] == "refit-1"
+        assert state["estimate"]["candidate"]["found"] >= state["estimate"]["current"]["found"]
+        assert client.get("/registries/w/policies").json()["serving"] == "refit-1"
+        q = {"registry": "w", "query": "weather in Paris"}
+        assert client.post("/shortlist", json=q).json()["policy_version"] == "refit-1"
+        # a second refit on the same data: the new rule is already as good -> refused, kept
+        again = client.post("/registries/w/policies/refit").json()
+        assert again["state"] == "refused" and again["active"] == "refit-1"
+        assert client.get("/registries/w/policies/refit/nope").status_code == 404
+        assert client.get(f"/registries/other/policies/refit/{job}").status_code in (404, 422)
+
+
+def test_refit_job_failure_is_reported(make_client, monkeypatch):
+    from registry.learning import manager
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(manager, "refit", boom)
+    with make_client() as client:
+        client.put("/registries/w", json={"tools": weather_tools()})
+        body = client.post("/registries/w/policies/refit").json()
+        assert body["state"] == "failed" and "disk on fire" in body["reason"]
+        assert client.get("/registries/w/policies").json()["active"] == "default"
