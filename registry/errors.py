@@ -106,3 +106,16 @@ class VersionConflict(ShortlistError):
         self.registry = registry
         self.version = version
         self.latest = latest
+
+
+class StorageUnavailable(ShortlistError):
+    """The local data directory cannot be written or read (an I/O error): nothing was changed,
+    the registries keep their previous versions and queries are still answered."""
+
+    error_type = "storage_unavailable"
+
+
+class StorageFull(StorageUnavailable):
+    """No space (or quota) left on the device holding the data directory: nothing was changed."""
+
+    error_type = "storage_full"

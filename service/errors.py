@@ -18,6 +18,8 @@ from registry.errors import (
     PayloadTooLarge,
     PolicySchemaMismatch,
     ShortlistError,
+    StorageFull,
+    StorageUnavailable,
     StoreUnavailable,
     ValidationFailed,
     VersionConflict,
@@ -30,6 +32,8 @@ STATUS_BY_ERROR: tuple[tuple[type[ShortlistError], int], ...] = (
     (ValidationFailed, 422),
     (PayloadTooLarge, 413),
     (StoreUnavailable, 503),
+    (StorageFull, 507),  # Insufficient Storage: the disk is full, nothing was changed
+    (StorageUnavailable, 503),  # another I/O error
     (VersionConflict, 409),
     (ArtifactError, 503),
     (PolicySchemaMismatch, 503),
@@ -101,7 +105,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ShortlistError)
     async def _domain(_: Request, exc: ShortlistError) -> JSONResponse:
         status = status_for(exc)
-        if status >= 500 and status != 503:
+        if status == 500:
             log.error("unmapped domain error", exc_info=exc)
         response = error_response(status, exc.error_type, exc.message, exc.details)
         if isinstance(exc, Unauthorized):

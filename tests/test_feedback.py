@@ -388,7 +388,9 @@ def test_local_log_cuts_a_failed_append(tmp_path: Path, monkeypatch: pytest.Monk
         raise OSError("EIO")
 
     monkeypatch.setattr(os, "fsync", broken_fsync)
-    with pytest.raises(OSError):
+    from registry.errors import StorageUnavailable
+
+    with pytest.raises(StorageUnavailable):  # the domain error for a failing disk (a 503)
         log.append(make_event("b", 2.0))
     monkeypatch.undo()
     later = make_event("c", 3.0)

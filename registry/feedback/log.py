@@ -14,7 +14,7 @@ from typing import Any, Protocol, cast, runtime_checkable
 from registry.errors import ArtifactError
 from registry.feedback.counts import ToolEfficiency
 from registry.feedback.events import FeedbackEvent
-from registry.fsio import atomic_write_bytes, fsync_dir
+from registry.fsio import append_whole, atomic_write_bytes, fsync_dir, storage_errors
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +111,8 @@ class LocalFeedbackLog:
     """Feedback events as JSON Lines in one local file (one writer process per file).
 
     Each append writes one line and fsyncs it under a lock; a failed append is cut back
-    off the file. A crash mid-append can leave a torn last line (no trailing newline): opening
+    off the file (a full disk raises :class:`~registry.errors.StorageFull`). A crash
+    mid-append can leave a torn last line (no trailing newline): opening
     the log truncates it away so later appends stay parseable, and :meth:`replay` skips any
     line it cannot parse (with a warning).
 
@@ -250,24 +251,19 @@ class LocalFeedbackLog:
     # -- the log ----------------------------------------------------------------------------------
 
     def append(self, event: FeedbackEvent) -> None:
+        """Write one line, whole or not at all (a failed append is cut back off the file).
+
+        Raises:
+            StorageFull: no space left; nothing was recorded, a retry is accepted.
+            StorageUnavailable: another I/O error (likewise).
+        """
         data = _event_line(event)
         with self._lock:
             fd = self._fd
             if fd is None:
                 raise ValueError(f"feedback log {self.path} is closed")
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            except BaseException:
-                # Cut a partial line off so the next append starts on a line of its own.
-                try:
-                    os.ftruncate(fd, self._size)
-                except OSError:
-                    logger.exception("feedback log %s: cannot cut a failed append", self.path)
-                raise
-            self._size += len(data)
+            with storage_errors("recording feedback"):
+                self._size = append_whole(fd, data, self._size)
             self._pending += 1
 
     def checkpoint_state(self) -> dict[str, Any] | None:

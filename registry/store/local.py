@@ -6,13 +6,17 @@ Layout under ``root``::
     embeddings/<model-key>.bin         append-only records: 32-byte content hash + float32 vector
 
 Every version is written to a temporary file, fsynced, renamed into place and the directory
-fsynced, so an acknowledged write survives a crash and a reader never sees half a file.
+fsynced, so an acknowledged write survives a crash and a reader never sees half a file. An
+embedding record is appended whole or cut back off. A full or failing disk raises
+:class:`~registry.errors.StorageFull` / :class:`~registry.errors.StorageUnavailable` with
+nothing changed (the embedding cache, being a cache, only logs it: see :meth:`put_embeddings`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -23,13 +27,15 @@ from pathlib import Path
 
 import numpy as np
 
-from registry.fsio import TMP_PREFIX, atomic_write_bytes, fsync_dir
+from registry.fsio import TMP_PREFIX, append_whole, atomic_write_bytes, fsync_dir, storage_errors
 from registry.store.base import RegistryRecord
 from registry.tools import REGISTRY_NAME_PATTERN, validate_registry_name
 
 _VERSION_FILE = re.compile(r"^v(\d{8,})\.json$")
 _REGISTRY_DIR = re.compile(REGISTRY_NAME_PATTERN)
 _KEEP_VERSIONS = 2
+
+log = logging.getLogger(__name__)
 
 
 class LocalStore:
@@ -67,15 +73,25 @@ class LocalStore:
         return None
 
     def save(self, record: RegistryRecord) -> None:
+        """Write ``record`` as the newest version.
+
+        Raises:
+            StorageFull: no space left (nothing written: the previous version stays current).
+            StorageUnavailable: another I/O error (likewise).
+        """
         directory = self._directory(record.registry)
-        created = not directory.exists()
-        directory.mkdir(parents=True, exist_ok=True)
-        if created:
-            fsync_dir(self._registries)
         payload = json.dumps(record.to_json(), ensure_ascii=False, separators=(",", ":"))
-        atomic_write_bytes(directory / f"v{record.version:08d}.json", payload.encode("utf-8"))
-        for _, old in self._versions(directory)[:-_KEEP_VERSIONS]:
-            old.unlink(missing_ok=True)
+        with storage_errors(f"saving version {record.version} of registry {record.registry!r}"):
+            created = not directory.exists()
+            directory.mkdir(parents=True, exist_ok=True)
+            if created:
+                fsync_dir(self._registries)
+            atomic_write_bytes(directory / f"v{record.version:08d}.json", payload.encode("utf-8"))
+        try:  # the new version is durable: failing to prune older ones must not fail the write
+            for _, old in self._versions(directory)[:-_KEEP_VERSIONS]:
+                old.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("registry %r: cannot prune old versions: %s", record.registry, exc)
 
     def delete(self, registry: str) -> bool:
         directory = self._directory(registry)
@@ -83,8 +99,9 @@ class LocalStore:
             return False
         # One atomic rename makes the delete durable; the slow removal happens after.
         trash = self._registries / f".deleted-{registry}-{uuid.uuid4().hex}"
-        os.replace(directory, trash)
-        fsync_dir(self._registries)
+        with storage_errors(f"deleting registry {registry!r}"):
+            os.replace(directory, trash)
+            fsync_dir(self._registries)
         shutil.rmtree(trash, ignore_errors=True)
         return True
 
@@ -122,6 +139,13 @@ class LocalStore:
             return found
 
     def put_embeddings(self, model_id: str, vectors: Mapping[str, np.ndarray]) -> None:
+        """Append the vectors not cached yet, as whole records (one write, fsynced).
+
+        The file is a cache: when the disk refuses the append (full, or an I/O error) the file
+        is cut back to its previous length, the failure is logged, and nothing is raised; the
+        vectors are offered again by the next write that needs them. The registry save that
+        follows meets the same disk and reports it.
+        """
         if not vectors:
             return
         with self._emb_lock:
@@ -132,15 +156,20 @@ class LocalStore:
                 return
             blob = b"".join(key + vector.tobytes() for key, vector in fresh.items())
             path = self._embedding_file(model_id)
-            if not path.exists() or path.stat().st_size < 4:
-                dim = next(iter(fresh.values())).shape[0]
-                blob = dim.to_bytes(4, "little") + blob
-                with open(path, "wb"):
-                    pass  # start over: a file shorter than its header holds nothing
-            with open(path, "ab") as handle:
-                handle.write(blob)
-                handle.flush()
-                os.fsync(handle.fileno())
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                try:
+                    size = os.fstat(fd).st_size
+                    if size < 4:  # new, or shorter than its header: start over
+                        os.ftruncate(fd, 0)
+                        size = 0
+                        blob = next(iter(fresh.values())).shape[0].to_bytes(4, "little") + blob
+                    append_whole(fd, blob, size)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                log.warning("embedding cache %s: %d vectors not stored: %s", path, len(fresh), exc)
+                return
             cache.update(fresh)
 
     def _embedding_file(self, model_id: str) -> Path:
