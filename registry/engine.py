@@ -7,7 +7,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from registry.depth.policies import TunableDepthPolicy
@@ -54,6 +54,7 @@ class RegistryInfo:
     registry: str
     version: int
     tools: int
+    written_at: float | None = None  # Unix time this version was written (None: unknown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +121,8 @@ class ShortlistEngine:
             if record is None:
                 continue
             tools = parse_tools(record.tools, self.limits)
-            self._install(self._build(name, record.version, tools, record.equivalents))
+            snap = self._build(name, record.version, tools, record.equivalents)
+            self._install(replace(snap, written_at=record.written_at))
         return len(self._snapshots)
 
     def add_listener(self, listener: RegistryListener) -> None:
@@ -184,7 +186,7 @@ class ShortlistEngine:
     def list_registries(self) -> list[RegistryInfo]:
         snapshots = self._snapshots
         return [
-            RegistryInfo(s.registry, s.version, s.n_tools)
+            RegistryInfo(s.registry, s.version, s.n_tools, s.written_at)
             for s in sorted(snapshots.values(), key=lambda s: s.registry)
         ]
 
@@ -360,18 +362,20 @@ class ShortlistEngine:
     def _commit(
         self, registry: str, version: int, tools: list[Tool], equivalents: Any
     ) -> RegistryInfo:
-        snap = self._build(registry, version, tools, equivalents)
+        written_at = time.time()
+        snap = replace(self._build(registry, version, tools, equivalents), written_at=written_at)
         self.store.save(
             RegistryRecord(
                 registry=registry,
                 version=version,
                 tools=[t.definition for t in tools],
                 equivalents=[list(g) for g in equivalents],
+                written_at=written_at,
                 embedder=self.embedder.model_id,
             )
         )
         self._install(snap)
-        return RegistryInfo(registry, version, len(tools))
+        return RegistryInfo(registry, version, len(tools), written_at)
 
     def _apply(
         self, registry: str, change: Callable[[Snapshot | None], tuple[list[Tool], Any]]
@@ -434,10 +438,13 @@ class ShortlistEngine:
         if current is not None and current.version == record.version:
             return None
         tools = stored_tools(record.tools, current, self.limits)
-        self._install(self._build(registry, record.version, tools, record.equivalents))
+        snap = self._build(registry, record.version, tools, record.equivalents)
+        self._install(replace(snap, written_at=record.written_at))
         self._unloadable.pop(registry, None)
         return self._notify(
-            RegistryChange(registry, RegistryInfo(registry, record.version, len(tools)))
+            RegistryChange(
+                registry, RegistryInfo(registry, record.version, len(tools), record.written_at)
+            )
         )
 
     def _notify(self, change: RegistryChange) -> RegistryChange:

@@ -31,6 +31,7 @@ class Snapshot:
     equivalence: EquivalenceClasses = field(default_factory=EquivalenceClasses)
     content_hashes: tuple[str, ...] = ()  # per tool, the embedding cache key of its text
     names: NameIndex = field(default_factory=lambda: NameIndex(()))  # names a request may quote
+    written_at: float | None = None  # Unix time this version was written to the store
     embedder: str = ""  # model_id of the embedder every vector of this version came from
 
     @property

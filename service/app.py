@@ -16,7 +16,7 @@ from service.deps import require_admin, require_query
 from service.errors import install_error_handlers
 from service.mcp import McpFace
 from service.middleware import BodyLimitMiddleware, HttpMetricsMiddleware
-from service.routes import feedback, health, registries, shortlist
+from service.routes import console, feedback, health, registries, shortlist
 from service.routes import learning as learning_routes
 from service.routes import policies as policy_routes
 from service.schemas import error_responses
@@ -55,6 +55,8 @@ def create_app(
         version="0.1.0",
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # served offline by service.routes.console
+        redoc_url=None,
     )
     app.state.service = state
     install_error_handlers(app)
@@ -65,6 +67,8 @@ def create_app(
     app.include_router(feedback.router, **_guarded(query))
     app.include_router(registries.router, **_guarded(query or admin))
     app.include_router(registries.admin_router, **_guarded(admin))
+    app.include_router(console.live_router, **_guarded(query or admin))
+    console.install_pages(app)  # /console, / -> /console, offline /docs and /redoc
     app.include_router(learning_routes.router, **_guarded(query or admin))
     app.include_router(learning_routes.admin_router, **_guarded(admin))
     app.include_router(policy_routes.router, **_guarded(query or admin))

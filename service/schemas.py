@@ -140,6 +140,11 @@ class RegistryInfoOut(BaseModel):
     registry: str = Field(examples=["payments"])
     version: int = Field(examples=[3])
     tools: int = Field(description="Number of tools in this version.", examples=[42])
+    written_at: float | None = Field(
+        None,
+        description="Unix time (seconds) this version was written; null if it predates the field.",
+        examples=[1764561600.0],
+    )
 
 
 class RegistryList(BaseModel):
@@ -149,6 +154,7 @@ class RegistryList(BaseModel):
 class RegistryOut(BaseModel):
     registry: str
     version: int
+    written_at: float | None = Field(None, description="Unix time this version was written.")
     tools: list[dict[str, Any]] = Field(description="Tool definitions exactly as uploaded.")
     equivalents: list[list[str]] = Field(
         default_factory=list, description="Groups of tools that can do the same job."
@@ -324,6 +330,24 @@ class ShortlistRequest(BaseModel):
         description="Allow an empty shortlist (k = 0) when no tool fits the request; the "
         "response's confidence says how sure the service is that one does.",
     )
+    explain: bool = Field(
+        False,
+        description="Also return 'explain': the bor policy's STOP - CONTINUE margin at each "
+        "depth of the request's own ranking, the bias it stopped against and the depth chosen.",
+    )
+
+
+class DepthExplanation(BaseModel):
+    """How the learned policy chose the depth of the request's own ranking (``explain``)."""
+
+    margins: list[float] = Field(
+        description="Q_stop - Q_continue (bits) at depths 1, 2, ... of the request's own ranking."
+    )
+    bias: float = Field(
+        description="What a margin must reach to stop: depth_bias plus the registry's stop-rule offset."
+    )
+    chosen: int = Field(description="Depth the policy chose for the request's own ranking.")
+    shown: int = Field(description="Depth served for it: chosen, or deeper when exploring.")
 
 
 class ShortlistTool(BaseModel):
@@ -369,6 +393,9 @@ class ShortlistResponse(BaseModel):
         description="The depth policy version that served this list: 'default' or the "
         "registry's refit ('refit-3') for the bor policy, else the policy name ('fixed', 'gap').",
         examples=["default"],
+    )
+    explain: DepthExplanation | None = Field(
+        None, description="With explain and the bor policy: how the depth was chosen; absent otherwise."
     )
     tools: list[ShortlistTool]
 

@@ -21,11 +21,14 @@ def assert_error(response, status: int, error_type: str) -> dict:
 
 def test_registry_lifecycle(client, tools_payload):
     r = client.put("/registries/tools-1", json=tools_payload)
-    assert r.status_code == 200 and r.json() == {"registry": "tools-1", "version": 1, "tools": 4}
+    first = r.json()
+    assert r.status_code == 200 and isinstance(first.pop("written_at"), float)
+    assert first == {"registry": "tools-1", "version": 1, "tools": 4}
     r = client.post("/registries/tools-1/tools", json={"tools": [{"name": "extra", "description": "x"}]})
-    assert r.json() == {"registry": "tools-1", "version": 2, "tools": 5}
+    written = r.json()["written_at"]  # when the version was written (tests/test_console.py)
+    assert r.json() == {"registry": "tools-1", "version": 2, "tools": 5, "written_at": written}
     assert client.get("/registries").json() == {
-        "registries": [{"registry": "tools-1", "version": 2, "tools": 5}]
+        "registries": [{"registry": "tools-1", "version": 2, "tools": 5, "written_at": written}]
     }
     got = client.get("/registries/tools-1").json()
     assert got["version"] == 2 and got["tools"][:4] == tools_payload  # exactly as uploaded

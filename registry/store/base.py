@@ -21,6 +21,7 @@ class RegistryRecord:
     version: int
     tools: list[dict[str, Any]]
     equivalents: list[list[str]] = field(default_factory=list)
+    written_at: float | None = None  # Unix time of the write; None in records from before it
     embedder: str | None = None  # model_id of the embedder it was built with (None: older record)
 
     def to_json(self) -> dict[str, Any]:
@@ -29,6 +30,7 @@ class RegistryRecord:
             "version": self.version,
             "tools": self.tools,
             "equivalents": self.equivalents,
+            "written_at": self.written_at,
             "embedder": self.embedder,
         }
 
@@ -39,6 +41,7 @@ class RegistryRecord:
             version=int(data["version"]),
             tools=list(data["tools"]),
             equivalents=[list(group) for group in data.get("equivalents", [])],
+            written_at=float(data["written_at"]) if data.get("written_at") is not None else None,
             embedder=data.get("embedder"),
         )
 

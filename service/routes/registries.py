@@ -69,7 +69,9 @@ async def _json_body(request: Request) -> Any:
 
 
 def _out(info: RegistryInfo) -> RegistryInfoOut:
-    return RegistryInfoOut(registry=info.registry, version=info.version, tools=info.tools)
+    return RegistryInfoOut(
+        registry=info.registry, version=info.version, tools=info.tools, written_at=info.written_at
+    )
 
 
 async def _write(
@@ -115,6 +117,7 @@ def get_registry(registry: RegistryPath, core: CoreDep) -> RegistryOut:
     return RegistryOut(
         registry=snap.registry,
         version=snap.version,
+        written_at=snap.written_at,
         tools=snap.definitions(),
         equivalents=[list(group) for group in snap.equivalents],
         embedder=snap.embedder or None,

@@ -7,6 +7,7 @@ import json
 from fastapi import APIRouter, Depends, Response
 
 from service.deps import CallerIdDep, CoreDep, require_json
+from service.routes.console import explain_depth
 from service.schemas import ShortlistRequest, ShortlistResponse, error_responses
 
 router = APIRouter(tags=["shortlist"], dependencies=[Depends(require_json)])
@@ -33,5 +34,8 @@ def shortlist(body: ShortlistRequest, core: CoreDep, caller: CallerIdDep) -> Res
     # Serialised here, not through the response model: the body is built from typed engine
     # values, and re-validating every tool definition (on a second thread hop) cost more
     # than the rest of the route.
-    content = json.dumps(result.to_json(), separators=(",", ":"), ensure_ascii=False)
+    body_json = result.to_json()
+    if body.explain and (explained := explain_depth(result)) is not None:
+        body_json["explain"] = explained
+    content = json.dumps(body_json, separators=(",", ":"), ensure_ascii=False)
     return Response(content.encode("utf-8"), media_type="application/json")
