@@ -209,6 +209,38 @@ class Settings(BaseSettings):
         30.0, gt=0, description="How often changed usage memories are saved to the store."
     )
 
+    # -- HTTP server limits (service.server) ----------------------------------------------------
+    max_header_bytes: int = Field(
+        64 * 1024,
+        ge=1024,
+        description="Largest request head (request line and header fields) in bytes; larger "
+        "gets 431 and the connection is closed.",
+    )
+    max_header_count: int = Field(
+        100, ge=8, le=10_000, description="Most header fields in one request; more gets 431."
+    )
+    header_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="A request head must arrive within this many seconds of the connection "
+        "opening (or of the previous response); else 408 and the connection is closed.",
+    )
+    body_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="Longest pause while a request body is arriving; a body stalled longer "
+        "gets 408 and the connection is closed.",
+    )
+    keep_alive_seconds: int = Field(
+        5, ge=1, description="An idle keep-alive connection is closed after this many seconds."
+    )
+    max_connections: int = Field(
+        2048,
+        ge=1,
+        description="Open connections per process; one more gets 503 and is closed at once "
+        "(lowered to fit the open-file limit, whose soft value is raised to the hard one).",
+    )
+
     redis_url: SecretStr | None = Field(
         None,
         description="Redis shared by every replica (redis://[:password@]host:6379/0); "

@@ -15,11 +15,10 @@ def _serve(args: argparse.Namespace) -> int:
 
     limit_native_threads()  # before numpy is imported
     limit_malloc_arenas()
-    import uvicorn
-
     from registry.errors import ShortlistError
     from registry.settings import Settings
     from service.app import create_app
+    from service.server import serve
 
     overrides = {
         key: value
@@ -32,7 +31,7 @@ def _serve(args: argparse.Namespace) -> int:
     except ShortlistError as exc:
         logging.getLogger("shortlist").error("cannot start: %s", exc.message)
         return 2
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level)
+    serve(app, settings, log_level=args.log_level)  # limits and timeouts: service.server
     return 0
 
 

@@ -22,9 +22,12 @@ def free_port() -> int:
 
 
 class Server:
-    """Starts `python -m service.cli serve`; extra keyword arguments become SHORTLIST_* settings."""
+    """Starts `python -m service.cli serve` (the very code path of `shortlist serve`, through
+    service.server.serve); extra keyword arguments become SHORTLIST_* settings."""
 
-    def __init__(self, data_dir: Path, embedder_cache: Path, **settings: str) -> None:
+    def __init__(
+        self, data_dir: Path, embedder_cache: Path, log_level: str = "warning", **settings: str
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.data_dir = Path(data_dir)
@@ -40,7 +43,7 @@ class Server:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:  # a file, not a pipe: a full pipe would block the server
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "service.cli", "serve", "--log-level", "warning"],
+                [sys.executable, "-m", "service.cli", "serve", "--log-level", log_level],
                 env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
             )
 
@@ -71,9 +74,16 @@ class Servers:
         self.embedder_cache = embedder_cache
         self.started: list[Server] = []
 
-    def start(self, *, data_dir: Path | None = None, wait: bool = True, **settings: str) -> Server:
+    def start(
+        self,
+        *,
+        data_dir: Path | None = None,
+        wait: bool = True,
+        log_level: str = "warning",
+        **settings: str,
+    ) -> Server:
         """A new server; ``data_dir`` defaults to ``<base>/data`` (shared by all)."""
-        server = Server(data_dir or self.base / "data", self.embedder_cache, **settings)
+        server = Server(data_dir or self.base / "data", self.embedder_cache, log_level, **settings)
         self.started.append(server)
         if wait:
             server.wait_ready()

@@ -1,0 +1,348 @@
+"""The HTTP server: uvicorn configured from :class:`Settings`, plus the limits uvicorn lacks.
+
+``shortlist serve`` and the end-to-end tests both start the server through :func:`serve`.
+
+uvicorn bounds neither how long a client may take to send a request head nor how many headers
+it may send, and accepts connections until the process runs out of file descriptors. The
+protocol here is uvicorn's h11 protocol (chosen explicitly: ``auto`` would pick httptools,
+whose parser has no head-size limit) with:
+
+- a head-size limit (h11's incomplete-event limit) and a header-count limit: 431;
+- a head timeout: a request head not complete within ``header_timeout_seconds`` of the
+  connection opening (or of the previous response) gets 408 and is closed (an idle connection
+  that sent nothing is just closed);
+- a body timeout: a request body that stalls for ``body_timeout_seconds`` gets 408 (when no
+  response has started) and is closed;
+- a connection cap: a connection beyond ``max_connections`` gets 503 and is closed at once,
+  so descriptors stay bounded (uvicorn's ``limit_concurrency`` also answers 503 to requests
+  made while the process is at the cap).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import resource
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import h11
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from registry.settings import Settings
+from service.errors import error_body
+
+log = logging.getLogger(__name__)
+
+HTTP_IMPL = "h11"
+"""The HTTP/1.1 parser: h11, whose protocol class :class:`GuardedH11Protocol` extends."""
+
+FD_RESERVE = 128
+"""Descriptors kept free beyond the connection cap (data files, Redis, the model, logs)."""
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """Per-connection limits of :class:`GuardedH11Protocol` (from :class:`Settings`)."""
+
+    max_header_bytes: int = 64 * 1024
+    max_header_count: int = 100
+    header_timeout: float = 30.0
+    body_timeout: float = 30.0
+    max_connections: int = 2048
+
+    @classmethod
+    def of(cls, settings: Settings) -> ConnectionLimits:
+        return cls(
+            max_header_bytes=settings.max_header_bytes,
+            max_header_count=settings.max_header_count,
+            header_timeout=settings.header_timeout_seconds,
+            body_timeout=settings.body_timeout_seconds,
+            max_connections=settings.max_connections,
+        )
+
+
+def raw_error(status: int, reason: str, error_type: str, message: str, details: Any = None) -> bytes:
+    """A complete ``Connection: close`` HTTP/1.1 error response in the API's JSON error shape."""
+    body = json.dumps(error_body(error_type, message, details), separators=(",", ":")).encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
+TOO_MANY_HEADERS = "too many header fields"
+
+
+def head_bytes(request: h11.Request) -> int:
+    """Size of a parsed request head: request line and fields, as sent (bar optional spaces)."""
+    line = len(request.method) + len(request.target) + len(b"  HTTP/1.1\r\n")
+    return line + sum(len(name) + len(value) + 4 for name, value in request.headers)
+
+
+class _LimitedConnection(h11.Connection):
+    """An h11 server connection that refuses too large a head or too many header fields (431).
+
+    h11's own limit catches a head still incomplete past ``max_header_bytes``; one that arrived
+    whole in a single read is measured once parsed.
+    """
+
+    def __init__(self, max_header_bytes: int, max_header_count: int) -> None:
+        super().__init__(h11.SERVER, max_incomplete_event_size=max_header_bytes)
+        self.max_header_bytes = max_header_bytes
+        self.max_header_count = max_header_count
+        self.error: h11.RemoteProtocolError | None = None
+
+    def next_event(self) -> Any:
+        try:
+            event = super().next_event()
+            if isinstance(event, h11.Request):
+                if len(event.headers) > self.max_header_count:
+                    raise h11.RemoteProtocolError(TOO_MANY_HEADERS, error_status_hint=431)
+                if head_bytes(event) > self.max_header_bytes:
+                    raise h11.RemoteProtocolError("request head too large", error_status_hint=431)
+        except h11.RemoteProtocolError as exc:
+            self.error = exc
+            raise
+        return event
+
+
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with head/body read timeouts, header limits and a connection cap.
+
+    Subclassed per server by :func:`protocol_class`, which sets :attr:`limits`.
+    """
+
+    limits: ClassVar[ConnectionLimits] = ConnectionLimits()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.limited = _LimitedConnection(self.limits.max_header_bytes, self.limits.max_header_count)
+        self.conn = self.limited
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._head_started = False  # bytes of the current request head have arrived
+        self._refused = False
+
+    # -- connection ----------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if len(self.connections) >= self.limits.max_connections:
+            self._refused = True
+            self.transport = transport
+            log.warning("connection refused: %d open (SHORTLIST_MAX_CONNECTIONS)", len(self.connections))
+            transport.write(
+                raw_error(
+                    503, "Service Unavailable", "too_many_connections",
+                    f"the server has {len(self.connections)} open connections, its limit "
+                    "(SHORTLIST_MAX_CONNECTIONS); retry later",
+                    {"limit": self.limits.max_connections},
+                )
+            )
+            transport.close()
+            return
+        super().connection_made(transport)
+        self._arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timers()
+        if self._refused:
+            return
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        if self.conn.their_state is h11.IDLE:
+            self._head_started = True
+        super().data_received(data)
+        if self.conn.their_state is h11.SEND_BODY:
+            self._arm_body_timer()  # progress (or the head just completed): restart the clock
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        state = self.conn.their_state
+        if state is not h11.IDLE:
+            self._cancel(self._head_timer)
+            self._head_timer = None
+            self._head_started = False
+        if state is not h11.SEND_BODY:
+            self._cancel(self._body_timer)
+            self._body_timer = None
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+            self._arm_head_timer()  # the next request's head has its own deadline
+
+    def send_400_response(self, msg: str) -> None:
+        error = self.limited.error
+        if error is None or error.error_status_hint != 431:
+            super().send_400_response(msg)
+            return
+        too_many = str(error) == TOO_MANY_HEADERS
+        limit = self.limits.max_header_count if too_many else self.limits.max_header_bytes
+        message = (
+            f"request has more than {limit} header fields (SHORTLIST_MAX_HEADER_COUNT)"
+            if too_many
+            else f"request head is larger than {limit} bytes (SHORTLIST_MAX_HEADER_BYTES)"
+        )
+        self.logger.warning("431: %s", message)
+        self._reply_and_close(
+            raw_error(431, "Request Header Fields Too Large", "headers_too_large", message, {"limit": limit})
+        )
+
+    # -- timers --------------------------------------------------------------------------------
+
+    def _arm_head_timer(self) -> None:
+        self._cancel(self._head_timer)
+        self._head_started = False
+        self._head_timer = self.loop.call_later(self.limits.header_timeout, self._head_timed_out)
+
+    def _arm_body_timer(self) -> None:
+        self._cancel(self._body_timer)
+        self._body_timer = self.loop.call_later(self.limits.body_timeout, self._body_timed_out)
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing():
+            return
+        if not self._head_started:  # an idle connection: nothing to answer
+            self.transport.close()
+            return
+        self._reply_and_close(
+            raw_error(
+                408, "Request Timeout", "request_timeout",
+                f"request head not received within {self.limits.header_timeout:g} s "
+                "(SHORTLIST_HEADER_TIMEOUT_SECONDS)",
+            )
+        )
+
+    def _body_timed_out(self) -> None:
+        self._body_timer = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.SEND_BODY:
+            return
+        if self.flow.read_paused:  # the app is not reading yet: not the client's stall
+            self._arm_body_timer()
+            return
+        response = b""
+        if self.cycle is not None and not self.cycle.response_started:
+            response = raw_error(
+                408, "Request Timeout", "request_timeout",
+                f"request body stalled for {self.limits.body_timeout:g} s "
+                "(SHORTLIST_BODY_TIMEOUT_SECONDS)",
+            )
+        self._reply_and_close(response)
+
+    def _reply_and_close(self, response: bytes) -> None:
+        if self.cycle is not None and not self.cycle.response_complete:
+            # The app sees a disconnect and anything it sends is dropped.
+            self.cycle.disconnected = True
+            self.cycle.message_event.set()
+        if response:
+            self.transport.write(response)
+        self.transport.close()
+
+    def _cancel_timers(self) -> None:
+        self._cancel(self._head_timer)
+        self._cancel(self._body_timer)
+        self._head_timer = self._body_timer = None
+
+    @staticmethod
+    def _cancel(timer: asyncio.TimerHandle | None) -> None:
+        if timer is not None:
+            timer.cancel()
+
+
+def protocol_class(limits: ConnectionLimits) -> type[GuardedH11Protocol]:
+    """A :class:`GuardedH11Protocol` subclass bound to ``limits`` (uvicorn builds one per connection)."""
+    return type("GuardedH11Protocol", (GuardedH11Protocol,), {"limits": limits})
+
+
+# -- access log ------------------------------------------------------------------------------
+
+_QUERY_VALUE = re.compile(r"=[^&]*")
+
+
+def redact_query(target: str) -> str:
+    """``/p?token=abc&x=1`` -> ``/p?token=***&x=***``: names stay, values (tokens) do not."""
+    path, sep, query = target.partition("?")
+    return path + sep + _QUERY_VALUE.sub("=***", query) if sep else target
+
+
+class RedactQueryFilter(logging.Filter):
+    """Redacts query-string values in uvicorn's access log (a token sent as ``?token=``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        # uvicorn.access: (client, method, path with query string, http version, status)
+        if isinstance(args, tuple) and len(args) == 5 and isinstance(args[2], str):
+            record.args = (*args[:2], redact_query(args[2]), *args[3:])
+        return True
+
+
+def install_access_log_filter() -> None:
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, RedactQueryFilter) for f in access.filters):
+        access.addFilter(RedactQueryFilter())
+
+
+# -- descriptors and the server ----------------------------------------------------------------
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit; return the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the open-file limit from %d to %d: %s", soft, hard, exc)
+    return soft
+
+
+def connection_cap(settings: Settings, fd_limit: int) -> int:
+    """``max_connections``, lowered (with a warning) to what the descriptor limit allows."""
+    cap = settings.max_connections
+    room = fd_limit - FD_RESERVE if fd_limit != resource.RLIM_INFINITY else cap
+    if room < cap:
+        log.warning(
+            "SHORTLIST_MAX_CONNECTIONS=%d does not fit the open-file limit %d: capped at %d",
+            cap, fd_limit, max(room, 1),
+        )
+        cap = max(room, 1)
+    return cap
+
+
+def uvicorn_config(app: Any, settings: Settings, *, log_level: str = "info") -> uvicorn.Config:
+    """The uvicorn configuration ``shortlist serve`` runs: explicit parser, limits, timeouts."""
+    cap = connection_cap(settings, raise_fd_limit())
+    limits = ConnectionLimits.of(settings)
+    limits = ConnectionLimits(**{**limits.__dict__, "max_connections": cap})
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        http=protocol_class(limits),
+        ws="none",  # no WebSocket routes: no upgrade path to guard
+        log_level=log_level,
+        log_config=None,  # no handlers of uvicorn's own: service.logging_setup formats its lines
+        # Connections never exceed the cap (refused at connect); uvicorn's check, which counts
+        # the asking connection, then answers 503 while `cap` requests are still running (a
+        # request outlives a client that hung up).
+        limit_concurrency=cap + 1,
+        timeout_keep_alive=settings.keep_alive_seconds,
+        h11_max_incomplete_event_size=settings.max_header_bytes,
+    )
+    install_access_log_filter()
+    return config
+
+
+def serve(app: Any, settings: Settings, *, log_level: str = "info") -> None:
+    """Run ``app`` until interrupted, with :func:`uvicorn_config`."""
+    uvicorn.Server(uvicorn_config(app, settings, log_level=log_level)).run()
