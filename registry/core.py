@@ -53,6 +53,7 @@ from registry.store.base import SharedStore, Store
 from registry.store.local import LocalStore
 from registry.sync import StoreSync
 from registry.tools import ToolLimits, parse_tools
+from registry.writes import PreparedWrite, WriteJob, WriteJobs
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,7 @@ class Shortlister:
     ) -> None:
         self.settings = settings
         self.engine: ShortlistEngine | None = None
+        self.write_jobs = WriteJobs()  # large uploads answered 202 run here
         self.load_error: str | None = None
         self.store_health: Any = None  # registry.store.redis.StoreHealth in Redis mode
         self._embedder_factory = embedder_factory
@@ -454,6 +456,25 @@ class Shortlister:
     def upsert_tools(self, registry: str, payload: Any) -> RegistryInfo:
         """Add or replace tools by name, keeping the rest; creates the registry if missing."""
         return self._changed(self.require_engine().upsert_tools(registry, payload))
+
+    def submit_write(self, kind: str, registry: str, payload: Any) -> RegistryInfo | WriteJob:
+        """``put_registry`` (kind "put") or ``upsert_tools`` ("upsert"), validated now (errors
+        raised before anything is accepted); with more than ``async_write_min_texts`` texts
+        to embed, returns a :class:`WriteJob` running in the background instead of waiting."""
+        engine = self.require_engine()
+        prepare = engine.prepare_put if kind == "put" else engine.prepare_upsert
+        prepared: PreparedWrite = prepare(registry, payload)
+        limit = self.settings.async_write_min_texts
+        run = prepared.apply
+        prepared.apply = lambda: self._changed(run())
+        if limit and prepared.new_texts > limit and prepared.uncached() > limit:
+            return self.write_jobs.submit(prepared)
+        info: RegistryInfo = prepared.run()
+        return info
+
+    def write_job(self, registry: str, job_id: str) -> WriteJob | None:
+        """A job :meth:`submit_write` started in this process (None: unknown here)."""
+        return self.write_jobs.get(registry, job_id)
 
     def delete_tool(self, registry: str, name: str) -> RegistryInfo:
         """Remove one tool; the version increases."""

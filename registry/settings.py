@@ -143,6 +143,12 @@ class Settings(BaseSettings):
 
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Largest request body.")
     max_tools_per_registry: int = Field(50_000, ge=1, description="Most tools in one registry.")
+    async_write_min_texts: int = Field(
+        500,
+        ge=0,
+        description="A PUT or POST tools with more new texts to embed than this answers 202 with "
+        "a job to poll (GET /registries/{r}/jobs/{id}) instead of waiting; 0: always synchronous.",
+    )
     max_tool_bytes: int = Field(
         256 * 1024, ge=256, description="Largest JSON size of one tool definition."
     )

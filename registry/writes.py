@@ -101,6 +101,16 @@ class PreparedWrite:
     def new_texts(self) -> int:
         return len(self.fresh)
 
+    def uncached(self) -> int:
+        """Drop the fresh tools whose vectors the store already caches; returns how many are
+        left (the texts the embedder will really see)."""
+        if self.fresh:
+            found = self.store.get_embeddings(
+                self.embedder.model_id, [tool.content_hash() for tool in self.fresh]
+            )
+            self.fresh = [tool for tool in self.fresh if tool.content_hash() not in found]
+        return len(self.fresh)
+
     def embed(self) -> None:
         """Embed the fresh texts the store has not cached, in batches, into the cache."""
         if self.fresh:

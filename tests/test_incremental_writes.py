@@ -152,3 +152,46 @@ def test_dense_flat_index_update_matches_a_rebuild():
     ids, scores = derived.search(new[3], 5)
     want_ids, want_scores = DenseIndex(new, hnsw_min_tools=1000).search(new[3], 5)
     assert np.array_equal(ids, want_ids) and np.allclose(scores, want_scores)
+
+
+def _poll(client, location: str) -> dict:
+    import time
+
+    deadline = time.monotonic() + 30
+    while True:
+        body = client.get(location).json()
+        if body["state"] in ("done", "failed") or time.monotonic() > deadline:
+            return body
+        time.sleep(0.02)
+
+
+def test_a_large_upload_answers_202_with_a_job_and_small_ones_stay_synchronous(make_client):
+    tools = [{"name": f"t{i}", "description": f"does thing {i}"} for i in range(12)]
+    with make_client(async_write_min_texts=5) as client:
+        bad = client.put("/registries/big", json=[*tools, {"name": "t1", "description": "dup"}])
+        assert bad.status_code == 422  # refused before anything is accepted
+        r = client.put("/registries/big", json=tools)
+        assert r.status_code == 202, r.text
+        job = r.json()
+        assert job["state"] in ("queued", "running", "done") and job["new_texts"] == 12
+        assert r.headers["location"] == f"/registries/big/jobs/{job['job']}"
+        done = _poll(client, r.headers["location"])
+        assert done["state"] == "done" and done["result"]["version"] == 1 and done["result"]["tools"] == 12
+        assert client.get("/registries/big").json()["version"] == 1
+        small = client.post("/registries/big/tools", json=[*tools[:3], {"name": "new", "description": "x"}])
+        assert small.status_code == 200 and small.json()["version"] == 2  # one new text
+        # re-uploading texts the store has cached embeds nothing: synchronous
+        again = client.put("/registries/copy", json=tools)
+        assert again.status_code == 200 and again.json()["tools"] == 12
+        assert client.get("/registries/big/jobs/nope").status_code == 404
+        assert client.get(f"/registries/other/jobs/{job['job']}").status_code == 404
+
+
+def test_a_failed_job_reports_the_domain_error(make_client):
+    with make_client(async_write_min_texts=2, max_tools_per_registry=4) as client:
+        assert client.put("/registries/r", json=[{"name": "a", "description": "a"}]).status_code == 200
+        r = client.post("/registries/r/tools", json=[{"name": f"n{i}", "description": f"n {i}"} for i in range(4)])
+        assert r.status_code == 202
+        failed = _poll(client, r.headers["location"])
+        assert failed["state"] == "failed" and failed["error"]["type"] == "payload_too_large"
+        assert client.get("/registries/r").json()["version"] == 1

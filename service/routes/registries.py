@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 
+from registry.core import Shortlister
 from registry.engine import RegistryInfo
+from registry.errors import NotFound
 from registry.tools import MAX_REGISTRY_NAME_CHARS, REGISTRY_NAME_PATTERN, validate_registry_name
+from registry.writes import WriteJob
 from service.deps import CoreDep, require_json
 from service.errors import invalid_body
 from service.schemas import (
     MAX_TOOL_NAME_CHARS,
     TOOLS_BODY_OPENAPI,
+    ErrorDetail,
     RegistryInfoOut,
     RegistryList,
     RegistryOut,
@@ -68,40 +73,115 @@ async def _json_body(request: Request) -> Any:
         raise invalid_body(exc) from exc
 
 
+class JobNotFound(NotFound):
+    def __init__(self, registry: str, job: str) -> None:
+        super().__init__(
+            f"no write job {job!r} for registry {registry!r} on this replica "
+            "(jobs are kept by the replica that answered 202, for its last 1,000 jobs)",
+            {"registry": registry, "job": job},
+        )
+
+
 def _out(info: RegistryInfo) -> RegistryInfoOut:
     return RegistryInfoOut(
         registry=info.registry, version=info.version, tools=info.tools, written_at=info.written_at
     )
 
 
-async def _write(
-    write: Callable[[str, Any], RegistryInfo], registry: str, request: Request
-) -> RegistryInfoOut:
-    """Parse the body off the event loop, then apply ``write`` (a core method) in a worker."""
+class WriteJobOut(BaseModel):
+    """A large upload being applied in the background (see README "Large uploads")."""
+
+    job: str = Field(description="Job id; poll GET /registries/{registry}/jobs/{job}.")
+    registry: str
+    state: Literal["queued", "running", "done", "failed"]
+    new_texts: int = Field(description="Tool texts to embed (not cached yet) when accepted.")
+    created_at: float = Field(description="Unix time the job was accepted.")
+    finished_at: float | None = None
+    result: RegistryInfoOut | None = Field(None, description="The new version, once done.")
+    error: ErrorDetail | None = Field(None, description="Why the write failed, once failed.")
+
+
+def _job_out(job: WriteJob) -> WriteJobOut:
+    error = None
+    if job.error is not None:
+        error = ErrorDetail(type=job.error.error_type, message=job.error.message, details=job.error.details)
+    return WriteJobOut(
+        job=job.id,
+        registry=job.registry,
+        state=job.state,
+        new_texts=job.new_texts,
+        created_at=job.created_at,
+        finished_at=job.finished_at,
+        result=_out(job.info) if job.info is not None else None,
+        error=error,
+    )
+
+
+def _job_url(job: WriteJob) -> str:
+    return f"/registries/{job.registry}/jobs/{job.id}"
+
+
+async def _write(kind: str, registry: str, request: Request, core: Shortlister) -> Any:
+    """Parse the body off the event loop, then validate and apply the write in a worker; a
+    write with many texts to embed answers 202 with a job to poll (``Location``)."""
     payload = await _json_body(request)
-    return _out(await run_in_threadpool(write, registry, payload))
+    result = await run_in_threadpool(core.submit_write, kind, registry, payload)
+    if isinstance(result, WriteJob):
+        body = _job_out(result).model_dump(mode="json")
+        return JSONResponse(body, status_code=202, headers={"Location": _job_url(result)})
+    return _out(result)
+
+
+WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    202: {
+        "model": WriteJobOut,
+        "description": "Accepted: many new texts to embed; poll the job in Location",
+        "headers": {"Location": {"description": "The job's URL.", "schema": {"type": "string"}}},
+    },
+    **error_responses(409, 413, 415, 422, 503),
+}
 
 
 @admin_router.put(
     "/{registry}",
     response_model=RegistryInfoOut,
-    responses=error_responses(409, 413, 415, 422, 503),
+    responses=WRITE_RESPONSES,
     openapi_extra=TOOLS_BODY_OPENAPI,
 )
-async def put_registry(registry: RegistryPath, request: Request, core: CoreDep) -> RegistryInfoOut:
-    """Replace a registry's tools (creating it if needed); the version increases."""
-    return await _write(core.put_registry, registry, request)
+async def put_registry(registry: RegistryPath, request: Request, core: CoreDep) -> Any:
+    """Replace a registry's tools (creating it if needed); the version increases. An upload
+    with more than ``async_write_min_texts`` new texts answers 202 with a job to poll."""
+    return await _write("put", registry, request, core)
 
 
 @admin_router.post(
     "/{registry}/tools",
     response_model=RegistryInfoOut,
-    responses=error_responses(409, 413, 415, 422, 503),
+    responses=WRITE_RESPONSES,
     openapi_extra=TOOLS_BODY_OPENAPI,
 )
-async def upsert_tools(registry: RegistryPath, request: Request, core: CoreDep) -> RegistryInfoOut:
-    """Add or replace tools by name, keeping the rest; creates the registry if missing."""
-    return await _write(core.upsert_tools, registry, request)
+async def upsert_tools(registry: RegistryPath, request: Request, core: CoreDep) -> Any:
+    """Add or replace tools by name, keeping the rest; creates the registry if missing. Many
+    new texts: 202 and a job to poll, as for PUT."""
+    return await _write("upsert", registry, request, core)
+
+
+@admin_router.get(
+    "/{registry}/jobs/{job}",
+    response_model=WriteJobOut,
+    responses=error_responses(404, 422, 503),
+)
+def write_job(
+    registry: RegistryPath,
+    job: Annotated[str, Path(description="Job id from a 202.", min_length=1, max_length=64)],
+    core: CoreDep,
+) -> WriteJobOut:
+    """State of a large upload accepted with 202: queued, running, done (with the new
+    version) or failed (with the error). Jobs are kept by the replica that accepted them."""
+    found = core.write_job(registry, job)
+    if found is None:
+        raise JobNotFound(registry, job)
+    return _job_out(found)
 
 
 @router.get("", response_model=RegistryList, responses=error_responses(503))
