@@ -259,3 +259,17 @@ def test_a_fresh_store_is_adopted_and_a_second_flush_recovers_again(settings, bo
         assert a.store.versions() == {"r": 1}  # the poll itself repairs the store
     assert [r.won for r in a.store.epoch.recoveries] == [True, True]
     assert a.store.load("r").version == 1
+
+
+def test_an_idle_flush_is_repaired_by_the_poll(make_core, own_redis):
+    """No traffic: the sync thread's poll (every second by default) notices and repairs it."""
+    a, b = make_core(), make_core()
+    seed(a, b)
+    wiped_at = time.time()
+    own_redis.client().flushall()
+    wait(lambda: all(c.store.epoch.recoveries for c in (a, b)), DETECT_SECONDS, "both replicas recover")
+    seconds = time_to_recover([a, b]) - wiped_at
+    print(f"idle flush: repaired on both replicas {seconds:.3f} s after FLUSHALL (poll every 1 s)")
+    assert seconds < a.settings.sync_interval_seconds + 1.0
+    assert {i.registry: i.version for i in b.list_registries()} == {"r1": 5, "r2": 1}
+    assert a.store.versions() == {"r1": 5, "r2": 1}
