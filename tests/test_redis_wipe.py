@@ -273,3 +273,25 @@ def test_an_idle_flush_is_repaired_by_the_poll(make_core, own_redis):
     assert seconds < a.settings.sync_interval_seconds + 1.0
     assert {i.registry: i.version for i in b.list_registries()} == {"r1": 5, "r2": 1}
     assert a.store.versions() == {"r1": 5, "r2": 1}
+
+
+def test_wiped_again_while_republishing(settings, bor_policy, own_redis, redis_prefix):
+    (a,) = engines(settings, bor_policy, own_redis.url, redis_prefix, n=1)
+    a.put_registry("r", weather_tools())
+    a.upsert_tools("r", [tool("extra", "An extra tool.")])
+    store = a.store
+    assert isinstance(store, RedisStore)
+    held = store._held
+    flushes = []
+
+    def flush_once_then_held():
+        if not flushes:
+            flushes.append(1)
+            own_redis.client().flushall()  # a second wipe in the middle of the re-publish
+        return held()
+
+    store.set_republish_source(flush_once_then_held)
+    own_redis.client().flushall()
+    assert store.versions() == {"r": 2}
+    assert flushes == [1] and [r.won for r in store.epoch.recoveries] == [True]
+    assert store.load("r").version == 2 and a.upsert_tools("r", [tool("more", "More.")]).version == 3

@@ -188,7 +188,8 @@ class RedisStore(RedisBase):
                 try:
                     return guarded_reply(run(token))
                 except StoreWiped:
-                    self.epoch.recover(token, self._republish)
+                    with suppress(StoreWiped):  # wiped again while recovering: once more
+                        self.epoch.recover(token, self._republish)
         raise StoreUnavailable(
             "the registry store (Redis) keeps losing its data; retry later",
             {"store": "redis", "operation": what},
