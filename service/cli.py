@@ -56,6 +56,18 @@ def _episodes(args: argparse.Namespace) -> int:
     return 0
 
 
+def _refit(args: argparse.Namespace) -> int:
+    """Refit a registry's depth policy from its feedback; prints the job (exit 0 unless failed)."""
+    import json
+
+    from registry.learning.manager import refit_from_settings
+    from registry.settings import Settings
+
+    job = refit_from_settings(Settings(), args.registry)
+    print(json.dumps(job.to_json(), indent=2))
+    return 1 if job.state == "failed" else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="shortlist", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -78,6 +90,14 @@ def build_parser() -> argparse.ArgumentParser:
     episodes.add_argument("--seed", type=int, default=0)
     episodes.add_argument("--out", type=Path, required=True)
     episodes.set_defaults(handler=_episodes)
+
+    refit = commands.add_parser(
+        "refit",
+        help="refit a registry's depth policy from its logged feedback (SHORTLIST_* settings "
+        "choose the store); activates it only when it beats the current one on held-out feedback",
+    )
+    refit.add_argument("--registry", required=True)
+    refit.set_defaults(handler=_refit)
 
     # `train` and `evaluate` hand their arguments to their own parsers (`shortlist train --help`).
     commands.add_parser(

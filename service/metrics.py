@@ -73,6 +73,13 @@ class Metrics:
             "from memory, writes get 503).",
             registry=self.registry,
         )
+        self.policy_requests = Counter(
+            "shortlist_policy_requests",
+            "Shortlists served, by registry and the depth policy version that served them "
+            "('default', a registry's refit 'refit-3', or the policy name: fixed, gap, threshold).",
+            ["registry", "policy_version"],
+            registry=self.registry,
+        )
         self.store_up.set(1)
         for stage in STAGES:  # export every series from the start, at zero
             self.stage_seconds.labels(stage)
@@ -83,6 +90,7 @@ class Metrics:
                 self.stage_seconds.labels(stage).observe(result.timings[stage])
         self.requests.labels(result.registry, result.policy).inc()
         self.k.labels(result.registry).observe(result.k)
+        self.policy_requests.labels(result.registry, result.policy_version or result.policy).inc()
 
     def set_registry(self, registry: str, version: int, tools: int) -> None:
         self.registry_tools.labels(registry).set(tools)

@@ -29,7 +29,7 @@ from registry.learning.policies import (
 from registry.learning.refit import refit
 from registry.settings import Settings
 
-__all__ = ["JOB_STATES", "PolicyManager", "RefitJob"]
+__all__ = ["JOB_STATES", "PolicyManager", "RefitJob", "refit_from_settings"]
 
 log = logging.getLogger(__name__)
 
@@ -245,3 +245,22 @@ class PolicyManager:
         with self._lock:
             self._running.pop(registry, None)
         return finished
+
+
+def refit_from_settings(settings: Settings, registry: str) -> RefitJob:
+    """``shortlist refit``: refit one registry from the configured store's feedback log (local
+    directory or Redis), outside any server; running replicas pick the result up (Redis: on
+    their next policy poll; local: at restart)."""
+    from registry.feedback import FeedbackLog, LocalFeedbackLog
+
+    feedback_log: FeedbackLog
+    shared = settings.redis_url is not None
+    if settings.redis_url is not None:
+        from registry.store.redis import RedisFeedbackLog, StoreHealth, connect
+
+        client = connect(settings.redis_url.get_secret_value())
+        feedback_log = RedisFeedbackLog(client, settings.redis_prefix, StoreHealth())
+    else:
+        feedback_log = LocalFeedbackLog.in_data_dir(settings.data_dir, archive=settings.feedback_archive)
+    manager = PolicyManager.for_settings(settings, feedback_log.replay, shared=shared)
+    return manager.refit(registry)
