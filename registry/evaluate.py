@@ -499,37 +499,41 @@ def _parse_buckets(text: str | None) -> tuple[tuple[str, int, int | None], ...]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Evaluate depth policies on labelled data sets; write JSON, Markdown and PNG plots."""
     import argparse
+    import logging
     import sys
 
+    from registry.cli_support import HelpFormatter, ProgressEmbedder, plain, progress_step
     from registry.depth.policies import MAX_DEPTH_BIAS, GapPolicy, ThresholdPolicy
 
-    ap = argparse.ArgumentParser(prog="shortlist evaluate", description=main.__doc__)
+    log = logging.getLogger(__name__)
+    ap = argparse.ArgumentParser(
+        prog="shortlist evaluate", description=plain(main.__doc__), formatter_class=HelpFormatter
+    )
     ap.add_argument("--data", nargs="+", type=Path, required=True,
                     help="data directories (tools.json + queries.jsonl)")
     ap.add_argument("--policy", nargs="*", type=Path, default=[],
-                    help="ONNX policy directories (manifest.json + policy.onnx)")
+                    help="ONNX policy directories (manifest.json + policy.onnx; default: none, baselines only)")
     ap.add_argument("--out", type=Path, required=True, help="output directory")
-    ap.add_argument("--scorer", default=DEFAULT_SCORER, choices=SCORERS)
-    ap.add_argument("--cap", type=int, default=DEFAULT_CAP,
-                    help=f"max_k given to every policy (service default {DEFAULT_CAP})")
+    ap.add_argument("--scorer", default=DEFAULT_SCORER, choices=SCORERS, help="scorer ranking the tools")
+    ap.add_argument("--cap", type=int, default=DEFAULT_CAP, help="max_k given to every policy")
     ap.add_argument("--candidates", type=int, default=None,
                     help="rank each query over N candidates (gold + hard distractors + random fill) "
-                    "instead of the full registry")
+                    "instead of the full registry (default: the full registry)")
     ap.add_argument("--hard", type=int, default=None,
                     help="hard distractors per candidate set (default: all, no random fill)")
-    ap.add_argument("--max-queries", type=int, default=None, help="sample this many queries per data set")
+    ap.add_argument("--max-queries", type=int, default=None, help="sample this many queries per data set (default: all)")
     ap.add_argument("--seed", type=int, default=0, help="query sample / random fill seed")
     ap.add_argument("--threshold", type=float, default=0.35, help="score cut-off of the threshold baseline")
     ap.add_argument("--depth-bias", nargs="+", type=float, default=[0.0], metavar="BITS",
                     help="evaluate every --policy at these operating-knob values (bits; > 0 longer "
                          "lists, < 0 shorter; the service's depth_bias)")
-    ap.add_argument("--buckets", default=None, help="difficulty buckets by gold rank, e.g. 1,2-3,4-10,11+")
-    ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--buckets", default=None, help="difficulty buckets by gold rank, e.g. 1,2-3,4-10,11+ (default: none)")
+    ap.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     ap.add_argument("--img", type=Path, default=None, help="write the PNG plots here (default --out)")
     ap.add_argument("--embedder-cache", type=Path, default=None,
                     help="MiniLM ONNX cache (default: the service's, <data_dir>/cache/embedder)")
     ap.add_argument("--table-cache", type=Path, default=None,
-                    help="cache score tables here (skips re-embedding on a re-run)")
+                    help="cache score tables here (skips re-embedding on a re-run; default: no cache)")
     args = ap.parse_args(argv)
 
     embedder = None
@@ -537,7 +541,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from registry.index.embed import load_minilm
         from registry.settings import Settings
 
-        embedder = load_minilm(args.embedder_cache or Settings().resolved_embedder_cache())
+        with progress_step(log, "loading the MiniLM embedder (exported to ONNX on first use)"):
+            embedder = ProgressEmbedder(
+                load_minilm(args.embedder_cache or Settings().resolved_embedder_cache()), log
+            )
     buckets = _parse_buckets(args.buckets)
     policies: dict[str, PolicyFn] = {
         "gap": GapPolicy().choose_depth,
@@ -554,10 +561,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             directory, embedder, cache_dir=args.table_cache, max_queries=args.max_queries,
             seed=args.seed, progress=True,
         )
-        if args.candidates:
-            ranked = candidate_episodes(table, args.scorer, args.candidates, n_hard=args.hard, seed=args.seed)
-        else:
-            ranked = rank_table(table, args.scorer, depth=max(60, args.cap + 3))
+        with progress_step(log, f"ranking {table.name} ({table.n_queries:,} queries, {args.scorer})"):
+            if args.candidates:
+                ranked = candidate_episodes(
+                    table, args.scorer, args.candidates, n_hard=args.hard, seed=args.seed
+                )
+            else:
+                ranked = rank_table(table, args.scorer, depth=max(60, args.cap + 3))
         reports.append(
             evaluate_ranked(ranked, policies, cap=args.cap, buckets=buckets, progress=True)
         )

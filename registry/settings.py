@@ -247,6 +247,13 @@ class Settings(BaseSettings):
         "(lowered to fit the open-file limit, whose soft value is raised to the hard one).",
     )
 
+    # -- logging (service.logging_setup) --------------------------------------------------------
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="Log lines on stderr: 'text' (time level logger: message [request id]) or "
+        "'json' (one object per line with ts, level, logger, message, request_id).",
+    )
+
     redis_url: SecretStr | None = Field(
         None,
         description="Redis shared by every replica (redis://[:password@]host:6379/0); "

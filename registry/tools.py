@@ -1,7 +1,8 @@
 """Tool model and parsers for OpenAI, Anthropic, MCP and plain (BFCL) tool definitions.
 
-A payload is a JSON array of tools or an object ``{"tools": [...]}``; the format of each
-tool is detected on its own, so one payload may mix formats. Validation collects every
+A payload is a JSON array of tools, an object ``{"tools": [...]}``, or a whole MCP JSON-RPC
+``tools/list`` response ``{"jsonrpc": "2.0", "id": ..., "result": {"tools": [...]}}`` (unwrapped
+by :func:`unwrap_jsonrpc`); the format of each tool is detected on its own, so one payload may mix formats. Validation collects every
 problem before raising, so a client can fix an upload in one round trip.
 """
 
@@ -139,12 +140,42 @@ def _label(item: dict[str, Any], limits: ToolLimits) -> str | None:
     return name if len(name) <= limits.max_name_chars else name[: limits.max_name_chars] + "…"
 
 
+def unwrap_jsonrpc(payload: Any) -> Any:
+    """The ``result`` of a JSON-RPC 2.0 response holding ``{"tools": [...]}`` (an MCP
+    ``tools/list`` answer pasted whole); any other payload unchanged.
+
+    Raises:
+        InvalidToolDefinition: The payload is a JSON-RPC error response, or a response whose
+            result holds no tools.
+    """
+    if not isinstance(payload, dict) or "jsonrpc" not in payload or "tools" in payload:
+        return payload
+    problems = _Problems()
+    result = payload.get("result")
+    if "error" in payload:
+        error = payload["error"]
+        said = error.get("message") if isinstance(error, dict) else None
+        problems.add(
+            None, None, "error",
+            "payload is a JSON-RPC error response, not a tools/list result"
+            + (f" (error: {str(said)[:200]})" if said else ""),
+        )
+    elif not isinstance(result, dict) or "tools" not in result:
+        got = _json_type(result) + (' without a "tools" key' if isinstance(result, dict) else "")
+        problems.add(
+            None, None, "result", f'a JSON-RPC response must hold "result": {{"tools": [...]}}, got {got}'
+        )
+    problems.raise_if_any()
+    return result
+
+
 def parse_tools(payload: Any, limits: ToolLimits = ToolLimits()) -> list[Tool]:
     """Parse and validate an uploaded list of tools.
 
     Args:
-        payload: Decoded JSON: an array of tools, or an object whose ``"tools"`` key holds
-            one (other keys are ignored). Each tool is in OpenAI, Anthropic, MCP or plain form.
+        payload: Decoded JSON: an array of tools, an object whose ``"tools"`` key holds one
+            (other keys are ignored), or a JSON-RPC response whose ``result`` is such an
+            object. Each tool is in OpenAI, Anthropic, MCP or plain form.
         limits: Size limits.
 
     Returns:
@@ -154,6 +185,7 @@ def parse_tools(payload: Any, limits: ToolLimits = ToolLimits()) -> list[Tool]:
         PayloadTooLarge: More than ``limits.max_tools`` tools.
         InvalidToolDefinition: Anything else is wrong; ``details`` lists every problem.
     """
+    payload = unwrap_jsonrpc(payload)
     problems = _Problems()
     if isinstance(payload, dict) and "tools" in payload:
         items = payload["tools"]

@@ -15,7 +15,7 @@ from service.auth import log_access_mode
 from service.deps import require_admin, require_query
 from service.errors import install_error_handlers
 from service.mcp import McpFace
-from service.middleware import BodyLimitMiddleware, HttpMetricsMiddleware
+from service.middleware import BodyLimitMiddleware, HttpMetricsMiddleware, RequestIdMiddleware
 from service.routes import console, feedback, health, registries, shortlist
 from service.routes import learning as learning_routes
 from service.routes import policies as policy_routes
@@ -78,6 +78,7 @@ def create_app(
     log_access_mode(settings)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(HttpMetricsMiddleware, metrics=state.metrics)
+    app.add_middleware(RequestIdMiddleware)  # outermost: every response carries X-Request-ID
     return app
 
 

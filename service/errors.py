@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -75,6 +76,28 @@ def invalid_body(exc: BaseException | str) -> ValidationFailed:
     return ValidationFailed(message, [{"field": "body", "message": message}])
 
 
+_COUNTED_PROBLEMS = re.compile(r"\d+ problem\(s\)$")
+_PROBLEMS_IN_MESSAGE = 5
+
+
+def with_problems(message: str, details: Any) -> str:
+    """``message`` with its problems spelled out when it only counts them ("invalid feedback: 2
+    problem(s)" becomes "... problem(s): used[0]: tool 'x' does not exist ...; success: ...");
+    the first five, then how many more. ``details`` keeps the full list."""
+    if not _COUNTED_PROBLEMS.search(message) or not isinstance(details, list):
+        return message
+    parts = [
+        f"{d.get('field') or 'body'}: {d.get('message')}"
+        for d in details
+        if isinstance(d, dict) and d.get("message")
+    ]
+    if not parts:
+        return message
+    more = len(parts) - _PROBLEMS_IN_MESSAGE
+    shown = "; ".join(p[:_MAX_ECHOED_CHARS] for p in parts[:_PROBLEMS_IN_MESSAGE])
+    return f"{message}: {shown}" + (f" (and {more} more)" if more > 0 else "")
+
+
 def error_body(error_type: str, message: str, details: Any = None) -> dict[str, Any]:
     return {"error": {"type": error_type, "message": message, "details": details}}
 
@@ -107,7 +130,8 @@ def install_error_handlers(app: FastAPI) -> None:
         status = status_for(exc)
         if status == 500:
             log.error("unmapped domain error", exc_info=exc)
-        response = error_response(status, exc.error_type, exc.message, exc.details)
+        message = with_problems(exc.message, exc.details) if status == 422 else exc.message
+        response = error_response(status, exc.error_type, message, exc.details)
         if isinstance(exc, Unauthorized):
             response.headers["WWW-Authenticate"] = exc.challenge
         return response

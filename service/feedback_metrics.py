@@ -11,6 +11,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric, UnknownMetricFamil
 from prometheus_client.registry import Collector
 
 from registry.feedback import FeedbackEvent, LiveWindow
+from service.metrics import remove_registry_series
 
 MATCHES = ("exact", "equivalent")
 
@@ -46,6 +47,15 @@ class FeedbackMetrics(Collector):
             for match in MATCHES:
                 self.presented.labels(registry, match)
                 self._p_rand_sum.setdefault((registry, match), 0.0)
+
+    def drop(self, registry: str) -> None:
+        """Stop exporting ``registry``'s series (it was deleted) and forget its live window."""
+        remove_registry_series(self.feedback, registry)
+        remove_registry_series(self.presented, registry)
+        with self._lock:
+            for match in MATCHES:
+                self._p_rand_sum.pop((registry, match), None)
+        self.window.forget(registry)
 
     def observe(self, event: FeedbackEvent) -> None:
         self.touch(event.registry)

@@ -1,13 +1,53 @@
-"""Pure-ASGI middleware: request-body size limit and per-route HTTP counters."""
+"""Pure-ASGI middleware: request ids, request-body size limit and per-route HTTP counters."""
 
 from __future__ import annotations
 
 import json
 
+from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import error_body
+from service.errors import error_body, error_response
+from service.logging_setup import REQUEST_ID, REQUEST_ID_HEADER, accept_request_id
 from service.metrics import Metrics
+
+
+class RequestIdMiddleware:
+    """Give every request an id and return it as ``X-Request-ID`` on every response.
+
+    A sane incoming ``X-Request-ID`` (see :func:`accept_request_id`) is kept, so a caller's id
+    follows the request into our logs; otherwise a new one is made. The id is in
+    :data:`REQUEST_ID` while the request is handled, so every log line carries it. Installed
+    outermost: a 413 from :class:`BodyLimitMiddleware` has it, and so does the 500 of an
+    unexpected exception (Starlette's outer error middleware would answer without it).
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        incoming = dict(scope.get("headers") or ()).get(REQUEST_ID_HEADER.lower().encode())
+        request_id = accept_request_id(incoming.decode("latin-1") if incoming else None)
+        token = REQUEST_ID.set(request_id)
+        started = False
+
+        async def with_id(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                MutableHeaders(scope=message)[REQUEST_ID_HEADER] = request_id
+            await send(message)
+
+        try:
+            await self.app(scope, receive, with_id)
+        except Exception:
+            if not started:  # the outer error middleware logs and re-raises; we answer
+                await error_response(500, "internal", "internal server error")(scope, receive, with_id)
+            raise  # REQUEST_ID stays set: the outer handler's log line carries it
+        REQUEST_ID.reset(token)
 
 
 class BodyLimitMiddleware:

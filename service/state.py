@@ -44,6 +44,7 @@ class ServiceState:
     def _registry_changed(self, change: RegistryChange) -> None:
         if change.info is None:
             self.metrics.drop_registry(change.registry)
+            self.feedback_metrics.drop(change.registry)
         else:
             self.metrics.set_registry(change.registry, change.info.version, change.info.tools)
             self.feedback_metrics.touch(change.registry)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import logging
 import math
 import sys
 import time
@@ -41,6 +42,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from registry.cli_support import HelpFormatter, ProgressEmbedder, plain, progress_step
 from registry.depth.carve import ANCHOR_SIZES, FILL_KINDS, SIZE_RANGE, carve_training, load_source
 from registry.depth.env import (
     DEFAULT_GAMMA,
@@ -63,6 +65,8 @@ from registry.offline.metrics import (
     fixed_k_baselines,
 )
 from registry.offline.tables import candidate_episodes, load_or_build_table, rank_table
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "QEnsemble",
@@ -353,16 +357,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ``--holdout-fraction`` of each set's queries is held out and evaluated over the full
     registry (found rate, mean K, BoR, depth efficiency against fixed K).
     """
-    ap = argparse.ArgumentParser(prog="shortlist train", description=main.__doc__)
+    ap = argparse.ArgumentParser(
+        prog="shortlist train", description=plain(main.__doc__), formatter_class=HelpFormatter
+    )
     source = ap.add_mutually_exclusive_group(required=True)
     source.add_argument("--data", nargs="+", type=Path, help="data directories (tools.json + queries.jsonl)")
-    source.add_argument("--episodes", nargs="+", type=Path, help="episode .npz files")
+    source.add_argument("--episodes", nargs="+", type=Path, help="episode .npz files (shortlist episodes)")
     ap.add_argument(
         "--scorer", default=None, choices=SCORERS,
         help="scorer ranking --data (default hybrid, the service default); with --episodes only the "
         "name recorded in the manifest (default: from the episode files)",
     )
-    ap.add_argument("--max-queries", type=int, default=None, help="--data: sample this many queries per set")
+    ap.add_argument(
+        "--max-queries", type=int, default=None, help="--data: sample this many queries per set (default: all)"
+    )
     ap.add_argument(
         "--candidate-sizes", nargs="+", default=["full"],
         help="--data: train on candidate sets of these sizes (integers and/or 'full'), e.g. "
@@ -378,33 +386,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--carve-sizes", type=int, nargs="+", default=list(ANCHOR_SIZES),
         help="sizes of a query's first carves; further carves draw N log-uniformly from --carve-range",
     )
-    ap.add_argument("--carve-range", type=int, nargs=2, default=list(SIZE_RANGE), metavar=("LO", "HI"))
+    ap.add_argument(
+        "--carve-range", type=int, nargs=2, default=list(SIZE_RANGE), metavar=("LO", "HI"),
+        help="sizes of further carves are drawn log-uniformly from [LO, HI]",
+    )
     ap.add_argument(
         "--size-gate", type=int, nargs=2, default=None, metavar=("N_LO", "N_HI"),
         help="with --carve-per-query: also train a large-registry expert on the full registries alone "
         "(plain BoR reward) and serve it from N_HI tools on, the carved-trained expert up to N_LO, "
-        "blended between (SizeGatedQ)",
+        "blended between (SizeGatedQ; default: no gate)",
     )
     ap.add_argument("--embedder-cache", type=Path, default=None, help="MiniLM ONNX cache (default: the service's)")
-    ap.add_argument("--table-cache", type=Path, default=None, help="cache score tables here")
-    ap.add_argument("--holdout-fraction", type=float, default=0.3, help="per data set")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--table-cache", type=Path, default=None, help="cache score tables here (default: no cache)")
+    ap.add_argument("--holdout-fraction", type=float, default=0.3, help="share of each data set's queries held out for the reported metrics")
+    ap.add_argument("--seed", type=int, default=0, help="seeds the split, sampling and training")
     ap.add_argument("--ensemble", type=int, default=1, help="average the Q-values of this many seeds (seed, seed+1, ...)")
     ap.add_argument("--out", type=Path, default=None, help="export directory (omit: no export)")
-    ap.add_argument("--reward", choices=sorted(REWARD_FUNCTIONS), default="bor")
+    ap.add_argument(
+        "--reward", choices=sorted(REWARD_FUNCTIONS), default="bor",
+        help="terminal reward: bor (Bits-over-Random, the paper's) or an ablation",
+    )
     ap.add_argument(
         "--reward-min-n", type=int, default=1,
         help="bor: price depth as on a registry of at least this many tools (registry.depth.env."
         "bor_reward_floor; matters for carved sub-registries only)",
     )
-    ap.add_argument("--step-cost", type=float, default=DEFAULT_STEP_COST)
-    ap.add_argument("--gamma", type=float, default=DEFAULT_GAMMA)
-    ap.add_argument("--max-depth", type=int, default=DEFAULT_MAX_DEPTH)
+    ap.add_argument("--step-cost", type=float, default=DEFAULT_STEP_COST, help="cost of each CONTINUE (bits)")
+    ap.add_argument("--gamma", type=float, default=DEFAULT_GAMMA, help="discount factor")
+    ap.add_argument("--max-depth", type=int, default=DEFAULT_MAX_DEPTH, help="depth cap D of the MDP and the policy")
     ap.add_argument("--eval-cap", type=int, default=None, help="max_k for held-out metrics (default --max-depth)")
-    ap.add_argument("--steps", type=int, default=4000)
-    ap.add_argument("--batch-size", type=int, default=512)
-    ap.add_argument("--hidden", type=int, nargs="+", default=[32, 32])
-    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--steps", type=int, default=4000, help="gradient steps per seed")
+    ap.add_argument("--batch-size", type=int, default=512, help="states per minibatch")
+    ap.add_argument("--hidden", type=int, nargs="+", default=[32, 32], help="hidden layer widths")
+    ap.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (cosine-decayed)")
     ap.add_argument(
         "--refit-all",
         action="store_true",
@@ -436,12 +450,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             from registry.index.embed import load_minilm
             from registry.settings import Settings
 
-            embedder = load_minilm(args.embedder_cache or Settings().resolved_embedder_cache())
+            with progress_step(log, "loading the MiniLM embedder (exported to ONNX on first use)"):
+                embedder = ProgressEmbedder(
+                    load_minilm(args.embedder_cache or Settings().resolved_embedder_cache()), log
+                )
         tables = []
         train_rows, hold_rows, all_rows = [], [], []
         for directory in _progress(args.data, "scoring data sets"):
             table = load_or_build_table(
-                directory, embedder, cache_dir=args.table_cache, max_queries=args.max_queries, seed=args.seed
+                directory, embedder, cache_dir=args.table_cache, max_queries=args.max_queries,
+                seed=args.seed, progress=True,
             )
             tr_rows, ho_rows = holdout_rows(table, args.holdout_fraction, args.seed)
             tables.append(table)
@@ -454,11 +472,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                     raise SystemExit("--carve-per-query needs --scorer hybrid")
                 src = load_source(table, embedder, cache_dir=args.table_cache, seed=args.seed)
                 carve = {"seed": args.seed, "anchors": args.carve_sizes, "size_range": tuple(args.carve_range)}
-                carve_train += carve_training(src, tr_rows, args.carve_per_query, **carve)
-                if args.refit_all:
-                    carve_all += carve_training(src, all_rows[-1], args.carve_per_query, **carve)
-        train_eps = data_episodes(tables, train_rows, scorer, sizes, hard_fraction=args.hard_fraction, seed=args.seed)
-        all_eps = data_episodes(tables, all_rows, scorer, sizes, hard_fraction=args.hard_fraction, seed=args.seed)
+                with progress_step(log, f"carving sub-registries of {directory.name}"):
+                    carve_train += carve_training(src, tr_rows, args.carve_per_query, **carve)
+                    if args.refit_all:
+                        carve_all += carve_training(src, all_rows[-1], args.carve_per_query, **carve)
+        with progress_step(log, "building training episodes"):
+            train_eps = data_episodes(
+                tables, train_rows, scorer, sizes, hard_fraction=args.hard_fraction, seed=args.seed
+            )
+            all_eps = data_episodes(
+                tables, all_rows, scorer, sizes, hard_fraction=args.hard_fraction, seed=args.seed
+            )
         train_eps += carve_train
         all_eps += carve_all
         hold_by_set = {
@@ -491,12 +515,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     trained = fit(train_eps, len(carve_train), log_every=1000)
     metrics: dict[str, Any] = {}
     hold_all: list[Episode] = []
-    for stem, ho in hold_by_set.items():
-        if ho:
-            metrics[stem] = compare_with_fixed(trained.choose_depth, ho, cap)
-            hold_all += ho
-    if hold_all and len(hold_by_set) > 1:
-        metrics["all"] = compare_with_fixed(trained.choose_depth, hold_all, cap)
+    with progress_step(log, "held-out metrics"):
+        for stem, ho in hold_by_set.items():
+            if ho:
+                metrics[stem] = compare_with_fixed(trained.choose_depth, ho, cap)
+                hold_all += ho
+        if hold_all and len(hold_by_set) > 1:
+            metrics["all"] = compare_with_fixed(trained.choose_depth, hold_all, cap)
     metrics = {
         "holdout": json_safe(metrics, 6),
         "eval_cap": cap,
@@ -508,7 +533,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from registry.depth.export import export_onnx
 
         if args.refit_all:
-            trained = fit(all_eps, len(carve_all))
+            log.info("refitting on all %d episodes", len(all_eps))
+            trained = fit(all_eps, len(carve_all), log_every=1000)
         training_data = {
             "files": files_info,
             "scorer": scorer,
