@@ -1,4 +1,4 @@
-"""The ``shortlist`` command: ``serve``, ``episodes``, ``train`` and ``evaluate``."""
+"""The shortlist command: serve, episodes, train and evaluate."""
 
 from __future__ import annotations
 
@@ -6,8 +6,17 @@ import argparse
 import logging
 import os
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+from registry.cli_support import HelpFormatter
+from service.logging_setup import configure_logging
+
+log = logging.getLogger("shortlist")
+_STARTED = time.perf_counter()
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -26,13 +35,50 @@ def _serve(args: argparse.Namespace) -> int:
         if value is not None
     }
     settings = Settings(**overrides)
+    configure_logging(args.log_level, settings.log_format)
     try:
         app = create_app(settings)
     except ShortlistError as exc:
-        logging.getLogger("shortlist").error("cannot start: %s", exc.message)
+        log.error("cannot start: %s", exc.message)
         return 2
+    _announce(app, settings)
     serve(app, settings, log_level=args.log_level)  # limits and timeouts: service.server
     return 0
+
+
+def base_url(host: str, port: int) -> str:
+    """The URL to open for a server bound to ``host`` (a wildcard address shows as localhost)."""
+    shown = "localhost" if host in ("0.0.0.0", "::", "") else host
+    return f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
+
+
+def _announce(app: Any, settings: Any) -> None:
+    """Log where the service is, a line every 10 s while it loads, and the console URL once
+    it is ready (the first start exports the embedder to ONNX, silently otherwise)."""
+    state = app.state.service
+    url = base_url(settings.host, settings.port)
+    cache = settings.resolved_embedder_cache()
+    exporting = not any(cache.rglob("*.onnx")) if cache.is_dir() else True
+    log.info("tool-shortlist on %s, data in %s", url, settings.data_dir)
+    if exporting:
+        log.info("first start: exporting the MiniLM embedder to ONNX, once (cached in %s)", cache)
+
+    def watch() -> None:
+        beat = 10.0
+        while not state.ready and state.load_error is None:
+            time.sleep(0.2)
+            waited = time.perf_counter() - _STARTED
+            if waited >= beat:
+                what = "exporting the embedder" if exporting else "loading the registries"
+                log.info("still starting (%s, %.0f s)", what, waited)
+                beat += 10.0
+        if state.ready:
+            log.info(
+                "ready in %.1f s: console %s/console, API docs %s/docs",
+                time.perf_counter() - _STARTED, url, url,
+            )
+
+    threading.Thread(target=watch, name="announce", daemon=True).start()
 
 
 def _episodes(args: argparse.Namespace) -> int:
@@ -69,26 +115,38 @@ def _refit(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="shortlist", description=__doc__)
+    parser = argparse.ArgumentParser(prog="shortlist", description=__doc__, formatter_class=HelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser("serve", help="run the HTTP service")
-    serve.add_argument("--host", default=None, help="bind address (SHORTLIST_HOST)")
-    serve.add_argument("--port", type=int, default=None, help="port (SHORTLIST_PORT)")
-    serve.add_argument("--data-dir", type=Path, default=None, help="data directory (SHORTLIST_DATA_DIR)")
-    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve = commands.add_parser(
+        "serve", help="run the HTTP service", description="Run the HTTP service (settings: "
+        "SHORTLIST_* environment variables, see registry/settings.py).", formatter_class=HelpFormatter,
+    )
+    serve.add_argument("--host", default=None, help="bind address (default: SHORTLIST_HOST or 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=None, help="port (default: SHORTLIST_PORT or 8080)")
+    serve.add_argument(
+        "--data-dir", type=Path, default=None, help="data directory (default: SHORTLIST_DATA_DIR or ./data)"
+    )
+    serve.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"],
+        help="least level logged (the format is SHORTLIST_LOG_FORMAT: text or json)",
+    )
     serve.set_defaults(handler=_serve)
 
     episodes = commands.add_parser(
-        "episodes", help="rank a labelled data set (tools.json + queries.jsonl) into training episodes"
+        "episodes", help="rank a labelled data set (tools.json + queries.jsonl) into training episodes",
+        description="Rank a labelled data set into training episodes for shortlist train --episodes.",
+        formatter_class=HelpFormatter,
     )
-    episodes.add_argument("--data", type=Path, required=True)
+    episodes.add_argument("--data", type=Path, required=True, help="data directory (tools.json + queries.jsonl)")
     episodes.add_argument(
-        "--scorer", default=None, help="dense, bm25 or hybrid (default: SHORTLIST_DEFAULT_SCORER)"
+        "--scorer", default=None, help="dense, bm25 or hybrid (default: SHORTLIST_DEFAULT_SCORER, hybrid)"
     )
-    episodes.add_argument("--max-queries", type=int, default=None)
-    episodes.add_argument("--seed", type=int, default=0)
-    episodes.add_argument("--out", type=Path, required=True)
+    episodes.add_argument(
+        "--max-queries", type=int, default=None, help="sample this many queries (default: all)"
+    )
+    episodes.add_argument("--seed", type=int, default=0, help="query sample seed")
+    episodes.add_argument("--out", type=Path, required=True, help="episode file to write (.npz)")
     episodes.set_defaults(handler=_episodes)
 
     refit = commands.add_parser(
@@ -112,8 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("bm25s").setLevel(logging.WARNING)
+    configure_logging("info")  # serve reconfigures with its --log-level and SHORTLIST_LOG_FORMAT
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["train"]:
         from registry.depth.train import main as train_main

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 from registry.engine import Shortlist
@@ -97,9 +98,27 @@ class Metrics:
         self.registry_version.labels(registry).set(version)
 
     def drop_registry(self, registry: str) -> None:
-        for gauge in (self.registry_tools, self.registry_version):
-            with contextlib.suppress(KeyError):
-                gauge.remove(registry)
+        """Stop exporting every series labelled with ``registry`` (it was deleted)."""
+        for metric in vars(self).values():
+            if isinstance(metric, MetricWrapperBase):
+                remove_registry_series(metric, registry)
+
+
+def remove_registry_series(metric: MetricWrapperBase, registry: str) -> None:
+    """Remove ``metric``'s children whose ``registry`` label is ``registry`` (whatever their
+    other labels); a metric without a ``registry`` label is left alone."""
+    labelnames: tuple[str, ...] = tuple(getattr(metric, "_labelnames", ()))  # remove() takes this order
+    if "registry" not in labelnames:
+        return
+    children = {
+        tuple(sample.labels[name] for name in labelnames)
+        for family in metric.collect()
+        for sample in family.samples
+        if sample.labels.get("registry") == registry
+    }
+    for values in children:
+        with contextlib.suppress(KeyError):
+            metric.remove(*values)
 
 
 class QueryCacheCollector(Collector):
