@@ -277,7 +277,13 @@ class Settings(BaseSettings):
         "tokens work too); unset = queries are open.",
     )
 
-    @field_validator("admin_token", "query_token", mode="before")
+    metrics_token: Tokens = Field(
+        (),
+        description="Bearer token(s), comma-separated, for GET /metrics (query and admin tokens "
+        "work too). /metrics needs a token whenever any token is configured; open otherwise.",
+    )
+
+    @field_validator("admin_token", "query_token", "metrics_token", mode="before")
     @classmethod
     def _split_tokens(cls, value: object) -> object:
         # Never raise with the value in hand: a validation error would print the token.

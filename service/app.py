@@ -11,15 +11,16 @@ from fastapi import Depends, FastAPI
 
 from registry.depth.policies import TunableDepthPolicy
 from registry.settings import Settings
-from service.auth import log_access_mode
+from service.auth import log_access_mode, metrics_tokens
 from service.deps import require_admin, require_query
 from service.errors import install_error_handlers
 from service.mcp import McpFace
+from service.methods import method_not_allowed
 from service.middleware import BodyLimitMiddleware, HttpMetricsMiddleware, RequestIdMiddleware
 from service.routes import console, feedback, health, registries, shortlist
 from service.routes import learning as learning_routes
 from service.routes import policies as policy_routes
-from service.schemas import error_responses
+from service.schemas import document_settings, error_responses
 from service.state import EmbedderFactory, ServiceState, default_embedder
 
 DESCRIPTION = """Per-query tool shortlists for LLM agents. Upload tool registries, ask
@@ -60,6 +61,9 @@ def create_app(
     )
     app.state.service = state
     install_error_handlers(app)
+    app.add_exception_handler(405, method_not_allowed)  # Allow lists the whole path's methods
+    # No 307 from '/registries/demo%2f' to '/registries/demo': a PUT must not land elsewhere.
+    app.router.redirect_slashes = False
     # Routers are guarded only when tokens are configured, so OpenAPI shows exactly what is.
     admin = require_admin if settings.admin_token else None
     query = require_query if settings.query_token else None
@@ -74,6 +78,10 @@ def create_app(
     app.include_router(policy_routes.router, **_guarded(query or admin))
     app.include_router(policy_routes.admin_router, **_guarded(admin))
     app.include_router(health.router)
+    build_openapi = app.openapi  # + the limits that are settings (query maxLength)
+    app.openapi = lambda: document_settings(build_openapi(), settings.max_query_chars)  # type: ignore[method-assign]
+    metrics_guard = health.require_metrics if metrics_tokens(settings) else None
+    app.include_router(health.metrics_router, **_guarded(metrics_guard))
     app.router.routes.append(mcp.route())  # /mcp, guarded like /shortlist (service.mcp)
     log_access_mode(settings)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)

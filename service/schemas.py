@@ -25,6 +25,67 @@ RegistryName = Annotated[
     ),
 ]
 ToolName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TOOL_NAME_CHARS)]
+
+# -- what the validation enforces, said in the OpenAPI schema too (a schema-valid request is
+# -- not refused for its shape; registry contents, e.g. unknown tool names, still are) --------
+
+
+def _not_blank_pattern() -> str:
+    """A pattern that finds a character ``str.strip()`` keeps: the query validation's "not blank"."""
+    spaces = "".join(f"\\u{ord(c):04x}" for c in map(chr, range(0x3001)) if c.isspace())
+    return f"[^{spaces}]"
+
+
+NOT_BLANK_PATTERN = _not_blank_pattern()
+TOOL_NAME_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_TOOL_NAME_CHARS,
+    "pattern": "^[^\\u0000-\\u001f\\u007f]*$",  # no control characters (registry.tools)
+}
+_TOOL_FIELDS: dict[str, Any] = {
+    "name": TOOL_NAME_SCHEMA,
+    "description": {"type": ["string", "null"]},
+}
+TOOL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "One tool; its name is required (OpenAI tools keep it under 'function').",
+    "anyOf": [
+        {
+            "title": "OpenAI tool",
+            "required": ["function"],
+            "properties": {
+                "type": {"const": "function"},
+                "function": {"type": "object", "required": ["name"], "properties": _TOOL_FIELDS},
+            },
+        },
+        {
+            "title": "Plain function, Anthropic or MCP tool",
+            "required": ["name"],
+            "not": {"required": ["function"]},
+            "properties": {**_TOOL_FIELDS, "type": {"const": "function"}},
+        },
+    ],
+}
+EQUIVALENT_GROUP_SCHEMA: dict[str, Any] = {
+    "type": "array",
+    "items": TOOL_NAME_SCHEMA,
+    "minItems": 2,
+    "uniqueItems": True,
+    "description": "At least two distinct names of tools in the upload.",
+}
+# The depth knobs exclude each other: k fixes the depth (policy fixed, no depth_bias);
+# depth_bias tunes bor only. Said as JSON-schema conditions (registry.shortlist enforces them).
+SHORTLIST_KNOB_RULES: list[Any] = [
+    {
+        "if": {"required": ["k"], "properties": {"k": {"type": "integer"}}},
+        "then": {"properties": {"policy": {"enum": ["fixed", None]}, "depth_bias": {"type": "null"}}},
+    },
+    {
+        "if": {"required": ["depth_bias"], "properties": {"depth_bias": {"type": "number"}}},
+        "then": {"properties": {"policy": {"enum": ["bor", None]}}},
+    },
+]
 # Written out for the OpenAPI enum; a test keeps them equal to the engine's lists.
 # The OpenAPI enums are the engine's own lists (registry.shortlist / registry.index.hybrid).
 __all__ = ["PolicyName", "ScorerName"]
@@ -69,18 +130,15 @@ TOOLS_BODY_OPENAPI: dict[str, Any] = {
             "application/json": {
                 "schema": {
                     "oneOf": [
-                        {"type": "array", "items": {"type": "object"}},
+                        {"type": "array", "items": TOOL_SCHEMA},
                         {
                             "type": "object",
                             "required": ["tools"],
                             "properties": {
-                                "tools": {"type": "array", "items": {"type": "object"}},
+                                "tools": {"type": "array", "items": TOOL_SCHEMA},
                                 "equivalents": {
                                     "anyOf": [
-                                        {
-                                            "type": "array",
-                                            "items": {"type": "array", "items": {"type": "string"}},
-                                        },
+                                        {"type": "array", "items": EQUIVALENT_GROUP_SCHEMA},
                                         {"type": "null"},
                                     ],
                                     "description": "Groups of tool names that can do the same job.",
@@ -293,7 +351,8 @@ class ShortlistRequest(BaseModel):
                 {"registry": "demo", "query": "what's the weather in Paris tomorrow?"},
                 {"registry": "demo", "query": "convert 20 euros to yen", "k": 5},
                 {"registry": "demo", "query": "book a table for two tonight", "depth_bias": 0.25},
-            ]
+            ],
+            "allOf": SHORTLIST_KNOB_RULES,
         },
     )
 
@@ -303,6 +362,9 @@ class ShortlistRequest(BaseModel):
         "not blank, at most SHORTLIST_MAX_QUERY_CHARS (default 262144) characters. Several "
         "intents ('find X, then email it') are each covered; a tool named verbatim comes first.",
         min_length=1,
+        # Documented only: blank and too long are refused by registry.shortlist with clearer
+        # messages; maxLength is the setting's value (document_settings).
+        json_schema_extra={"pattern": NOT_BLANK_PATTERN},
     )
     k: int | None = Field(
         None,
@@ -335,6 +397,14 @@ class ShortlistRequest(BaseModel):
         description="Also return 'explain': the bor policy's STOP - CONTINUE margin at each "
         "depth of the request's own ranking, the bias it stopped against and the depth chosen.",
     )
+
+
+def document_settings(openapi: dict[str, Any], max_query_chars: int) -> dict[str, Any]:
+    """Write the limits that are settings into a built OpenAPI document (idempotent)."""
+    request = openapi.get("components", {}).get("schemas", {}).get("ShortlistRequest")
+    if request is not None:
+        request["properties"]["query"]["maxLength"] = max_query_chars
+    return openapi
 
 
 class DepthExplanation(BaseModel):

@@ -131,7 +131,7 @@ def test_find_tools_then_report_tool_use(server):
         headers=auth,
     ).json()
     assert [tool["name"] for tool in http["tools"]] == names
-    metrics = httpx.get(f"{server.url}/metrics").text
+    metrics = httpx.get(f"{server.url}/metrics", headers=auth).text  # tokens set: one is needed
     assert 'shortlist_requests_total{policy="bor",registry="demo"} 2.0' in metrics
     assert 'route="/mcp"' in metrics and 'shortlist_feedback_total{registry="demo"} 1.0' in metrics
 

@@ -84,3 +84,144 @@ def test_bodies_that_are_not_utf8_are_a_422(client, tools_payload, encoding):
     bom = b"\xef\xbb\xbf" + json.dumps({"registry": "r", "query": "weather"}).encode()
     ok = client.post("/shortlist", content=bom, headers={"content-type": "application/json"})
     assert ok.status_code == 200, ok.text  # a UTF-8 byte-order mark is tolerated
+
+
+# -- issue 14 item 8: Allow, %2f, /metrics, and a schema as strict as the validation --------------
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("PATCH", "/registries/r", {"GET", "PUT", "DELETE"}),
+        ("POST", "/registries/r", {"GET", "PUT", "DELETE"}),
+        ("PUT", "/registries/r/tools", {"POST"}),
+        ("GET", "/shortlist", {"POST"}),
+        ("GET", "/registries/r/tools/fs/read_file", {"DELETE"}),
+    ],
+)
+def test_a_405_allows_every_method_of_the_path(client, method, path, allowed):
+    r = client.request(method, path)
+    assert_error(r, 405, "method_not_allowed")
+    assert {m.strip() for m in r.headers["allow"].split(",")} == allowed
+    for other in allowed:  # each listed method is really served (not a 405)
+        assert client.request(other, path, json=[]).status_code != 405, other
+
+
+def test_a_registry_name_with_an_encoded_slash_is_not_redirected(client, tools_payload):
+    r = client.put("/registries/demo%2f", json=tools_payload, follow_redirects=False)
+    assert r.status_code == 404, (r.status_code, r.headers)
+    assert client.get("/registries/demo", follow_redirects=False).status_code == 404  # not written
+    assert client.get("/registries/", follow_redirects=False).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "tokens",
+    [{"query_token": ["q" * 20]}, {"admin_token": ["a" * 20]}, {"metrics_token": ["m" * 20]}],
+)
+def test_metrics_need_a_token_when_tokens_are_configured(make_client, tokens):
+    secrets = {key: tuple(SecretStr(t) for t in value) for key, value in tokens.items()}
+    with make_client(**secrets) as client:
+        r = client.get("/metrics")
+        assert_error(r, 401, "unauthorized")
+        assert "metrics" in r.json()["error"]["message"]
+        token = next(iter(tokens.values()))[0]
+        ok = client.get("/metrics", headers={"Authorization": f"Bearer {token}"})
+        assert ok.status_code == 200 and "shortlist_" in ok.text
+        spec = client.get("/openapi.json").json()["paths"]["/metrics"]["get"]
+        assert {"MetricsToken": []} in spec["security"]
+
+
+def test_a_metrics_token_opens_only_metrics(make_client, tools_payload):
+    metrics = "m" * 20
+    with make_client(
+        metrics_token=(SecretStr(metrics),), query_token=(SecretStr("q" * 20),)
+    ) as client:
+        auth = {"Authorization": f"Bearer {metrics}"}
+        assert client.get("/metrics", headers=auth).status_code == 200
+        assert client.get("/registries", headers=auth).status_code == 401
+        assert client.post("/shortlist", json={"registry": "r", "query": "x"}, headers=auth).status_code == 401
+
+
+def test_metrics_stay_open_without_tokens(client):
+    assert client.get("/metrics").status_code == 200
+
+
+def _component(client, name: str) -> dict:
+    spec = client.get("/openapi.json").json()
+    schema = spec["components"]["schemas"][name]
+    return {**schema, "components": spec["components"]}  # $refs resolve against the document
+
+
+def _schema_valid(schema: dict, instance) -> bool:
+    import jsonschema  # type: ignore[import-untyped]  # schemathesis brings it, untyped
+
+    return jsonschema.Draft202012Validator(schema).is_valid(instance)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"registry": "demo", "query": "convert 20 euros", "k": 5, "depth_bias": 0.25},
+        {"registry": "demo", "query": "convert 20 euros", "k": 3, "policy": "gap"},
+        {"registry": "demo", "query": "convert 20 euros", "depth_bias": 0.5, "policy": "fixed"},
+        {"registry": "demo", "query": " \t\n\u3000\x1c"},  # blank as str.strip() sees it
+        {"registry": "demo", "query": "x" * 300},  # over SHORTLIST_MAX_QUERY_CHARS (200 here)
+    ],
+)
+def test_requests_the_validation_refuses_are_not_schema_valid(make_client, tools_payload, body):
+    with make_client(max_query_chars=200) as client:
+        client.put("/registries/demo", json=tools_payload)
+        assert client.post("/shortlist", json=body).status_code == 422
+        assert not _schema_valid(_component(client, "ShortlistRequest"), body)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"registry": "demo", "query": "convert 20 euros", "k": 5, "max_k": 1, "policy": "fixed"},
+        {"registry": "demo", "query": "convert 20 euros", "depth_bias": -0.5, "policy": "bor"},
+        {"registry": "demo", "query": " x ", "k": None, "depth_bias": 0.25, "policy": None},
+    ],
+)
+def test_schema_valid_requests_are_served(make_client, tools_payload, body):
+    with make_client(max_query_chars=200) as client:
+        client.put("/registries/demo", json=tools_payload)
+        assert _schema_valid(_component(client, "ShortlistRequest"), body)
+        assert client.post("/shortlist", json=body).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"tools": [{"name": "a"}, {"name": "b"}], "equivalents": [[]]},
+        {"tools": [{"name": "a"}, {"name": "b"}], "equivalents": [["a"]]},
+        [{}],
+        [{"description": "no name"}],
+        [{"type": "function", "function": {"description": "no name"}}],
+        [{"name": ""}],
+        [{"name": "a\x01b"}],
+    ],
+)
+def test_tool_uploads_the_validation_refuses_are_not_schema_valid(client, payload):
+    from service.schemas import TOOLS_BODY_OPENAPI
+
+    schema = TOOLS_BODY_OPENAPI["requestBody"]["content"]["application/json"]["schema"]
+    assert client.put("/registries/t", json=payload).status_code == 422
+    assert not _schema_valid(schema, payload)
+
+
+def test_the_schema_accepts_every_tool_format(client, tools_payload):
+    from service.schemas import TOOLS_BODY_OPENAPI
+
+    schema = TOOLS_BODY_OPENAPI["requestBody"]["content"]["application/json"]["schema"]
+    payload = {"tools": tools_payload, "equivalents": [["get_weather", "send_email"]]}
+    assert _schema_valid(schema, tools_payload) and _schema_valid(schema, payload)
+    assert client.put("/registries/t", json=payload).status_code == 200
+
+
+def test_the_schemas_knob_rules_name_real_policies():
+    from registry.shortlist import POLICIES
+    from service.schemas import SHORTLIST_KNOB_RULES
+
+    for rule in SHORTLIST_KNOB_RULES:
+        assert set(rule["then"]["properties"]["policy"]["enum"]) - {None} <= set(POLICIES)

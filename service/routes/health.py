@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Request, Response, Security
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from service.auth import BearerScheme, authenticate, metrics_tokens
 from service.deps import StateDep
 from service.errors import error_response
 from service.schemas import ErrorResponse, Health
@@ -27,7 +30,23 @@ def readyz(state: StateDep) -> Response | Health:
     return error_response(503, "unhealthy", f"not ready: {reason}")
 
 
-@router.get("/metrics", response_class=Response)
+# Its own router: create_app guards it (with its 401 in OpenAPI) only when tokens are set.
+metrics_router = APIRouter(tags=["operations"])
+metrics_bearer = BearerScheme(
+    "MetricsToken",
+    "A metrics token (SHORTLIST_METRICS_TOKEN), or a query or admin token: GET /metrics.",
+)
+
+
+async def require_metrics(
+    request: Request, authorization: Annotated[str | None, Security(metrics_bearer)]
+) -> None:
+    """A metrics, query or admin token passes (the metrics name every registry)."""
+    settings = request.app.state.service.settings
+    authenticate(authorization, metrics_tokens(settings), "a metrics, query or admin token")
+
+
+@metrics_router.get("/metrics", response_class=Response)
 def metrics(state: StateDep) -> Response:
     """Prometheus metrics in the text exposition format."""
     return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
