@@ -152,7 +152,7 @@ function renderUploadErrors(payload, err) {
     const problems = byIndex.get(i) || [];
     return el("tr", { class: problems.length ? "bad" : "ok", "data-index": i },
       el("td", { class: "num" }, i),
-      el("td", {}, toolName(item) ?? (problems[0] && problems[0].tool) ?? "–"),
+      el("td", {}, toolName(item) || (problems[0] && problems[0].tool) || "(no name)"),
       el("td", { class: "tool-error" }, problems.length
         ? problems.map((p) => `${p.field ? p.field + ": " : ""}${p.message}`).join("; ")
         : "ok"));
@@ -316,7 +316,10 @@ async function loadReport() {
   $("report-meta").textContent = `${report.events} feedback events · mean trajectory efficiency ${fmt(report.mean_trajectory_efficiency)} · window ${live.window_seconds} s`;
   const prune = new Set(report.prune_candidates);
   fill("prune", prune.size ? report.prune_candidates.map((n) => el("span", { class: "tag warn" }, n)) : ["none"]);
-  fill("report-rows", report.tools.map((t) => el("tr", { class: prune.has(t.name) ? "prune" : "", "data-tool": t.name },
+  // prune candidates first, then the most shown
+  const rows = [...report.tools].sort((a, b) =>
+    (prune.has(b.name) - prune.has(a.name)) || (b.shown - a.shown) || a.name.localeCompare(b.name));
+  fill("report-rows", rows.map((t) => el("tr", { class: prune.has(t.name) ? "prune" : "", "data-tool": t.name },
     el("td", { class: "name" }, t.name), el("td", { class: "num" }, t.shown), el("td", { class: "num" }, t.used),
     el("td", { class: "num" }, t.useful_calls), el("td", { class: "num" }, t.useless_calls),
     el("td", { class: "num" }, t.aggregate_utility), el("td", { class: "num" }, fmt(t.efficiency)))));

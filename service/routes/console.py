@@ -8,6 +8,7 @@ so every page works without internet.
 
 from __future__ import annotations
 
+import functools
 import math
 from importlib import resources
 from pathlib import Path
@@ -19,7 +20,7 @@ from fastapi.openapi.docs import (
     get_swagger_ui_html,
     get_swagger_ui_oauth2_redirect_html,
 )
-from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 
@@ -33,6 +34,7 @@ CONSOLE_DIR = Path(__file__).resolve().parent.parent / "console"
 CONSOLE_ASSETS = "/console/assets"
 DOCS_ASSETS = "/docs-assets"
 MATCHES = ("exact", "equivalent")
+REDOC_LOGO = b"https://cdn.redoc.ly/redoc/logo-mini.svg"
 
 live_router = APIRouter(prefix="/registries", tags=["registries"])
 
@@ -103,8 +105,6 @@ def install_pages(app: FastAPI) -> None:
     """Mount the console, its assets and the offline ``/docs`` and ``/redoc`` on ``app`` (built
     with ``docs_url=None, redoc_url=None``)."""
     docs_static = resources.files("fastapi_offline") / "static"
-    app.mount(CONSOLE_ASSETS, StaticFiles(directory=CONSOLE_DIR), name="console-assets")
-    app.mount(DOCS_ASSETS, StaticFiles(directory=str(docs_static)), name="docs-assets")
     openapi_url = app.openapi_url or "/openapi.json"
     oauth2_redirect = app.swagger_ui_oauth2_redirect_url or "/docs/oauth2-redirect"
     title = app.title
@@ -139,9 +139,22 @@ def install_pages(app: FastAPI) -> None:
         return get_redoc_html(
             openapi_url=openapi_url,
             title=f"{title} - ReDoc",
-            redoc_js_url=f"{DOCS_ASSETS}/redoc.standalone.js",
+            redoc_js_url=f"{DOCS_ASSETS}/redoc.js",
             redoc_favicon_url=f"{DOCS_ASSETS}/favicon.png",
             with_google_fonts=False,
         )
 
+    @pages.get(f"{DOCS_ASSETS}/redoc.js")
+    def redoc_js() -> Response:
+        return Response(_redoc_bundle(), media_type="text/javascript")
+
     app.include_router(pages)
+    app.mount(CONSOLE_ASSETS, StaticFiles(directory=CONSOLE_DIR), name="console-assets")
+    app.mount(DOCS_ASSETS, StaticFiles(directory=str(docs_static)), name="docs-assets")
+
+
+@functools.cache
+def _redoc_bundle() -> bytes:
+    """ReDoc's bundle with its side-menu logo pointed here: it always loads it from a CDN."""
+    bundle = (resources.files("fastapi_offline") / "static" / "redoc.standalone.js").read_bytes()
+    return bundle.replace(REDOC_LOGO, f"{DOCS_ASSETS}/favicon.png".encode())
