@@ -123,7 +123,7 @@ def test_refit_ships_a_better_rule():
     est = outcome.estimate
     assert est["candidate"]["found"] >= est["current"]["found"] == 1.0
     assert est["candidate"]["mean_k"] < est["current"]["mean_k"] == 10
-    assert est["efficiency_gain_ci"][0] > 0
+    assert est["gain_ci"][0] > 0
 
 
 def test_refit_refuses_a_candidate_that_is_not_better():
@@ -230,3 +230,22 @@ def test_refit_job_failure_is_reported(make_client, monkeypatch):
         body = client.post("/registries/w/policies/refit").json()
         assert body["state"] == "failed" and "disk on fire" in body["reason"]
         assert client.get("/registries/w/policies").json()["active"] == "default"
+
+
+def test_cli_refit_writes_a_version_a_server_then_serves(settings, make_client, monkeypatch, capsys):
+    import json
+
+    from registry.feedback import LocalFeedbackLog
+    from service.cli import main
+
+    log = LocalFeedbackLog.in_data_dir(settings.data_dir, archive=False)
+    for e in easy_events(300, "w"):
+        log.append(e)
+    monkeypatch.setenv("SHORTLIST_DATA_DIR", str(settings.data_dir))
+    monkeypatch.setenv("SHORTLIST_REDIS_URL", "")
+    assert main(["refit", "--registry", "w"]) == 0
+    job = json.loads(capsys.readouterr().out)
+    assert job["state"] == "done" and job["version"] == "refit-1"
+    with make_client() as client:
+        client.put("/registries/w", json={"tools": weather_tools()})
+        assert client.get("/registries/w/policies").json()["serving"] == "refit-1"

@@ -111,7 +111,7 @@ class PolicyManager:
         jobs: _Jobs | None = None,
     ) -> None:
         self.book = book
-        self._events = events
+        self.events = events
         self.settings = settings
         self._jobs = jobs or _Jobs()
         self._running: dict[str, RefitJob] = {}
@@ -217,7 +217,7 @@ class PolicyManager:
         try:
             current = self.book.history(registry).active_rule
             outcome = refit(
-                self._events(),
+                self.events(),
                 registry,
                 current,
                 min_events=self.settings.refit_min_events,

@@ -10,16 +10,22 @@ a policy may choose finds it). So any rule's depth ``d`` can be replayed on ever
 needed for that (the rank is logged whatever was shown); exploration adds events whose used
 tool sat just past the cut, which a shallower policy never gets reported.
 
+Reward. A rule beats the current one when it sits above plain top-K's trade-off at the
+current operating point: per event ``gain = (found_cand - found_cur) - slope * (k_cand - k_cur)``
+where ``slope`` is the found rate one more fixed-depth tool buys at the current mean K (read on
+the same events' fixed found-at-K curve). Its mean is a paired statistic (both rules replayed on
+the same events), far less noisy than a difference of efficiencies ``K_eq / mean K`` (reported
+too).
+
 Candidates. Bias rules (``bias_offset`` on a grid) and a calibrated rule: a logistic model of
 ``P(r >= k)`` (stopping at ``k`` misses) on the policy's features and margin at each depth,
-stopping at the first ``k`` with that probability at most ``threshold`` (grid). Each is
-scored on the fitting part by depth efficiency ``K_eq / mean K`` (``K_eq``: the fixed depth
-with the same found rate, from the same events) among those whose found rate is not below the
-current policy's.
+stopping at the first ``k`` with that probability at most ``threshold`` (grid). The one with
+the largest mean gain on the fitting part, among those whose found rate is not below the
+current policy's there, is the candidate.
 
-Guard. On the held-out part (30%, split by shortlist id) a bootstrap of the efficiency gain
-``candidate - current`` must have its lower bound at ``confidence`` above ``margin``, and the
-candidate's found rate must not be below the current one's. Otherwise the refit is refused.
+Guard. On the held-out part (30%, split by shortlist id) the bootstrap lower bound of the mean
+gain at ``confidence`` must be above ``margin``, and the candidate's found rate must not be
+below the current one's. Otherwise the refit is refused.
 """
 
 from __future__ import annotations
@@ -210,22 +216,23 @@ class RefitOutcome:
     estimate: dict[str, Any] = field(default_factory=dict)
 
 
-def _bootstrap_gain(
-    cand: np.ndarray, cur: np.ndarray, ranks: np.ndarray, confidence: float, seed: int = 0
-) -> tuple[float, float, float]:
-    """Efficiency gain (candidate - current): point, lower and upper bound at ``confidence``."""
-    n = len(ranks)
-    ones = np.ones(n)
-    point = _metrics(cand, ranks, ones)[2] - _metrics(cur, ranks, ones)[2]
+def tradeoff_slope(ranks: np.ndarray, mean_k: float) -> float:
+    """Found rate one more tool of fixed top-K buys around depth ``mean_k`` (at least 1e-3)."""
+    lo = max(math.floor(mean_k), 0)
+    return max(float(np.mean(ranks == lo)), 1e-3)  # F(lo + 1) - F(lo)
+
+
+def event_gains(cand: np.ndarray, cur: np.ndarray, ranks: np.ndarray, slope: float) -> np.ndarray:
+    """Per event: found difference minus ``slope`` times the depth difference."""
+    return (ranks < cand).astype(np.float64) - (ranks < cur) - slope * (cand - cur)
+
+
+def _bootstrap_mean(values: np.ndarray, confidence: float, seed: int = 0) -> tuple[float, float]:
+    """Bootstrap ``(lower, upper)`` bounds of the mean at ``confidence`` (one-sided each)."""
     rng = np.random.default_rng(seed)
-    gains = []
-    for _ in range(BOOTSTRAP):
-        w = rng.multinomial(n, np.full(n, 1.0 / n)).astype(np.float64)
-        gains.append(_metrics(cand, ranks, w)[2] - _metrics(cur, ranks, w)[2])
-    finite = np.asarray([g for g in gains if math.isfinite(g)])
-    if finite.size < BOOTSTRAP // 2:
-        return point, -math.inf, math.inf
-    return point, float(np.quantile(finite, 1 - confidence)), float(np.quantile(finite, confidence))
+    idx = rng.integers(0, len(values), size=(BOOTSTRAP, len(values)))
+    means = values[idx].mean(axis=1)
+    return float(np.quantile(means, 1 - confidence)), float(np.quantile(means, confidence))
 
 
 def refit(
@@ -246,29 +253,36 @@ def refit(
             {"events": len(data)},
         )
     fit, held = data.split()
-    base = evaluate_rule(current, fit)
-    best: tuple[float, StopRule, Estimate] | None = None
+    fit_ranks = np.array([e.rank for e in fit.events])
+    fit_cur = rule_depths(current, fit)
+    fit_slope = tradeoff_slope(fit_ranks, float(fit_cur.mean()))
+    best: tuple[float, StopRule] | None = None
     for rule in candidates(fit, current):
-        est = evaluate_rule(rule, fit)
-        if est.found + 1e-12 < base.found or not math.isfinite(est.efficiency):
+        depths = rule_depths(rule, fit)
+        if np.mean(fit_ranks < depths) + 1e-12 < np.mean(fit_ranks < fit_cur):
             continue
-        if best is None or est.efficiency > best[0]:
-            best = (est.efficiency, rule, est)
+        gain = float(event_gains(depths, fit_cur, fit_ranks, fit_slope).mean())
+        if best is None or gain > best[0] + 1e-12:
+            best = (gain, rule)
     if best is None:
-        return RefitOutcome("refused", "no candidate keeps the found rate", None, {"fit": base.to_json()})
+        return RefitOutcome("refused", "no candidate keeps the found rate", None, {"events": len(data)})
     rule = best[1]
     ranks = np.array([e.rank for e in held.events])
     cand_d, cur_d = rule_depths(rule, held), rule_depths(current, held)
     cand, cur = evaluate_rule(rule, held), evaluate_rule(current, held)
-    point, lower, upper = _bootstrap_gain(cand_d, cur_d, ranks, confidence)
+    slope = tradeoff_slope(ranks, cur.mean_k)
+    gains = event_gains(cand_d, cur_d, ranks, slope)
+    point = float(gains.mean())
+    lower, upper = _bootstrap_mean(gains, confidence)
     estimate = {
         "events": len(data),
         "fit_events": len(fit),
         "held_out_events": len(held),
         "candidate": cand.to_json(),
         "current": cur.to_json(),
-        "efficiency_gain": round(point, 4),
-        "efficiency_gain_ci": [round(lower, 4), round(upper, 4)],
+        "slope": round(slope, 4),
+        "gain": round(point, 5),
+        "gain_ci": [round(lower, 5), round(upper, 5)],
         "confidence": confidence,
         "margin": margin,
         "kind": rule.kind,
@@ -280,8 +294,13 @@ def refit(
         return RefitOutcome("refused", reason, rule, estimate)
     if not lower > margin:
         reason = (
-            f"efficiency gain {point:+.3f}, lower bound {lower:+.3f} at {confidence:.0%} "
-            f"is not above the margin {margin:g}"
+            f"gain {point:+.4f} (found per query above the fixed-K trade-off), lower bound "
+            f"{lower:+.4f} at {confidence:.0%} is not above the margin {margin:g}"
         )
         return RefitOutcome("refused", reason, rule, estimate)
-    return RefitOutcome("done", f"efficiency {cur.efficiency:.3f} -> {cand.efficiency:.3f}", rule, estimate)
+    reason = (
+        f"gain {point:+.4f} (lower bound {lower:+.4f}); found {cur.found:.3f} -> {cand.found:.3f}, "
+        f"mean K {cur.mean_k:.2f} -> {cand.mean_k:.2f}, efficiency {cur.efficiency:.3f} -> "
+        f"{cand.efficiency:.3f}"
+    )
+    return RefitOutcome("done", reason, rule, estimate)

@@ -1,0 +1,263 @@
+"""The learning loop end to end (issue 11 Goals): found@1, found, mean K and efficiency after
+0 / 1k / 5k (/ 20k) feedback events, for no learning, usage ranking only, refit only, both,
+and a poisoning run.
+
+Each dev set's queries are split 50/50 by a fixed seed. An agent stream draws queries from
+the first half against the in-process core (``registry.core.Shortlister``: real MiniLM, the
+default bor policy; a real server is too slow for ~100k requests on 2 shared cores) and
+reports feedback with the issue's agent model: it uses the gold tool(s) when shown; when not,
+with probability 0.5 it found them elsewhere and reports them on the shortlist that missed
+them, else it sends nothing; 10% of events are noise (a random shown tool). Ten honest callers
+take turns. The held-out half is evaluated at each checkpoint (exploration off: the policy's
+own depth).
+
+Configurations, each its own registry (same tools) in one core, state never shared:
+
+    none     learning off, no exploration, never refit (the baseline; feedback changes nothing
+             for it, so its stream is skipped and each checkpoint re-evaluated)
+    usage    usage memory on (registry/learning/usage.py), no exploration, never refit
+    refit    learning off, exploration SHORTLIST_EXPLORE_SHARE, refit every --refit-every events
+    both     usage memory on, exploration, refits
+    poison   like both, plus one caller sending 30% of the events, each naming the
+             best-ranked shown tool that is not gold
+
+Efficiency is ``K_eq / mean K`` with ``K_eq`` read on the fixed top-K curve of the baseline
+ranking (no learning) over the same held-out queries: what plain top-K would need for the same
+found rate. The exploration cost is measured on the stream: mean (shown K - chosen K).
+
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/learning_curve.py [--datasets bfcl_simple ...]
+        [--events 1000,5000] [--eval 400] [--out bench/out/learning_curve.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import DEFAULT_EMBEDDER_CACHE
+from registry.core import Shortlister
+from registry.feedback import FeedbackEvent
+from registry.learning.explore import Explorer
+from registry.offline.metrics import k_equivalent
+from registry.settings import Settings
+
+DATA = Path("/work/shared/data")
+SEED = 11
+HONEST = [f"agent-{i}" for i in range(10)]
+CONFIGS = ("none", "usage", "refit", "both")
+FIXED_DEPTH = 50
+
+
+def load(name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    tools = json.loads((DATA / name / "tools.json").read_text())
+    lines = (DATA / name / "queries.jsonl").read_text().splitlines()
+    return tools, [json.loads(line) for line in lines if line]
+
+
+def make_core(data_dir: Path, explore: float) -> Shortlister:
+    settings = Settings(
+        data_dir=data_dir,
+        embedder_cache_dir=DEFAULT_EMBEDDER_CACHE,
+        demo_registry=None,
+        query_cache_size=100_000,
+        explore_share=explore,
+        learning_save_interval_seconds=3600.0,
+        max_tools_per_registry=50_000,
+    )
+    return Shortlister.from_settings(settings, start=True)
+
+
+def fixed_curve(core: Shortlister, registry: str, held: list[dict[str, Any]]) -> np.ndarray:
+    """Found rate of fixed top-K, K = 0..FIXED_DEPTH, on the registry's current ranking."""
+    hits = np.zeros(FIXED_DEPTH + 1)
+    for q in held:
+        names = [t.name for t in core.shortlist(registry, q["query"], k=FIXED_DEPTH).tools]
+        rank = next((i for i, n in enumerate(names) if n in set(q["gold"])), None)
+        if rank is not None:
+            hits[rank + 1 :] += 1
+    return hits / max(len(held), 1)
+
+
+def evaluate(
+    core: Shortlister, registry: str, held: list[dict[str, Any]], curve: np.ndarray
+) -> dict[str, Any]:
+    queries = core.require_engine().queries
+    explorer, queries.explorer = queries.explorer, Explorer(0.0)
+    try:
+        at1 = found = depth = 0
+        versions: set[str] = set()
+        for q in held:
+            result = core.shortlist(registry, q["query"])
+            names = [t.name for t in result.tools]
+            gold = set(q["gold"])
+            at1 += bool(names) and names[0] in gold
+            found += not gold.isdisjoint(names)
+            depth += len(names)
+            versions.add(result.policy_version)
+    finally:
+        queries.explorer = explorer
+    n = max(len(held), 1)
+    mean_k = depth / n
+    eff = k_equivalent(curve, found / n) / mean_k if mean_k else float("nan")
+    return {
+        "found@1": round(100 * at1 / n, 2),
+        "found": round(100 * found / n, 2),
+        "mean_k": round(mean_k, 3),
+        "efficiency": round(eff, 3),
+        "policy_version": sorted(versions),
+    }
+
+
+def stream(
+    core: Shortlister,
+    registry: str,
+    train: list[dict[str, Any]],
+    events: int,
+    rng: random.Random,
+    extra: list[int],
+    attacker_share: float = 0.0,
+) -> None:
+    """Agent episodes until ``events`` feedback events were sent (the issue's agent model)."""
+    sent = 0
+    memory = core.feedback_recorder.memory
+    while sent < events:
+        q = rng.choice(train)
+        attack = rng.random() < attacker_share
+        caller = "attacker" if attack else HONEST[sent % len(HONEST)]
+        result = core.shortlist(registry, q["query"], caller=caller)
+        remembered = memory.get(result.shortlist_id)
+        if remembered is not None:
+            extra.append(remembered.k - remembered.depth_chosen)
+        shown = [t.name for t in result.tools]
+        gold = list(q["gold"])
+        if attack:
+            wrong = [n for n in shown if n not in gold]
+            used = wrong[:1] or [rng.choice(core.snapshot(registry).tools).name]
+        elif rng.random() < 0.1 and shown:
+            used = [rng.choice(shown)]
+        elif set(gold) & set(shown):
+            used = [g for g in gold if g in shown]
+        elif rng.random() < 0.5:
+            used = gold
+        else:
+            continue
+        core.feedback(result.shortlist_id, used, success=True, caller=caller)
+        sent += 1
+
+
+def run_config(
+    core: Shortlister,
+    config: str,
+    tools: list[dict[str, Any]],
+    train: list[dict[str, Any]],
+    held: list[dict[str, Any]],
+    curve: np.ndarray,
+    checkpoints: list[int],
+    refit_every: int,
+    explore: float,
+) -> dict[str, Any]:
+    registry = config
+    core.put_registry(registry, tools)
+    learning = config in ("usage", "both", "poison")
+    refits = config in ("refit", "both", "poison")
+    core.set_learning(registry, learning)
+    core.wipe_learning(registry)
+    queries = core.require_engine().queries
+    queries.explorer = Explorer(explore if refits else 0.0)
+    rng = random.Random(SEED + 1)
+    attacker = 0.3 if config == "poison" else 0.0
+    rows, refit_log, extra = [], [], []
+    done = 0
+    started = time.time()
+    for target in [0, *checkpoints]:
+        while done < target and config == "none":  # feedback changes nothing here: skip it
+            done = target
+        while done < target:
+            step = min(refit_every, target - done) if refits else target - done
+            stream(core, registry, train, step, rng, extra, attacker)
+            done += step
+            if refits and done % refit_every == 0:
+                job = core.policies.refit(registry)
+                refit_log.append({"events": done, "state": job.state, "reason": job.reason,
+                                  "version": job.version, "active": job.active,
+                                  "estimate": job.estimate})
+                print(f"  [{config}] refit at {done}: {job.state} ({job.reason})", flush=True)
+        row = {"events": target, **evaluate(core, registry, held, curve)}
+        rows.append(row)
+        print(f"  [{config}] {json.dumps(row)} ({time.time() - started:.0f}s)", flush=True)
+    cost = float(np.mean(extra)) if extra else 0.0
+    return {"config": config, "curve": rows, "refits": refit_log,
+            "explore_extra_k": round(cost, 4), "stream_shortlists": len(extra)}
+
+
+def run_dataset(
+    name: str, checkpoints: list[int], n_eval: int, base: Path, refit_every: int, explore: float,
+    configs: list[str],
+) -> dict[str, Any]:
+    tools, queries = load(name)
+    rng = random.Random(SEED)
+    order = list(range(len(queries)))
+    rng.shuffle(order)
+    half = len(order) // 2
+    train = [queries[i] for i in order[:half]]
+    held = [queries[i] for i in order[half:]][:n_eval]
+    core = make_core(base / name, explore)
+    logged: dict[str, list[FeedbackEvent]] = defaultdict(list)
+    core.add_feedback_listener(lambda e: logged[e.registry].append(e))
+    core.policies.events = lambda: [e for events in logged.values() for e in events]
+    try:
+        t0 = time.time()
+        core.put_registry("none", tools)
+        core.set_learning("none", False)
+        curve = fixed_curve(core, "none", held)
+        print(f"[{name}] {len(tools)} tools, {len(train)} stream / {len(held)} held-out queries, "
+              f"fixed found@1/5/20 {curve[1]:.3f}/{curve[5]:.3f}/{curve[20]:.3f} "
+              f"({time.time() - t0:.0f}s)", flush=True)
+        results = [
+            run_config(core, c, tools, train, held, curve, checkpoints, refit_every, explore)
+            for c in configs
+        ]
+    finally:
+        core.close()
+    return {"dataset": name, "stream_queries": len(train), "held_out": len(held),
+            "fixed_curve": [round(float(v), 4) for v in curve[:21]], "configs": results}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--datasets", nargs="+", default=["bfcl_simple", "metatool", "toolbench_stable"])
+    parser.add_argument("--events", default="1000,5000")
+    parser.add_argument("--eval", type=int, default=400, help="held-out queries evaluated")
+    parser.add_argument("--refit-every", type=int, default=1000)
+    parser.add_argument("--explore", type=float, default=0.05)
+    parser.add_argument("--configs", default="none,usage,refit,both,poison")
+    parser.add_argument("--out", type=Path, default=Path("bench/out/learning_curve.json"))
+    parser.add_argument("--base", type=Path, help="data directory to reuse (tool embeddings cached)")
+    args = parser.parse_args()
+    checkpoints = [int(x) for x in args.events.split(",")]
+    configs = args.configs.split(",")
+    results: dict[str, Any] = {"seed": SEED, "explore": args.explore, "refit_every": args.refit_every,
+                               "checkpoints": checkpoints, "datasets": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        base = args.base or Path(tmp)
+        for name in args.datasets:
+            results["datasets"].append(
+                run_dataset(name, checkpoints, args.eval, base, args.refit_every, args.explore, configs)
+            )
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(results, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
