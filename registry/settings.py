@@ -120,8 +120,8 @@ class Settings(BaseSettings):
     refit_margin: float = Field(
         0.0,
         ge=0.0,
-        description="A refit ships only when the bootstrap lower bound of its reward gain over "
-        "the current policy exceeds this (bits per query).",
+        description="A refit ships only when the bootstrap lower bound of its gain over the "
+        "current policy exceeds this (found rate per query above plain top-K's trade-off).",
     )
     refit_confidence: float = Field(
         0.95, gt=0.5, lt=1.0, description="Confidence of that one-sided bootstrap bound."
