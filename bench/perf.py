@@ -1,6 +1,8 @@
 """Latency, throughput, per-stage time and RSS of the real server (issue: fast and hard to break).
 
     python bench/perf.py --data-root ../shared/data [--sizes 500,4000,100000] [--duration 20]
+    python bench/perf.py --sizes 500,4000 --embedders minilm,minilm-int8 --cache-hit --peer \
+        --quality bfcl_simple,metatool,toolbench_stable          # issue 15, one run
 
 For each registry size N it starts `shortlist serve` on a free loopback port with a fresh data
 directory, uploads a registry (real tools from BFCL, MetaTool and StableToolBench, topped up
@@ -11,6 +13,12 @@ p50/p95/p99, requests/s and errors from wrk, the mean time per stage (embed/sear
 from the service's own histograms, and the server's RSS. In the same run it measures the
 embed-only floor (the ONNX embedder called in-process on the same queries) and prints
 p50(/shortlist) / p50(embed-only).
+
+Issue 15 rows, all in the same run: every size for each ``--embedders`` (SHORTLIST_EMBEDDER,
+each with its own floor); ``--cache-hit``: the first size with the query cache on and every
+query sent once before the load (so each timed request is a hit); ``--peer``: the in-process
+MiniLM + FAISS top-k a LangGraph bigtool user would write (bench/perf_peer.py), same queries;
+``--quality``: hybrid found@1 of fp32 and int8 on those dev sets.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DEFAULT_EMBEDDER_CACHE, ROOT, rss_mib, serve
+from perf_peer import peer_latency, quality
 
 VERBS = ["get", "list", "create", "update", "delete", "search", "find", "fetch", "compute", "convert", "send", "schedule", "cancel", "export", "import", "validate", "summarize", "translate", "track", "book"]
 NOUNS = ["invoice", "order", "customer", "ticket", "flight", "hotel", "payment", "report", "user", "account", "shipment", "forecast", "quote", "document", "image", "video", "playlist", "contract", "lead", "campaign", "recipe"]
@@ -127,10 +136,10 @@ def run_wrk(url: str, bodies: Path, script: Path, concurrency: int, duration: in
             "p99": float(p99) / 1000, "rps": float(rps)}
 
 
-def embed_floor(queries: list[str], cache: Path, n: int = 600) -> float:
+def embed_floor(queries: list[str], cache: Path, embedder_name: str = "minilm", n: int = 600) -> float:
     from registry.index.embed import load_minilm
 
-    embedder = load_minilm(cache)
+    embedder = load_minilm(cache, embedder=embedder_name)  # type: ignore[arg-type]
     for q in queries[:50]:
         embedder.embed_query(q)
     times = []
@@ -141,10 +150,12 @@ def embed_floor(queries: list[str], cache: Path, n: int = 600) -> float:
     return float(np.percentile(times, 50) * 1000)
 
 
-def bench_size(n_tools: int, tools: list[dict], queries: list[str], args, workdir: Path) -> dict:
-    result: dict = {"n": n_tools}
+def bench_size(n_tools: int, tools: list[dict], queries: list[str], args, workdir: Path,
+               embedder: str = "minilm", cache_hit: bool = False) -> dict:
+    result: dict = {"n": n_tools, "embedder": embedder, "cache_hit": cache_hit}
     data_dir = workdir / f"data-{n_tools}"
-    with serve(args.embedder_cache, data_dir=data_dir,
+    with serve(args.embedder_cache, data_dir=data_dir, embedder=embedder,
+               query_cache_size=str(10_000 if cache_hit else 0),
                max_tools_per_registry=str(max(50_000, n_tools + 1))) as server, \
             httpx.Client(base_url=server.url, timeout=3600) as client:
         t0 = time.perf_counter()
@@ -161,7 +172,7 @@ def bench_size(n_tools: int, tools: list[dict], queries: list[str], args, workdi
         bodies.write_text("".join(json.dumps({"registry": "bench", "query": q}) + "\n" for q in queries))
         script = workdir / "shortlist.lua"
         script.write_text(WRK_SCRIPT)
-        for q in queries[:100]:  # warm-up
+        for q in queries if cache_hit else queries[:100]:  # warm-up (with the cache: every query)
             client.post("/shortlist", json={"registry": "bench", "query": q}).raise_for_status()
         for concurrency in args.concurrency:
             before = client.get("/metrics").text
@@ -180,38 +191,71 @@ def main() -> None:
     parser.add_argument("--concurrency", default="1,8")
     parser.add_argument("--duration", type=int, default=20, help="seconds of load per concurrency")
     parser.add_argument("--embedder-cache", type=Path, default=DEFAULT_EMBEDDER_CACHE)
+    parser.add_argument("--embedders", default="minilm", help="SHORTLIST_EMBEDDER values, comma-separated")
+    parser.add_argument("--cache-hit", action="store_true", help="also the first size with every query a cache hit")
+    parser.add_argument("--peer", action="store_true", help="also the in-process MiniLM + FAISS top-k baseline")
+    parser.add_argument("--quality", default="", help="dev sets for fp32 vs int8 found@1 (hybrid), comma-separated")
+    parser.add_argument("--max-queries", type=int, default=2000, help="per dev set, for --quality")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
     if not shutil.which("wrk"):
         sys.exit("wrk is needed: apt-get install -y wrk")
 
+    embedders = args.embedders.split(",")
+    sizes = [int(s) for s in args.sizes.split(",")]
     queries = real_queries(args.data_root)
-    floor = embed_floor(queries, args.embedder_cache)
+    floors = {name: embed_floor(queries, args.embedder_cache, name) for name in embedders}
     pool = real_tools(args.data_root)
+    runs = [(e, n, False) for e in embedders for n in sizes]
+    if args.cache_hit:
+        runs.append((embedders[0], sizes[0], True))
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        for n in [int(s) for s in args.sizes.split(",")]:
+        for embedder, n, hit in runs:
             tools = pool[:n] + synthetic_tools(max(0, n - len(pool)))
-            print(f"N={n}: {min(n, len(pool))} real + {max(0, n - len(pool))} synthetic tools ...", flush=True)
-            results.append(bench_size(n, tools, queries, args, Path(tmp)))
+            print(f"{embedder} N={n}{' cache hits' if hit else ''}: {min(n, len(pool))} real + "
+                  f"{max(0, n - len(pool))} synthetic tools ...", flush=True)
+            results.append(bench_size(n, tools, queries, args, Path(tmp), embedder, hit))
+    peer = {n: peer_latency(args.embedder_cache, pool[:n] + synthetic_tools(max(0, n - len(pool))), queries)
+            for n in sizes[:2]} if args.peer else {}
+    found = quality(args.data_root, args.embedder_cache, args.quality.split(","), args.max_queries) \
+        if args.quality else {}
+    report(args, floors, results, peer, found)
+    if args.json:
+        args.json.write_text(json.dumps({"embed_floor_p50_ms": floors, "results": results, "peer": peer,
+                                         "found_at_1": found}, indent=1))
 
-    print(f"\nembed-only floor (ONNX MiniLM in-process, 1 thread): p50 {floor:.2f} ms\n")
-    print("| N | conc. | p50 ms | p95 ms | p99 ms | req/s | errors | embed | search | policy | total (ms, mean) | p50 / floor |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+def report(args, floors: dict[str, float], results: list[dict], peer: dict, found: dict) -> None:
+    print("\nembed-only floor (ONNX MiniLM in-process, 1 thread), p50: "
+          + ", ".join(f"{name} {ms:.2f} ms" for name, ms in floors.items()) + "\n")
+    print("| embedder | N | conc. | p50 ms | p95 ms | p99 ms | req/s | errors | embed | search | policy | "
+          "total (ms, mean) | p50 / floor |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
+        label = r["embedder"] + (" (cache hit)" if r["cache_hit"] else "")
         for c in args.concurrency:
             x = r[f"c{c}"]
             s = x["stages"]
-            print(f"| {r['n']} | {c} | {x['p50']:.2f} | {x['p95']:.2f} | {x['p99']:.2f} | {x['rps']:.0f} | "
+            print(f"| {label} | {r['n']} | {c} | {x['p50']:.2f} | {x['p95']:.2f} | {x['p99']:.2f} | {x['rps']:.0f} | "
                   f"{x['errors']} | {s['embed']:.2f} | {s['search']:.2f} | {s['policy']:.2f} | {s['total']:.2f} | "
-                  f"{x['p50'] / floor:.2f} |")
-    print("\n| N | initial indexing s | re-upload s | upsert 1 tool s | server RSS MB |")
-    print("|---|---|---|---|---|")
+                  f"{x['p50'] / floors[r['embedder']]:.2f} |")
+    for n, x in peer.items():
+        print(f"| peer: in-process MiniLM fp32 + FAISS top-{5}, no HTTP | {n} | 1 | {x['p50']:.2f} | {x['p95']:.2f} | "
+              f"{x['p99']:.2f} | {x['qps']:.0f} | 0 | | | | | {x['p50'] / floors.get('minilm', float('nan')):.2f} |")
+    print("\n| embedder | N | initial indexing s | re-upload s | upsert 1 tool s | server RSS MB |")
+    print("|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['n']} | {r['index_s']:.2f} | {r['reupload_s']:.2f} | {r['upsert_s']:.3f} | {r['rss_mb']:.0f} |")
-    if args.json:
-        args.json.write_text(json.dumps({"embed_floor_p50_ms": floor, "results": results}, indent=1))
+        if not r["cache_hit"]:
+            print(f"| {r['embedder']} | {r['n']} | {r['index_s']:.2f} | {r['reupload_s']:.2f} | "
+                  f"{r['upsert_s']:.3f} | {r['rss_mb']:.0f} |")
+    if found:
+        print("\n| dev set | queries | found@1 fp32 % | found@1 int8 % | int8 - fp32 (points) |")
+        print("|---|---|---|---|---|")
+        for name, row in found.items():
+            a, b = 100 * row["minilm"], 100 * row["minilm-int8"]
+            print(f"| {name} | {row['n']:.0f} | {a:.1f} | {b:.1f} | {b - a:+.1f} |")
 
 
 if __name__ == "__main__":
