@@ -29,7 +29,16 @@ from registry.shortlist import MAX_K, POLICIES, QueryRunner, Shortlist, Shortlis
 from registry.snapshot import Snapshot, build_snapshot
 from registry.store.base import RegistryRecord, SharedStore, Store
 from registry.tools import Tool, ToolLimits, parse_tools, validate_registry_name
-from registry.writes import PreparedWrite, new_tools, stored_tools
+from registry.writes import (
+    Change,
+    GroupCommit,
+    PendingWrite,
+    PreparedWrite,
+    RegistryState,
+    apply_group,
+    new_tools,
+    stored_tools,
+)
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +53,11 @@ __all__ = [
 ]
 
 # A write that loses a version race resynchronises and tries again, this many times in all,
-# after a random pause that grows with each attempt (so racing replicas spread out).
-MAX_WRITE_ATTEMPTS = 8
-CONFLICT_BACKOFF_SECONDS = 0.02
+# after a random pause that grows with each attempt up to a cap (so racing replicas spread
+# out; a retry only re-derives the snapshot, which is cheap).
+MAX_WRITE_ATTEMPTS = 12
+CONFLICT_BACKOFF_SECONDS = 0.01
+MAX_BACKOFF_SECONDS = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +118,7 @@ class ShortlistEngine:
         self._snapshots: dict[str, Snapshot] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        self._group = GroupCommit(self._lock)  # queued writes to a registry commit together
         self._swap_lock = threading.Lock()  # writers of different registries; readers never lock
         self._shared = isinstance(store, SharedStore)
         self._listeners: list[RegistryListener] = []
@@ -252,7 +264,7 @@ class ShortlistEngine:
         validate_registry_name(registry)
         incoming = parse_tools(payload, self.limits)
 
-        def change(current: Snapshot | None) -> tuple[list[Tool], Any]:
+        def change(current: RegistryState | None) -> tuple[list[Tool], Any]:
             merged: dict[str, Tool] = {t.name: t for t in current.tools} if current else {}
             for tool in incoming:
                 merged[tool.name] = tool
@@ -286,7 +298,7 @@ class ShortlistEngine:
             self._remove(registry)
 
     def delete_tool(self, registry: str, name: str) -> RegistryInfo:
-        def change(current: Snapshot | None) -> tuple[list[Tool], Any]:
+        def change(current: RegistryState | None) -> tuple[list[Tool], Any]:
             if current is None:
                 raise RegistryNotFound(registry)
             if name not in current.by_name:
@@ -378,44 +390,59 @@ class ShortlistEngine:
         return RegistryInfo(registry, version, len(tools), written_at)
 
     def _apply(
-        self, registry: str, change: Callable[[Snapshot | None], tuple[list[Tool], Any]]
+        self, registry: str, change: Callable[[RegistryState | None], tuple[list[Tool], Any]]
     ) -> RegistryInfo:
         """:meth:`_write` for a change that always writes."""
         info = self._write(registry, change)
         assert info is not None
         return info
 
-    def _write(
-        self, registry: str, change: Callable[[Snapshot | None], tuple[list[Tool], Any] | None]
-    ) -> RegistryInfo | None:
-        """Apply ``change`` to the registry's current snapshot and commit the result.
+    def _write(self, registry: str, change: Change) -> RegistryInfo | None:
+        """Apply ``change`` to the registry's current version and commit the result.
+
+        ``change`` returning ``None`` means "nothing to write" (checked against the synced
+        state): nothing is committed and ``None`` is returned. Writes to one registry that
+        queue behind each other are applied in arrival order and committed together as one
+        version (:class:`registry.writes.GroupCommit`); each still gets its own errors.
+        """
+        info: RegistryInfo | None = self._group.write(registry, change, self._commit_group)
+        return info
+
+    def _commit_group(self, registry: str, group: list[PendingWrite]) -> None:
+        """Commit queued writes as one version (the registry's lock is held).
 
         With a shared store the current snapshot is first brought in line with the store, and a
         commit that loses a version race (another replica saved first) is redone on top of the
-        winner's version. ``change`` returning ``None`` means "nothing to write" (checked
-        against the synced state): nothing is committed and ``None`` is returned.
+        winner's version, after a short random pause.
         """
-        with self._lock(registry):
-            floor = 0
-            conflict: VersionConflict | None = None
-            for attempt in range(MAX_WRITE_ATTEMPTS):
-                if attempt:
-                    time.sleep(random.uniform(0, CONFLICT_BACKOFF_SECONDS * 2**attempt))
-                if self._shared:
-                    self._sync_locked(registry)
-                current = self._snapshots.get(registry)
-                try:
-                    version = max(self._next_version(registry, current), floor)
-                    changed = change(current)
-                    if changed is None:
-                        return None
-                    return self._commit(registry, version, *changed)
-                except VersionConflict as exc:
-                    log.info("registry %r: %s", registry, exc.message)
-                    conflict = exc
-                    floor = exc.latest + 1
-            assert conflict is not None
-            raise conflict
+        floor = 0
+        conflict: VersionConflict | None = None
+        for attempt in range(MAX_WRITE_ATTEMPTS):
+            if attempt:
+                pause = min(MAX_BACKOFF_SECONDS, CONFLICT_BACKOFF_SECONDS * 2**attempt)
+                time.sleep(random.uniform(0, pause))
+            if self._shared:
+                self._sync_locked(registry)
+            current = self._snapshots.get(registry)
+            try:
+                version = max(self._next_version(registry, current), floor)
+                draft, outcomes = apply_group(current, group)
+                info = None
+                if draft is not None:
+                    info = self._commit(registry, version, list(draft.tools), draft.equivalents)
+            except VersionConflict as exc:
+                log.info("registry %r: %s", registry, exc.message)
+                conflict = exc
+                floor = exc.latest + 1
+                continue
+            for pending, outcome in outcomes:
+                if isinstance(outcome, ShortlistError):
+                    pending.settle(error=outcome)
+                else:
+                    pending.settle(info if outcome else None)
+            return
+        assert conflict is not None
+        raise conflict
 
     def _sync_locked(self, registry: str) -> RegistryChange | None:
         current = self._snapshots.get(registry)

@@ -136,8 +136,11 @@ def build_snapshot(
     name_index: NameIndex | None = None
     equivalence: EquivalenceClasses | None = None
     if previous is not None:  # unchanged parts are shared (they are never mutated)
-        if previous.by_name == by_name:
+        before = list(previous.by_name)
+        if before == names:
             by_name, name_index = previous.by_name, previous.names
+        elif len(names) > len(before) and names[: len(before)] == before:  # tools appended
+            name_index = previous.names.extended(names[len(before) :], len(before))
         if previous.equivalents == groups:
             equivalence = previous.equivalence
     return Snapshot(

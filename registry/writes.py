@@ -18,7 +18,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from registry.errors import ShortlistError
 from registry.index.embed import Embedder
@@ -206,3 +206,118 @@ class WriteJobs:
                 job.finished_at = time.time()
                 job.state = state
                 self._wake.notify_all()
+
+
+class RegistryState(Protocol):
+    """What a write's ``change`` reads of the version it applies to: a :class:`Snapshot`, or
+    a :class:`Draft` (the result of the writes before it in the same group commit)."""
+
+    @property
+    def tools(self) -> tuple[Tool, ...]: ...
+
+    @property
+    def by_name(self) -> dict[str, int]: ...
+
+    @property
+    def equivalents(self) -> tuple[tuple[str, ...], ...]: ...
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A registry's tools after some writes of a group commit, before it is committed."""
+
+    tools: tuple[Tool, ...]
+    by_name: dict[str, int]
+    equivalents: tuple[tuple[str, ...], ...]
+
+    @classmethod
+    def of(cls, tools: Sequence[Tool], equivalents: Any) -> Draft:
+        return cls(
+            tuple(tools),
+            {tool.name: i for i, tool in enumerate(tools)},
+            tuple(tuple(group) for group in equivalents),
+        )
+
+
+Change = Callable[[RegistryState | None], tuple[list[Tool], Any] | None]
+
+
+class PendingWrite:
+    """One write waiting for its registry's lock; settled by whoever commits its group."""
+
+    __slots__ = ("change", "done", "error", "result")
+
+    def __init__(self, change: Change) -> None:
+        self.change = change
+        self.done = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def settle(self, result: Any = None, error: BaseException | None = None) -> None:
+        self.result, self.error, self.done = result, error, True
+
+
+class GroupCommit:
+    """Writes to one registry that queue behind each other are committed together.
+
+    A writer enqueues its change, then takes the registry's lock. Whoever holds the lock takes
+    every change queued so far and commits them as one version (``commit_group``), settling
+    each; a writer whose change was committed by another finds it settled and returns. Under
+    N concurrent writers a replica then makes about one commit per lock hand-over instead of
+    N, so a write waits for at most about two commits, not N.
+    """
+
+    def __init__(self, lock_for: Callable[[str], threading.Lock]) -> None:
+        self._lock_for = lock_for
+        self._queues: dict[str, list[PendingWrite]] = {}
+        self._guard = threading.Lock()
+
+    def write(
+        self,
+        registry: str,
+        change: Change,
+        commit_group: Callable[[str, list[PendingWrite]], None],
+    ) -> Any:
+        mine = PendingWrite(change)
+        with self._guard:
+            self._queues.setdefault(registry, []).append(mine)
+        with self._lock_for(registry):
+            if not mine.done:
+                with self._guard:
+                    group = self._queues.pop(registry, [])
+                try:
+                    commit_group(registry, group)
+                except BaseException as exc:
+                    for pending in group:
+                        if not pending.done:
+                            pending.settle(error=exc)
+        if mine.error is not None:
+            raise mine.error
+        return mine.result
+
+
+def apply_group(
+    current: RegistryState | None, group: list[PendingWrite]
+) -> tuple[Draft | None, list[tuple[PendingWrite, bool | ShortlistError | None]]]:
+    """Apply the group's changes in order, each to the result of the ones before.
+
+    Returns the final draft (None when no change wrote anything) and per write: True (it
+    wrote), None (nothing to write) or the domain error it raised (it is left out; the
+    others still apply).
+    """
+    state: RegistryState | None = current
+    draft: Draft | None = None
+    outcomes: list[tuple[PendingWrite, bool | ShortlistError | None]] = []
+    for pending in group:
+        try:
+            changed = pending.change(state)
+        except ShortlistError as exc:
+            outcomes.append((pending, exc))
+            continue
+        if changed is None:
+            outcomes.append((pending, None))
+            continue
+        draft = Draft.of(*changed)
+        state = draft
+        outcomes.append((pending, True))
+    return draft, outcomes

@@ -195,3 +195,58 @@ def test_a_failed_job_reports_the_domain_error(make_client):
         failed = _poll(client, r.headers["location"])
         assert failed["state"] == "failed" and failed["error"]["type"] == "payload_too_large"
         assert client.get("/registries/r").json()["version"] == 1
+
+
+def test_queued_writes_commit_together_and_keep_their_own_errors(settings, hashing_embedder, bor_policy):
+    import threading
+    import time
+
+    from registry.errors import ToolNotFound
+
+    store = LocalStore(settings.data_dir)
+    saves = []
+    real_save = store.save
+
+    def slow_save(record):  # writers pile up behind the lock meanwhile
+        time.sleep(0.05)
+        saves.append(record.version)
+        real_save(record)
+
+    store.save = slow_save
+    engine = ShortlistEngine(settings, store, hashing_embedder, bor_policy)
+    engine.put_registry("r", [{"name": "seed", "description": "seed"}])
+    results, errors = {}, {}
+
+    def write(i: int) -> None:
+        try:
+            if i == 5:
+                results[i] = engine.delete_tool("r", "missing")
+            else:
+                results[i] = engine.upsert_tools("r", [{"name": f"t{i}", "description": f"tool {i}"}])
+        except ToolNotFound as exc:
+            errors[i] = exc
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    snap = engine.snapshot("r")
+    assert set(errors) == {5} and len(results) == 11
+    assert sorted(snap.by_name) == sorted(["seed", *(f"t{i}" for i in range(12) if i != 5)])
+    assert len(saves) < 12  # grouped: fewer versions than writes
+    assert all(1 < info.version <= snap.version for info in results.values())
+    assert snap.version == 1 + len(saves) - 1 and store.load("r").version == snap.version
+
+
+def test_name_index_extended_finds_appended_names_and_leaves_the_original():
+    from registry.query import NameIndex
+
+    names = ["get_weather", "search", "yahoo.get_ticker_info"]
+    base = NameIndex(names)
+    more = ["bing.get_ticker_info", "send_email", "search"]
+    extended = base.extended(more, len(names))
+    rebuilt = NameIndex(names + more)
+    for text in ["get_ticker_info now", "`search` it", "send_email and get_weather", "nothing"]:
+        assert extended.find(text) == rebuilt.find(text), text
+    assert base.find("get_ticker_info") == [2] and base.find("send_email") == []

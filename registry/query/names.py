@@ -52,13 +52,34 @@ class NameIndex:
         self._bare: dict[str, list[int]] = {}  # matched as a bare token
         self._quoted: dict[str, list[int]] = {}  # matched only in quotes/backticks
         for position, name in enumerate(names):
-            keys = {name}
-            segment = _segment(name)
-            if segment and segment != name and identifier_like(segment):
-                keys.add(segment)
-            for key in keys:
-                table = self._bare if identifier_like(key) else self._quoted
-                table.setdefault(key.lower(), []).append(position)
+            self._add(position, name, copied=None)
+
+    def _add(self, position: int, name: str, copied: set[int] | None) -> None:
+        keys = {name}
+        segment = _segment(name)
+        if segment and segment != name and identifier_like(segment):
+            keys.add(segment)
+        for key in keys:
+            table = self._bare if identifier_like(key) else self._quoted
+            lowered = key.lower()
+            found = table.get(lowered)
+            if found is None:
+                table[lowered] = [position]
+            else:
+                if copied is not None and id(found) not in copied:  # shared with the original
+                    found = table[lowered] = list(found)
+                    copied.add(id(found))
+                found.append(position)
+
+    def extended(self, names: Iterable[str], start: int) -> NameIndex:
+        """This index plus ``names`` at positions ``start``, ``start + 1``, ... (a registry's
+        appended tools); ``self`` is left unchanged and shares the untouched entries."""
+        out = NameIndex(())
+        out._bare, out._quoted = dict(self._bare), dict(self._quoted)
+        copied: set[int] = set()
+        for position, name in enumerate(names, start=start):
+            out._add(position, name, copied)
+        return out
 
     def __len__(self) -> int:
         return len(self._bare) + len(self._quoted)
