@@ -233,6 +233,27 @@ def run_dataset(
             "fixed_curve": [round(float(v), 4) for v in curve[:21]], "configs": results}
 
 
+def render(results: dict[str, Any]) -> str:
+    """The Markdown table of docs/results.md ("Learning from feedback") from a results file."""
+    lines = [
+        "| data set | config | events | found@1 | found | mean K | efficiency | policy |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for ds in results["datasets"]:
+        for cfg in ds["configs"]:
+            for row in cfg["curve"]:
+                lines.append(
+                    f"| {ds['dataset']} | {cfg['config']} | {row['events']:,} | {row['found@1']:.1f} "
+                    f"| {row['found']:.1f} | {row['mean_k']:.2f} | {row['efficiency']:.2f} "
+                    f"| {', '.join(row['policy_version'])} |"
+                )
+    extra = [
+        f"{ds['dataset']} {cfg['config']}: +{cfg['explore_extra_k']:.3f}"
+        for ds in results["datasets"] for cfg in ds["configs"] if cfg["config"] in ("refit", "both")
+    ]
+    return "\n".join(lines) + "\n\nExploration cost (mean extra tools per served list): " + "; ".join(extra)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--datasets", nargs="+", default=["bfcl_simple", "metatool", "toolbench_stable"])
@@ -243,7 +264,11 @@ def main() -> None:
     parser.add_argument("--configs", default="none,usage,refit,both,poison")
     parser.add_argument("--out", type=Path, default=Path("bench/out/learning_curve.json"))
     parser.add_argument("--base", type=Path, help="data directory to reuse (tool embeddings cached)")
+    parser.add_argument("--render", type=Path, help="print the Markdown table of a results file")
     args = parser.parse_args()
+    if args.render:
+        print(render(json.loads(args.render.read_text())))
+        return
     checkpoints = [int(x) for x in args.events.split(",")]
     configs = args.configs.split(",")
     results: dict[str, Any] = {"seed": SEED, "explore": args.explore, "refit_every": args.refit_every,

@@ -47,7 +47,7 @@ def test_round_trip_and_build_event_copies_fields():
     ev = build_event(s, ["w"], None, True, {"x", "y", "z", "w"}, EquivalenceClasses(), 7.0,
                      caller="c2")
     assert ev.caller == "c2" and ev.query == "q" * 10 and ev.policy_version == "refit-2"
-    assert (ev.depth_chosen, ev.propensity, ev.margins) == (2, 0.0167, (-1.0, 0.5))
+    assert (ev.depth_chosen, ev.propensity, tuple(ev.margins)) == (2, 0.0167, (-1.0, 0.5))
     assert ev.rank_of({"w"}) == 3 and not ev.presented_exact  # ranked, not shown: rank known
     assert FeedbackEvent.from_json(ev.to_json()) == ev
 

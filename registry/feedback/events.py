@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
+from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -36,11 +37,19 @@ class _Learning(Protocol):
     @property
     def policy_version(self) -> str: ...
     @property
-    def margins(self) -> tuple[float, ...]: ...
+    def margins(self) -> Sequence[float]: ...
     @property
     def depth_bias(self) -> float | None: ...
     @property
-    def scores(self) -> tuple[float, ...]: ...
+    def scores(self) -> Sequence[float]: ...
+
+
+def packed(values: Iterable[float]) -> array[float]:
+    """Floats as a compact float32 array (4 bytes each, not a 32-byte float object): remembered
+    shortlists carry ~70 of them, times up to SHORTLIST_MAX_REMEMBERED_SHORTLISTS."""
+    if isinstance(values, array) and values.typecode == "f":
+        return values
+    return array("f", values)
 
 
 def _learning_json(x: _Learning) -> dict[str, Any]:
@@ -68,9 +77,9 @@ def _learning_fields(d: dict[str, Any]) -> dict[str, Any]:
         "depth_chosen": int(d["depth_chosen"] if "depth_chosen" in d else d["k"]),
         "propensity": float(d.get("propensity", 1.0)),
         "policy_version": str(d.get("policy_version") or ""),
-        "margins": tuple(float(m) for m in d.get("margins") or ()),
+        "margins": packed(float(m) for m in d.get("margins") or ()),
         "depth_bias": None if bias is None else float(bias),
-        "scores": tuple(float(v) for v in d.get("scores") or ()),
+        "scores": packed(float(v) for v in d.get("scores") or ()),
     }
 
 
@@ -121,9 +130,13 @@ class ShownShortlist:
     depth_chosen: int = 0
     propensity: float = 1.0
     policy_version: str = ""
-    margins: tuple[float, ...] = ()
+    margins: Sequence[float] = ()
     depth_bias: float | None = None
-    scores: tuple[float, ...] = ()
+    scores: Sequence[float] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "margins", packed(self.margins))
+        object.__setattr__(self, "scores", packed(self.scores))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -457,9 +470,13 @@ class FeedbackEvent:
     depth_chosen: int = 0
     propensity: float = 1.0
     policy_version: str = ""
-    margins: tuple[float, ...] = ()
+    margins: Sequence[float] = ()
     depth_bias: float | None = None
-    scores: tuple[float, ...] = ()
+    scores: Sequence[float] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "margins", packed(self.margins))
+        object.__setattr__(self, "scores", packed(self.scores))
 
     def rank_of(self, names: Collection[str]) -> int | None:
         """0-based position of the first of ``names`` in the logged ranking (the shown list
