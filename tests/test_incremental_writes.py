@@ -250,3 +250,17 @@ def test_name_index_extended_finds_appended_names_and_leaves_the_original():
     for text in ["get_ticker_info now", "`search` it", "send_email and get_weather", "nothing"]:
         assert extended.find(text) == rebuilt.find(text), text
     assert base.find("get_ticker_info") == [2] and base.find("send_email") == []
+
+
+def test_the_python_client_waits_for_a_202_upload_and_raises_a_failed_one(make_client):
+    from tool_shortlist_client import ShortlistClient
+    from tool_shortlist_client.errors import PayloadTooLargeError
+
+    tools = [{"name": f"t{i}", "description": f"does thing {i}"} for i in range(8)]
+    with make_client(async_write_min_texts=3, max_tools_per_registry=9) as http:
+        client = ShortlistClient("http://testserver", http_client=http)
+        info = client.put_registry("r", tools)
+        assert (info.version, info.tools) == (1, 8)
+        with pytest.raises(PayloadTooLargeError):
+            client.upsert_tools("r", [{"name": f"n{i}", "description": f"new {i}"} for i in range(4)])
+        assert client.upsert_tools("r", [{"name": "one", "description": "one more"}]).version == 2

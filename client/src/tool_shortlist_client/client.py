@@ -22,7 +22,12 @@ from tool_shortlist_client._core import (
     shortlist_body,
     tools_body,
 )
-from tool_shortlist_client.errors import APIError, TransportError, error_from_response
+from tool_shortlist_client.errors import (
+    APIError,
+    TransportError,
+    error_from_job,
+    error_from_response,
+)
 from tool_shortlist_client.models import (
     FeedbackResult,
     Registry,
@@ -109,6 +114,23 @@ class _Base:
 
 
 _Equivalents = Iterable[Sequence[str]] | None
+JOB_POLL_SECONDS = 0.5  # a large upload answered 202 (a write job) is polled this often
+
+
+def _is_job(data: dict[str, Any]) -> bool:
+    return "job" in data and "state" in data
+
+
+def _job_call(registry: str, job: str) -> Call:
+    return Call("GET", registry_path(registry, "jobs", job), "admin", idempotent=True)
+
+
+def _job_result(data: dict[str, Any]) -> RegistryInfo:
+    if not _is_job(data):
+        return RegistryInfo.model_validate(data)
+    if data["state"] == "failed":
+        raise error_from_job(data.get("error"))
+    return RegistryInfo.model_validate(data["result"])
 
 
 class ShortlistClient(_Base):
@@ -206,7 +228,7 @@ class ShortlistClient(_Base):
     ) -> RegistryInfo:
         """Replace (or create) a registry from a JSON file path, a list of tools or a
         ``{"tools": [...]}`` dict (``PUT /registries/{registry}``)."""
-        return RegistryInfo.model_validate(self._json(self._put_call(registry, tools, equivalents)))
+        return self._written(registry, self._json(self._put_call(registry, tools, equivalents)))
 
     upload_registry = put_registry
 
@@ -215,7 +237,16 @@ class ShortlistClient(_Base):
     ) -> RegistryInfo:
         """Add or replace tools by name, keeping the rest (``POST /registries/{registry}/tools``)."""
         call = self._upsert_call(registry, tools, equivalents)
-        return RegistryInfo.model_validate(self._json(call))
+        return self._written(registry, self._json(call))
+
+    def _written(self, registry: str, data: dict[str, Any]) -> RegistryInfo:
+        """The write's result; a large upload answered 202 is polled until its job ends."""
+        while _is_job(data):
+            if data["state"] in ("done", "failed"):
+                break
+            time.sleep(JOB_POLL_SECONDS)
+            data = self._json(_job_call(registry, data["job"]))
+        return _job_result(data)
 
     def list_registries(self) -> list[RegistryInfo]:
         data = self._json(Call("GET", "/registries", "read", idempotent=True))
@@ -334,7 +365,7 @@ class AsyncShortlistClient(_Base):
         self, registry: str, tools: ToolsSource, *, equivalents: _Equivalents = None
     ) -> RegistryInfo:
         call = self._put_call(registry, tools, equivalents)
-        return RegistryInfo.model_validate(await self._json(call))
+        return await self._written(registry, await self._json(call))
 
     upload_registry = put_registry
 
@@ -342,7 +373,16 @@ class AsyncShortlistClient(_Base):
         self, registry: str, tools: ToolsSource, *, equivalents: _Equivalents = None
     ) -> RegistryInfo:
         call = self._upsert_call(registry, tools, equivalents)
-        return RegistryInfo.model_validate(await self._json(call))
+        return await self._written(registry, await self._json(call))
+
+    async def _written(self, registry: str, data: dict[str, Any]) -> RegistryInfo:
+        """The write's result; a large upload answered 202 is polled until its job ends."""
+        while _is_job(data):
+            if data["state"] in ("done", "failed"):
+                break
+            await asyncio.sleep(JOB_POLL_SECONDS)
+            data = await self._json(_job_call(registry, data["job"]))
+        return _job_result(data)
 
     async def list_registries(self) -> list[RegistryInfo]:
         data = await self._json(Call("GET", "/registries", "read", idempotent=True))

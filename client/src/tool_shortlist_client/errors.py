@@ -113,3 +113,16 @@ def error_from_response(response: httpx.Response) -> APIError:
     elif response.text:
         message = response.text[:_MAX_TEXT]
     return cls(status, error_type, message, details, headers=response.headers)
+
+
+_STATUS_BY_TYPE = {"not_found": 404, "validation": 422, "payload_too_large": 413, "conflict": 409,
+                   "unavailable": 503, "storage_full": 507}
+
+
+def error_from_job(error: Any) -> APIError:
+    """The exception for a failed write job (202 upload): its ``error`` body, status inferred."""
+    error = error if isinstance(error, dict) else {}
+    error_type = str(error.get("type", "internal"))
+    status = _STATUS_BY_TYPE.get(error_type, 500)
+    cls = _BY_STATUS.get(status, ServerError if status >= 500 else APIError)
+    return cls(status, error_type, str(error.get("message", "the write failed")), error.get("details"))
