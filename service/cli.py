@@ -1,4 +1,4 @@
-"""The shortlist command: serve, episodes, train and evaluate."""
+"""The shortlist command: serve, episodes, refit, train and evaluate."""
 
 from __future__ import annotations
 
@@ -154,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="refit a registry's depth policy from its logged feedback (SHORTLIST_* settings "
         "choose the store); activates it only when it beats the current one on held-out feedback",
     )
-    refit.add_argument("--registry", required=True)
+    refit.add_argument("--registry", required=True, help="the registry whose policy is refitted")
     refit.set_defaults(handler=_refit)
 
     # `train` and `evaluate` hand their arguments to their own parsers (`shortlist train --help`).

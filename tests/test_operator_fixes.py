@@ -109,7 +109,7 @@ def _help(*args: str) -> str:
     return proc.stdout
 
 
-@pytest.mark.parametrize("command", [(), ("serve",), ("episodes",), ("train",), ("evaluate",)])
+@pytest.mark.parametrize("command", [(), ("serve",), ("episodes",), ("refit",), ("train",), ("evaluate",)])
 def test_cli_help_has_no_restructuredtext(command):
     text = _help(*command)
     assert "``" not in text and not re.search(r":(func|class|mod|meth):`", text), text
