@@ -571,7 +571,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         reports.append(
             evaluate_ranked(ranked, policies, cap=args.cap, buckets=buckets, progress=True)
         )
-    paths = write_report(reports, args.out, plots=not args.no_plots, img_dir=args.img)
+    with progress_step(log, f"writing the report{'' if args.no_plots else ' and plots'} to {args.out}"):
+        paths = write_report(reports, args.out, plots=not args.no_plots, img_dir=args.img)
     for rep in reports:
         best = [p for p in rep["policies"] if not p["policy"].startswith("fixed")]
         for p in best:
