@@ -383,17 +383,20 @@ class ShortlistRequest(BaseModel):
         ge=-MAX_DEPTH_BIAS,
         le=MAX_DEPTH_BIAS,
         allow_inf_nan=False,
+        strict=True,  # a number, not false or "0.5" (the fuzz test's ST201)
         description="Operating knob of the 'bor' policy, in bits: stop only where STOP beats "
         "CONTINUE by at least this much. > 0 gives longer lists (more often holds the tool), "
         "< 0 shorter ones; default SHORTLIST_DEPTH_BIAS (0). Refused with k or another policy.",
     )
     allow_empty: bool = Field(
         False,
+        strict=True,  # true or false, not 0 or "yes" (the fuzz test's ST201)
         description="Allow an empty shortlist (k = 0) when no tool fits the request; the "
         "response's confidence says how sure the service is that one does.",
     )
     explain: bool = Field(
         False,
+        strict=True,  # true or false, not 0 or "yes"
         description="Also return 'explain': the bor policy's STOP - CONTINUE margin at each "
         "depth of the request's own ranking, the bias it stopped against and the depth chosen.",
     )

@@ -117,4 +117,5 @@ def test_explain_returns_the_margins_the_bor_policy_stopped_on(make_client):
         assert len(depths) > 1  # the bias moved the depth, and the margins said where
         for other in ({"policy": "gap"}, {"k": 3}):
             assert "explain" not in client.post("/shortlist", json={**query, **other, "explain": True}).json()
-        assert client.post("/shortlist", json={**query, "explain": "yes please"}).status_code == 422
+        for loose in ("yes please", 0, 1, "true"):  # strict: only true or false
+            assert client.post("/shortlist", json={**query, "explain": loose}).status_code == 422
