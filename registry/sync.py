@@ -67,12 +67,19 @@ def republish_from(
     engine: ShortlistEngine, store: Store, feedback: FeedbackRecorder | None = None
 ) -> None:
     """Tell a store that can lose its data what to re-publish then: ``engine``'s registry
-    versions, then ``feedback``'s counts (a no-op for stores that cannot, e.g. local)."""
+    versions, then (the winner) their embeddings, then ``feedback``'s counts (a no-op for
+    stores that cannot lose their data, e.g. local)."""
     register = getattr(store, "set_republish_source", None)
     if register is None:
         return
 
     def after(won: bool) -> None:
+        if won:  # the embedding cache too, so a replica started later embeds nothing again
+            for info in engine.list_registries():
+                snap = engine.current(info.registry)
+                if snap is not None and len(snap.content_hashes) == len(snap.dense):
+                    model_id = snap.embedder or engine.embedder.model_id
+                    store.put_embeddings(model_id, dict(zip(snap.content_hashes, snap.dense.embeddings)))
         if feedback is not None:
             feedback.republish_counts()
 
@@ -89,6 +96,8 @@ class StoreSync:
         feedback: when given, its shared log is tailed on every tick.
         on_status: called with True/False when the store comes back / goes away.
         on_tick: called after every successful tick (e.g. to retry deferred work).
+        settle_seconds: after a wipe this replica claims, how long writes wait for every
+            replica to write back what it holds (default: ``max(5, 3 * interval + 2)``).
     """
 
     def __init__(
@@ -100,6 +109,7 @@ class StoreSync:
         feedback: FeedbackRecorder | None = None,
         on_status: StatusListener | None = None,
         on_tick: Callable[[], None] | None = None,
+        settle_seconds: float | None = None,
     ) -> None:
         if not interval > 0:
             raise ValueError(f"interval must be > 0, got {interval}")
@@ -114,6 +124,10 @@ class StoreSync:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         republish_from(engine, store, feedback)
+        epoch = getattr(store, "epoch", None)
+        if epoch is not None:
+            settle = settle_seconds if settle_seconds is not None else max(5.0, 3 * interval + 2)
+            epoch.settle_ms = int(settle * 1000)
 
     def start(self) -> None:
         if self._thread is not None:

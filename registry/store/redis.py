@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from typing import Any
@@ -56,7 +57,9 @@ from registry.store.redis_epoch import (
     RESTORE,
     RESTORE_ASSIGNED,
     RETIRE,
+    WRITE_GUARD,
     StoreEpoch,
+    StoreSettling,
     StoreWiped,
     guarded_reply,
 )
@@ -75,11 +78,12 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 KEEP_VERSIONS = 2
+_SETTLE_SLACK_SECONDS = 5.0  # a write waits at most the settling window plus this
 _CHUNK = 2000  # hash fields per HMGET/HSET round trip
 
 # Registry scripts start with the epoch guard (redis_epoch.GUARD): KEYS[1] is the epoch key and
 # ARGV[1] the token this process knows; on another epoch they change nothing and answer -1.
-_SAVE = GUARD + """
+_SAVE = WRITE_GUARD + """
 local last = tonumber(redis.call('HGET', KEYS[3], ARGV[2]) or '0')
 local version = tonumber(ARGV[3])
 if version ~= last + 1 then
@@ -104,7 +108,7 @@ end
 return {version, redis.call('HGET', KEYS[3], version)}
 """
 
-_DELETE = GUARD + """
+_DELETE = WRITE_GUARD + """
 local existed = redis.call('HDEL', KEYS[2], ARGV[2])
 redis.call('DEL', KEYS[3])
 if existed == 1 then
@@ -178,20 +182,27 @@ class RedisStore(RedisBase):
         self._after_republish = after
 
     def _guarded(self, what: str, run: Callable[[str], Any]) -> Any:
-        """``run(token)`` (a guarded script); on another epoch: recover, then run it again."""
-        for _ in range(3):
+        """``run(token)`` (a guarded script); on another epoch: recover, then run it again; in
+        the settling window after a wipe (writes only): wait, then run it again."""
+        wipes = 0
+        settled_by = time.monotonic() + self.epoch.settle_ms / 1000 + _SETTLE_SLACK_SECONDS
+        while wipes < 3:
             with self._call(what, STORE_DOWN):
+                token: str | None = None
                 try:
                     token = self.epoch.current()
-                except StoreWiped:
-                    continue
-                try:
                     return guarded_reply(run(token))
                 except StoreWiped:
-                    with suppress(StoreWiped):  # wiped again while recovering: once more
-                        self.epoch.recover(token, self._republish)
+                    wipes += 1
+                    if token is not None:  # (None: vanished at first use; just run again)
+                        with suppress(StoreWiped):  # wiped again while recovering: once more
+                            self.epoch.recover(token, self._republish)
+                except StoreSettling:
+                    if time.monotonic() > settled_by:
+                        break
+                    time.sleep(0.05)
         raise StoreUnavailable(
-            "the registry store (Redis) keeps losing its data; retry later",
+            "the registry store (Redis) lost its data and is being refilled by the replicas; retry",
             {"store": "redis", "operation": what},
         )
 

@@ -7,17 +7,21 @@ Every registry script of :class:`~registry.store.redis.RedisStore` starts with a
 (the sync thread's poll at the latest, every ``SHORTLIST_SYNC_INTERVAL_SECONDS``), and no read
 sees "no registries" and no write lands on the empty store before the recovery below::
 
-    claim      SET <p>epoch <new token>, and <p>epoch:restoring (a marker with a TTL), in one
-               script, only if <p>epoch is absent: exactly one replica wins
-    winner     re-publishes every registry it holds (same versions, same equivalents), the
-               version counters it last saw and its feedback counts as the stream checkpoint,
-               then deletes the marker
-    others     wait while the marker exists (at most its TTL), then re-publish only what they
-               hold at a *newer* version than the store (normally nothing), and adopt the token
+    claim      in one script, only if <p>epoch is absent (exactly one replica wins): SET it to
+               a new token, SET <p>epoch:restoring (while the winner writes back) and
+               <p>epoch:settling (a few sync intervals: the time every replica needs to notice)
+    winner     writes back every registry it holds (same versions, same equivalents), the
+               version counters it last saw, the embeddings and its feedback counts as the
+               stream checkpoint, then deletes <p>epoch:restoring
+    others     wait while <p>epoch:restoring exists, then write back only what they hold at a
+               *newer* version than the store (a write of theirs the winner had not synced yet),
+               delete again what they saw deleted, and adopt the token
+    writes     saves and deletes wait while <p>epoch:settling exists (-2, :data:`SETTLING`), so
+               no new version is numbered before every replica has written back what it holds
 
-Every re-published version goes through a "newer than the store" check, so versions never go
-backwards, and a write that met the guard retries after the recovery, on top of what was
-re-published (a write racing the wipe gets version 8 on top of a re-published 7, never 1).
+Every write-back goes through a "newer than the store" check, so versions never go backwards,
+and a write that met the guard retries after the recovery, on top of what was written back (an
+upsert racing the wipe gets version 8 on top of a held 7, never version 1 with only its tools).
 """
 
 from __future__ import annotations
@@ -35,10 +39,15 @@ import redis
 log = logging.getLogger(__name__)
 
 WIPED = -1  # what a guarded script answers when the store's epoch is not ours
+SETTLING = -2  # what a guarded write answers while replicas may still be writing back
 RESTORE_MARKER_MS = 30_000  # a winner that dies mid-recovery blocks the others this long at most
+SETTLE_MS = 5_000  # default settling window (StoreSync sets it from its poll interval)
+SETTLING_SUFFIX = ":settling"  # <p>epoch:settling, named from the epoch key inside the scripts
 
 # Prepended to every guarded script: KEYS[1] is the epoch key, ARGV[1] the token we know.
 GUARD = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end\n"
+# Prepended to writes (saves, deletes): also wait for the settling window after a wipe.
+WRITE_GUARD = GUARD + f"if redis.call('EXISTS', KEYS[1] .. '{SETTLING_SUFFIX}') == 1 then return -2 end\n"
 
 _CLAIM = """
 local current = redis.call('GET', KEYS[1])
@@ -47,6 +56,7 @@ if current then
 end
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], ARGV[1], 'PX', tonumber(ARGV[2]))
+redis.call('SET', KEYS[3], ARGV[1], 'PX', tonumber(ARGV[3]))
 return {1, ARGV[1]}
 """
 
@@ -111,6 +121,10 @@ class StoreWiped(Exception):
     """A guarded script met another epoch (internal: the store recovers and retries)."""
 
 
+class StoreSettling(Exception):
+    """A guarded write met the settling window after a wipe (internal: the store waits)."""
+
+
 Republish = Callable[[str, bool], int]  # (new token, won the claim) -> registries written
 
 
@@ -135,13 +149,24 @@ class StoreEpoch:
         client: the store's Redis client.
         prefix: key prefix.
         marker_ms: TTL of the "re-publish in progress" marker.
+        settle_ms: how long writes wait after a wipe this process claims (set it to a few sync
+            intervals: every replica must notice and write back within it).
     """
 
-    def __init__(self, client: redis.Redis, prefix: str, *, marker_ms: int = RESTORE_MARKER_MS) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        prefix: str,
+        *,
+        marker_ms: int = RESTORE_MARKER_MS,
+        settle_ms: int = SETTLE_MS,
+    ) -> None:
         self.client = client
         self.key = prefix + "epoch"
         self.marker_key = prefix + "epoch:restoring"
+        self.settle_key = self.key + SETTLING_SUFFIX
         self.marker_ms = int(marker_ms)
+        self.settle_ms = int(settle_ms)
         self.token: str | None = None
         self.recoveries: list[Recovery] = []
         self._lock = threading.Lock()
@@ -185,7 +210,10 @@ class StoreEpoch:
             if self.token != seen:
                 return  # another thread of this process recovered already
             start = time.monotonic()
-            won, token = self._claim(keys=[self.key, self.marker_key], args=[uuid.uuid4().hex, self.marker_ms])
+            won, token = self._claim(
+                keys=[self.key, self.marker_key, self.settle_key],
+                args=[uuid.uuid4().hex, self.marker_ms, max(1, self.settle_ms)],
+            )
             won, token = bool(won), _text(token)
             if not won:
                 self._wait_for_marker()
@@ -211,7 +239,9 @@ class StoreEpoch:
 
 
 def guarded_reply(reply: Any) -> Any:
-    """``reply`` unless it is the guard's answer (then :class:`StoreWiped`)."""
+    """``reply`` unless it is a guard's answer (then :class:`StoreWiped` / :class:`StoreSettling`)."""
     if isinstance(reply, int) and reply == WIPED:
         raise StoreWiped("the store's epoch changed")
+    if isinstance(reply, int) and reply == SETTLING:
+        raise StoreSettling("replicas are writing back what they hold")
     return reply
