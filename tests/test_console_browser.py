@@ -38,7 +38,10 @@ def server(tmp_path_factory: pytest.TempPathFactory, minilm_cache: Path) -> Iter
     servers = Servers(tmp_path_factory.mktemp("console"), minilm_cache)
     try:
         # explore_share 0: the depths shown are the policy's own, so the margins match k
-        yield servers.start(admin_token=TOKEN, prune_min_calls="2", explore_share="0")
+        # async_write_min_texts 10: the 18-tool upload is answered 202 with a job to poll
+        yield servers.start(
+            admin_token=TOKEN, prune_min_calls="2", explore_share="0", async_write_min_texts="10"
+        )
     finally:
         servers.close()
 
@@ -65,14 +68,24 @@ def wait_for(driver: webdriver.Chrome, condition: Callable[[Any], Any], what: st
     return WebDriverWait(driver, WAIT_SECONDS).until(condition, message=f"waiting for {what}")
 
 
-def requested_urls(driver: webdriver.Chrome) -> list[str]:
-    """Every URL the browser asked for since the last call (Chrome's network log)."""
-    urls = []
-    for entry in driver.get_log("performance"):
-        message = json.loads(entry["message"])["message"]
-        if message["method"] == "Network.requestWillBeSent":
-            urls.append(message["params"]["request"]["url"])
-    return urls
+class Network:
+    """What the browser requested and got back, from Chrome's performance log (read on demand;
+    Chrome hands each entry out once)."""
+
+    def __init__(self, driver: webdriver.Chrome) -> None:
+        self.driver = driver
+        self.urls: list[str] = []
+        self.responses: list[tuple[str, int]] = []
+
+    def read(self) -> Network:
+        for entry in self.driver.get_log("performance"):
+            message = json.loads(entry["message"])["message"]
+            if message["method"] == "Network.requestWillBeSent":
+                self.urls.append(message["params"]["request"]["url"])
+            elif message["method"] == "Network.responseReceived":
+                response = message["params"]["response"]
+                self.responses.append((response["url"], int(response["status"])))
+        return self
 
 
 def assert_all_local(urls: list[str], server: Server) -> None:
@@ -135,16 +148,18 @@ def tab(driver: webdriver.Chrome, name: str) -> None:
     ],
 )
 def test_api_docs_render_offline(browser, server, path, rendered):
-    requested_urls(browser)  # drop what earlier pages asked for
+    Network(browser).read()  # drop what earlier pages asked for
     browser.get(server.url + path)
     operations = wait_for(browser, lambda d: len(css(d, rendered)) >= 10 and css(d, rendered), "operations")
     assert any("/shortlist" in op.get_attribute("textContent") for op in operations)
-    assert_all_local(requested_urls(browser), server)
+    assert_all_local(Network(browser).read().urls, server)
     if path == "/docs":
         shot(browser, "docs")
 
 
 def test_console_upload_query_delete_report(browser, server):
+    network = Network(browser).read()
+    network.urls.clear()
     browser.get(server.url + "/")
     wait_for(browser, lambda d: d.current_url == server.url + "/console", "the redirect to /console")
 
@@ -172,6 +187,10 @@ def test_console_upload_query_delete_report(browser, server):
     wait_for(browser, lambda d: '"send_email"' in d.find_element(By.ID, "upload-json").get_attribute("value"), "the file")
     browser.find_element(By.CSS_SELECTOR, "#upload-form button[type=submit]").click()
     wait_for(browser, lambda d: registry_row(d, "office")[1:3] == ["1", "18"], "version 1 of office")
+    # 18 new texts > SHORTLIST_ASYNC_WRITE_MIN_TEXTS: answered 202, the page polled the job
+    network.read()
+    assert (f"{server.url}/registries/office", 202) in network.responses
+    assert any("/registries/office/jobs/" in url for url, status in network.responses if status == 200)
     extra = {
         "tools": [{"name": "send_mail_v2", "description": "Send an email message through the v2 mail API."}],
         "equivalents": [["send_email", "send_mail_v2"]],
@@ -241,7 +260,7 @@ def test_console_upload_query_delete_report(browser, server):
     assert int(live[2]) <= 3 and live[3] != "–"  # presented, and a rate
     shot(browser, "report")
 
-    assert_all_local(requested_urls(browser), server)
+    assert_all_local(network.read().urls, server)
     # the 401 and 422 the test provoked are logged by Chrome as failed loads; nothing else may be
     errors = [
         e for e in browser.get_log("browser")

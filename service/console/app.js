@@ -158,10 +158,20 @@ function renderUploadErrors(payload, err) {
         : "ok"));
   });
   const box = el("div", { class: "upload-errors" },
-    el("p", { class: "error" }, `${err.status} ${err.type}: ${err.message}`),
+    el("p", { class: "error" }, `${err.status ? err.status + " " : ""}${err.type}: ${err.message}`),
     general.length ? el("ul", {}, ...general.map((d) => el("li", {}, `${d.field || "payload"}: ${d.message}`))) : null,
     rows.length ? el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, "#"), el("th", {}, "tool"), el("th", {}, "problem"))), el("tbody", {}, ...rows)) : null);
   fill("upload-result", [box]);
+}
+
+async function waitForJob(name, job) {
+  for (;;) {
+    fill("upload-result", [el("p", { class: "muted" }, `${job.state}: embedding ${job.new_texts} new tool texts…`)]);
+    if (job.state === "done") return job.result;
+    if (job.state === "failed") throw new ApiError(null, { error: job.error });
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    job = await api("GET", `${registryPath(name)}/jobs/${encodeURIComponent(job.job)}`);
+  }
 }
 
 $("upload-file").addEventListener("change", async () => {
@@ -185,7 +195,8 @@ $("upload-form").addEventListener("submit", async (event) => {
   const method = $("upload-mode").value === "post" ? "POST" : "PUT";
   const path = method === "POST" ? `${registryPath(name)}/tools` : registryPath(name);
   try {
-    const info = await api(method, path, text);
+    let info = await api(method, path, text);
+    if (info && info.job) info = await waitForJob(name, info); // a large upload: 202 and a job
     fill("upload-result", [el("p", { class: "ok" }, `${info.registry}: version ${info.version}, ${info.tools} tools`)]);
     current = info.registry;
     await loadRegistries();

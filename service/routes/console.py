@@ -83,7 +83,7 @@ def explain_depth(result: Shortlist) -> dict[str, Any] | None:
     if trace is None or result.policy != "bor" or not trace.margins:
         return None
     return {
-        "margins": list(trace.margins),
+        "margins": [float(m) for m in trace.margins],
         "bias": (result.depth_bias or 0.0) + trace.rule.bias_offset,
         "chosen": trace.chosen,
         "shown": trace.shown,
