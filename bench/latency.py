@@ -3,6 +3,7 @@
     python bench/latency.py                                  # demo registry, demo-style queries
     python bench/latency.py --data ../shared/data/bfcl_simple --requests 2000
     python bench/latency.py --data ../shared/data/toolbench_stable --max-tools 500 --baseline aa12855
+    python bench/latency.py --data ../shared/data/toolbench_stable --max-tools 500 --embedder minilm-int8
 
 Starts `shortlist serve` on a free port with a fresh data directory, uploads the registry,
 warms up, then sends requests one at a time and prints p50/p95/p99 and requests/s. In the same
@@ -59,6 +60,9 @@ def main() -> None:
         "--query-cache", type=int, default=0,
         help="SHORTLIST_QUERY_CACHE_SIZE of the measured server (default 0: every query embedded)",
     )
+    parser.add_argument(
+        "--embedder", default="minilm", help="SHORTLIST_EMBEDDER of the measured server (and floor)"
+    )
     args = parser.parse_args()
 
     if args.data:
@@ -77,7 +81,7 @@ def main() -> None:
 
     from registry.index.embed import load_minilm
 
-    embedder = load_minilm(args.embedder_cache)
+    embedder = load_minilm(args.embedder_cache, embedder=args.embedder)
     for q in queries[:20]:
         embedder.embed_query(q)
     floor = []
@@ -86,7 +90,9 @@ def main() -> None:
         embedder.embed_query(queries[i % len(queries)])
         floor.append(time.perf_counter() - t0)
 
-    with serve(args.embedder_cache, query_cache_size=str(args.query_cache)) as server:
+    with serve(
+        args.embedder_cache, query_cache_size=str(args.query_cache), embedder=args.embedder
+    ) as server:
         run = timed_requests(server.url, tools, queries, request_body(args), args.requests)
     latencies, ks, upload, elapsed = run.latencies, run.ks, run.upload, run.elapsed
 
@@ -140,7 +146,7 @@ def compare(args: argparse.Namespace, tools: object, queries: list[str]) -> None
     with (
         worktree(args.baseline) as base_root,
         serve(args.embedder_cache, root=base_root) as base,
-        serve(args.embedder_cache, query_cache_size=str(args.query_cache)) as cur,
+        serve(args.embedder_cache, query_cache_size=str(args.query_cache), embedder=args.embedder) as cur,
     ):
         for _ in range(args.rounds):
             for label, url in (("baseline", base.url), ("current", cur.url)):
