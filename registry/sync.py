@@ -83,7 +83,11 @@ def republish_from(
         if feedback is not None:
             feedback.republish_counts()
 
-    register(lambda: held_records(engine), after)
+    register(
+        lambda: held_records(engine),
+        after,
+        lambda: {info.registry: info.version for info in engine.list_registries()},
+    )
 
 
 class StoreSync:

@@ -336,3 +336,27 @@ def test_wiped_again_while_republishing(settings, bor_policy, own_redis, redis_p
     assert store.versions() == {"r": 2}
     assert flushes == [1] and [r.won for r in store.epoch.recoveries] == [True]
     assert store.load("r").version == 2 and a.upsert_tools("r", [tool("more", "More.")]).version == 3
+
+
+def test_a_store_restarted_from_an_older_snapshot_goes_forward_again(settings, bor_policy, own_redis, redis_prefix):
+    """Redis restarted from an RDB snapshot older than the last writes: its epoch is intact, but
+    it lost versions (and a registry created after the snapshot). The replicas write them back
+    instead of following the store backwards."""
+    a, b = engines(settings, bor_policy, own_redis.url, redis_prefix)
+    a.put_registry("r", weather_tools())
+    a.refresh()
+    b.refresh()
+    own_redis.client().save()  # the snapshot: r v1
+    a.upsert_tools("r", [tool("after_snapshot", "Written after the snapshot.")])  # r v2
+    a.put_registry("young", [tool("y", "Created after the snapshot.")])
+    b.refresh()
+    assert b.snapshot("r").version == 2 and b.has_registry("young")
+    own_redis.stop()
+    own_redis.start()  # loads dump.rdb: r v1, no "young"
+    assert b.store.load("r").version == 2  # b's first call noticed and wrote back
+    assert b.store.epoch.recoveries == [] and len(b.store.epoch.catch_ups) == 1
+    assert b.store.versions() == {"r": 2, "young": 1}
+    info = a.upsert_tools("r", [tool("later", "After the restart.")])
+    assert info.version == 3 and {"after_snapshot", "later"} <= set(a.snapshot("r").by_name)
+    b.refresh()
+    assert b.snapshot("r").version == 3 and b.has_registry("young")

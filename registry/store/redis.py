@@ -157,6 +157,7 @@ class RedisStore(RedisBase):
         self._retire = client.register_script(RETIRE)
         self._pubsub: Any = None
         self._held: Callable[[], list[RegistryRecord]] = list
+        self._held_versions: Callable[[], dict[str, int]] | None = None
         self._after_republish: Callable[[bool], None] | None = None
         # what the last versions() call saw: current versions and version counters
         self._current_seen: dict[str, int] = {}
@@ -175,11 +176,15 @@ class RedisStore(RedisBase):
         self,
         held: Callable[[], list[RegistryRecord]],
         after: Callable[[bool], None] | None = None,
+        held_versions: Callable[[], dict[str, int]] | None = None,
     ) -> None:
         """What this replica re-publishes when the store lost its data: ``held()`` gives the
-        registry versions it serves; ``after(won)`` runs next (e.g. the feedback counts)."""
+        registry versions it serves; ``after(won)`` runs next (e.g. the feedback counts).
+        ``held_versions()`` (cheap: no records) lets every poll notice a store that went *back*
+        (restarted from an older snapshot, its epoch intact) and write back what it lost."""
         self._held = held
         self._after_republish = after
+        self._held_versions = held_versions
 
     def _guarded(self, what: str, run: Callable[[str], Any]) -> Any:
         """``run(token)`` (a guarded script); on another epoch: recover, then run it again; in
@@ -243,7 +248,7 @@ class RedisStore(RedisBase):
 
     # -- registries ---------------------------------------------------------------------------
 
-    def _versions_now(self) -> tuple[dict[str, int], dict[str, int]]:
+    def _versions_now(self, catch_up: bool = True) -> tuple[dict[str, int], dict[str, int]]:
         current, assigned = self._guarded(
             "versions",
             lambda token: self._versions(keys=[self.epoch.key, self._current, self._assigned], args=[token]),
@@ -252,8 +257,25 @@ class RedisStore(RedisBase):
         def pairs(flat: list[bytes]) -> dict[str, int]:
             return {as_text(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
 
-        self._current_seen, self._assigned_seen = pairs(current), pairs(assigned)
-        return self._current_seen, self._assigned_seen
+        seen = pairs(current), pairs(assigned)
+        if catch_up and self._behind(*seen):
+            with self._call("versions", STORE_DOWN):
+                self.epoch.catch_up(self._republish)
+            return self._versions_now(catch_up=False)
+        self._current_seen, self._assigned_seen = seen
+        return seen
+
+    def _behind(self, current: dict[str, int], assigned: dict[str, int]) -> list[str]:
+        """Registries this replica holds at a version the store has lost: older there, or
+        absent without a delete (a delete keeps the counter at or above the deleted version).
+        Versions only grow, so either means the store went back (an older snapshot)."""
+        if self._held_versions is None:
+            return []
+        return [
+            name
+            for name, version in self._held_versions().items()
+            if current.get(name, 0) < version and (name in current or assigned.get(name, 0) < version)
+        ]
 
     def list_registries(self) -> list[str]:
         return sorted(self._versions_now()[0])
@@ -263,12 +285,24 @@ class RedisStore(RedisBase):
             "version",
             lambda token: self._version(keys=[self.epoch.key, self._current], args=[token, registry]),
         )
-        return int(raw) if raw is not None else None
+        found = int(raw) if raw is not None else None
+        held = self._held_versions() if self._held_versions is not None else {}
+        if held.get(registry, 0) > (found or 0):  # older than ours, or gone: check it all
+            return self._versions_now()[0].get(registry)
+        return found
 
     def versions(self) -> dict[str, int]:
         return self._versions_now()[0]
 
     def load(self, registry: str) -> RegistryRecord | None:
+        record = self._load_now(registry)
+        held = self._held_versions() if self._held_versions is not None else {}
+        if held.get(registry, 0) > (record.version if record else 0):
+            self._versions_now()  # older than ours, or gone: writes back what the store lost
+            record = self._load_now(registry)
+        return record
+
+    def _load_now(self, registry: str) -> RegistryRecord | None:
         found = self._guarded(
             "load",
             lambda token: self._load(

@@ -169,6 +169,7 @@ class StoreEpoch:
         self.settle_ms = int(settle_ms)
         self.token: str | None = None
         self.recoveries: list[Recovery] = []
+        self.catch_ups: list[Recovery] = []  # the store went back, its epoch intact
         self._lock = threading.Lock()
         self._claim = client.register_script(_CLAIM)
         self._release = client.register_script(_RELEASE)
@@ -230,6 +231,21 @@ class StoreEpoch:
                 "versions re-published by this replica in %.3f s",
                 "this replica won the re-publish" if won else "another replica re-published",
                 written, recovery.seconds,
+            )
+
+    def catch_up(self, republish: Republish) -> None:
+        """The store kept its epoch but lost versions this process holds (Redis restarted from
+        an older snapshot): write back what it holds newer than the store, under the same lock
+        as a recovery. Idempotent."""
+        with self._lock:
+            token = self.current()
+            start = time.monotonic()
+            written = republish(token, False)
+            self.catch_ups.append(Recovery(False, written, time.monotonic() - start, time.time()))
+            log.warning(
+                "the Redis store went back to an older state (restarted from an older snapshot?): "
+                "%d registry versions written back by this replica in %.3f s",
+                written, time.monotonic() - start,
             )
 
     def _wait_for_marker(self) -> None:
