@@ -54,16 +54,24 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 @contextmanager
-def progress_step(log: logging.Logger, what: str, *, heartbeat: float = HEARTBEAT_SECONDS) -> Iterator[None]:
-    """Log ``what...`` now, ``what: still running (N s)`` every ``heartbeat`` seconds, and
-    ``what: done in N s`` at the end (a thread logs the heartbeat; the work is untouched)."""
-    log.info("%s...", what)
+def progress_step(
+    log: logging.Logger,
+    what: str,
+    *,
+    expected_seconds: float | None = None,
+    heartbeat: float = HEARTBEAT_SECONDS,
+) -> Iterator[None]:
+    """Log ``what...`` now, ``what: still running (N s[ of about M s])`` every ``heartbeat``
+    seconds, and ``what: done in N s`` at the end (a thread logs the heartbeat; the work is
+    untouched). ``expected_seconds`` is an estimate to show beside the elapsed time."""
+    about = f" of about {expected_seconds:.0f} s" if expected_seconds else ""
+    log.info("%s%s...", what, f" (about {expected_seconds:.0f} s)" if expected_seconds else "")
     start = time.perf_counter()
     done = threading.Event()
 
     def beat() -> None:
         while not done.wait(heartbeat):
-            log.info("%s: still running (%.0f s)", what, time.perf_counter() - start)
+            log.info("%s: still running (%.0f s%s)", what, time.perf_counter() - start, about)
 
     thread = threading.Thread(target=beat, name="progress", daemon=True)
     thread.start()
@@ -79,7 +87,8 @@ class ProgressEmbedder:
     """An :class:`Embedder` whose large ``embed_documents`` calls are logged as a :func:`progress_step`.
 
     The texts go to the wrapped embedder in one call, as without the wrapper, so the vectors
-    are bitwise the same (chunking would regroup the length-sorted batches).
+    are bitwise the same (chunking would regroup the length-sorted batches); so the line gives
+    elapsed time and an estimate (characters per second of the previous call), not a share done.
     """
 
     def __init__(
@@ -91,12 +100,22 @@ class ProgressEmbedder:
         self._log = log
         self._label = label
         self._min_texts = min_texts
+        self._chars_per_second: float | None = None
 
     def embed_query(self, text: str) -> FloatArray:
         return self.inner.embed_query(text)
 
     def embed_documents(self, texts: Sequence[str], batch_size: int = 32) -> FloatArray:
+        chars = sum(len(t) for t in texts)
+        start = time.perf_counter()
         if len(texts) < self._min_texts:
-            return self.inner.embed_documents(texts, batch_size)
-        with progress_step(self._log, f"embedding {len(texts):,} {self._label}"):
-            return self.inner.embed_documents(texts, batch_size)
+            out = self.inner.embed_documents(texts, batch_size)
+        else:
+            expected = chars / self._chars_per_second if self._chars_per_second else None
+            what = f"embedding {len(texts):,} {self._label}"
+            with progress_step(self._log, what, expected_seconds=expected):
+                out = self.inner.embed_documents(texts, batch_size)
+        elapsed = time.perf_counter() - start
+        if chars and elapsed > 0.05:  # too short a call says little about the rate
+            self._chars_per_second = chars / elapsed
+        return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 import subprocess
 import sys
 
@@ -141,3 +142,45 @@ def test_importing_and_starting_emit_no_faiss_or_bm25s_noise(tmp_path, fmt):
     if fmt == "json":
         for line in log.splitlines():
             json.loads(line)
+
+
+def test_progress_step_logs_start_heartbeat_and_end(caplog):
+    import time
+
+    from registry.cli_support import progress_step
+
+    log = logging.getLogger("registry.test_progress")
+    with (
+        caplog.at_level(logging.INFO, logger="registry.test_progress"),
+        progress_step(log, "slow step", expected_seconds=1.0, heartbeat=0.05),
+    ):
+        time.sleep(0.2)
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages[0] == "slow step (about 1 s)..."
+    assert messages[1:-1] and all(
+        re.fullmatch(r"slow step: still running \(\d+ s of about 1 s\)", m) for m in messages[1:-1]
+    ), messages
+    done = re.fullmatch(r"slow step: done in (\d+\.\d) s", messages[-1])
+    assert done and float(done.group(1)) >= 0.2, messages[-1]
+
+
+def test_progress_embedder_returns_the_same_vectors_and_estimates_the_next_call(caplog):
+    import numpy as np
+
+    from registry.cli_support import ProgressEmbedder
+    from registry.index.embed import HashingEmbedder
+
+    inner = HashingEmbedder()
+    texts = [f"query number {i} about weather and email" for i in range(1200)]
+    wrapped = ProgressEmbedder(inner, logging.getLogger("registry.test_embed"), label="queries")
+    assert wrapped.model_id == inner.model_id and wrapped.dim == inner.dim
+    with caplog.at_level(logging.INFO, logger="registry.test_embed"):
+        small = wrapped.embed_documents(texts[:10])
+        assert caplog.records == []  # small calls are silent
+        first = wrapped.embed_documents(texts)
+        second = wrapped.embed_documents(texts)
+    assert np.array_equal(small, inner.embed_documents(texts[:10]))
+    assert np.array_equal(first, inner.embed_documents(texts)) and np.array_equal(second, first)
+    starts = [r.getMessage() for r in caplog.records if r.getMessage().endswith("...")]
+    assert starts[0].startswith("embedding 1,200 queries")
+    assert len(starts) == 2
