@@ -200,7 +200,7 @@ class GuardedH11Protocol(H11Protocol):
 
     def _arm_head_timer(self) -> None:
         self._cancel(self._head_timer)
-        self._head_started = False
+        self._head_started = bool(self.conn.trailing_data[0])  # a pipelined head has begun
         self._head_timer = self.loop.call_later(self.limits.header_timeout, self._head_timed_out)
 
     def _arm_body_timer(self) -> None:
@@ -226,7 +226,8 @@ class GuardedH11Protocol(H11Protocol):
         self._body_timer = None
         if self.transport.is_closing() or self.conn.their_state is not h11.SEND_BODY:
             return
-        if self.flow.read_paused:  # the app is not reading yet: not the client's stall
+        waiting = self.cycle is not None and self.cycle.waiting_for_100_continue
+        if self.flow.read_paused or waiting:  # the app is not reading yet: not the client's stall
             self._arm_body_timer()
             return
         response = b""
