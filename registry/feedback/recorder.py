@@ -107,7 +107,8 @@ class FeedbackRecorder:
         Raises:
             ShortlistNotFound: unknown or expired id.
             ValidationFailed: bad payload; nothing is recorded.
-            OSError: the durable append failed; nothing is counted and a retry is accepted.
+            StorageUnavailable: the durable append failed (StorageFull: no space left);
+                nothing is counted and a retry is accepted.
         """
         shortlist = self.memory.get(shortlist_id)
         if shortlist is None:
