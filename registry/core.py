@@ -51,7 +51,7 @@ from registry.shortlist import Shortlist
 from registry.snapshot import Snapshot
 from registry.store.base import SharedStore, Store
 from registry.store.local import LocalStore
-from registry.sync import StoreSync
+from registry.sync import StoreSync, republish_from
 from registry.tools import ToolLimits, parse_tools
 from registry.writes import PreparedWrite, WriteJob, WriteJobs
 
@@ -286,6 +286,8 @@ class Shortlister:
             if self.settings.query_cache_size > 0:
                 embedder = self.query_cache = CachedEmbedder(embedder, self.settings.query_cache_size)
             engine = ShortlistEngine(self.settings, self.store, embedder, self.bor_policy)
+            # before the first store call: a store wiped from here on is refilled, not mirrored
+            republish_from(engine, self.store, self.feedback_recorder)
             count = self._until_store_answers(engine.load_all)
             log.info("loaded %d registries", count)
             self._until_store_answers(lambda: self._load_demo(engine))

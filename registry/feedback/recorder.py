@@ -228,6 +228,27 @@ class FeedbackRecorder:
             return self.resync()
         return count
 
+    def republish_counts(self) -> bool:
+        """After the shared store lost its data: count what is left of the shared log, then
+        offer this replica's counts as its new checkpoint (``republish_checkpoint``), under the
+        count lock so no own event is counted twice or missed. A no-op for other logs.
+
+        Returns:
+            Whether this replica's counts became the checkpoint.
+        """
+        log = self.log
+        write = getattr(log, "republish_checkpoint", None)
+        if write is None or not isinstance(log, SharedFeedbackLog):
+            return False
+        with self._count_lock:
+            try:
+                while events := log.read_new():
+                    for event in events:
+                        self._count(event)
+            except LogCompacted:
+                return False  # another replica re-published first: catch_up resyncs from it
+            return bool(write(self.efficiency.to_state()))
+
     def resync(self) -> int:
         """Rebuild the counts from a shared log's checkpoint and everything after it (this
         replica fell behind a compaction, e.g. through a long outage).
