@@ -1,9 +1,11 @@
-"""FAISS inner-product index over L2-normalised embeddings (cosine similarity)."""
+"""Inner-product search over L2-normalised embeddings (cosine): exact (numpy) or FAISS HNSW."""
 
 from __future__ import annotations
 
 import faiss
 import numpy as np
+
+from registry.index.lexical import top_k
 
 HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 80
@@ -13,7 +15,8 @@ MAX_DEAD_FRACTION = 0.2
 
 
 class DenseIndex:
-    """Exact search below ``hnsw_min_tools`` vectors, HNSW (M=32) at or above it.
+    """Exact search (one matrix-vector product) below ``hnsw_min_tools`` vectors, FAISS HNSW
+    (M=32) at or above it.
 
     Rows of ``embeddings`` are tool positions; :meth:`search` returns tool positions. An HNSW
     index can be derived from the previous version's (:meth:`updated`): the graph is cloned,
@@ -29,18 +32,20 @@ class DenseIndex:
         embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
         n, dim = embeddings.shape
         kind = "hnsw" if n >= hnsw_min_tools else "flat"
-        index: faiss.Index
+        index: faiss.Index | None = None
         if kind == "hnsw":
             index = faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
             index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
             index.hnsw.efSearch = HNSW_EF_SEARCH
-        else:
-            index = faiss.IndexFlatIP(dim)
-        if n:
-            index.add(embeddings)
+            if n:
+                index.add(embeddings)
+        # Exact search is a matrix-vector product over ``embeddings`` itself: no FAISS copy to
+        # fill, so a new version of a flat index costs nothing beyond its matrix.
         self._assemble(embeddings, kind, index, np.arange(n, dtype=np.int64))
 
-    def _assemble(self, embeddings: np.ndarray, kind: str, index: faiss.Index, slot_tool: np.ndarray) -> None:
+    def _assemble(
+        self, embeddings: np.ndarray, kind: str, index: faiss.Index | None, slot_tool: np.ndarray
+    ) -> None:
         self.embeddings = embeddings
         self.kind = kind
         self._index = index
@@ -75,6 +80,7 @@ class DenseIndex:
         reuse = np.array(reuse, dtype=np.int64)  # a copy: duplicates are cleared below
         if previous.kind != "hnsw" or n < hnsw_min_tools or reuse.shape != (n,):
             return cls(embeddings, hnsw_min_tools=hnsw_min_tools)
+        assert previous._index is not None  # an HNSW index always has its graph
         if reuse.size and reuse.max() >= len(previous):
             raise ValueError("reuse points past the previous index")
         # A previous slot serves one new tool; a second tool with the same vector gets its own.
@@ -114,17 +120,16 @@ class DenseIndex:
         depth = min(depth, len(self))
         if depth <= 0:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
+        if self._index is None:
+            return top_k(self.embeddings @ query.astype(np.float32, copy=False), depth)
         q = query.reshape(1, -1).astype(np.float32, copy=False)
-        if self.kind == "hnsw":
-            # missing from the stubs faiss ships, present at runtime
-            params = faiss.SearchParametersHNSW(  # type: ignore[attr-defined]
-                efSearch=max(HNSW_EF_SEARCH, depth)
-            )
-            if self._selector is not None:
-                params.sel = self._selector
-            scores, slots = self._index.search(q, depth, params=params)
-        else:
-            scores, slots = self._index.search(q, depth)
+        # missing from the stubs faiss ships, present at runtime
+        params = faiss.SearchParametersHNSW(  # type: ignore[attr-defined]
+            efSearch=max(HNSW_EF_SEARCH, depth)
+        )
+        if self._selector is not None:
+            params.sel = self._selector
+        scores, slots = self._index.search(q, depth, params=params)
         keep = slots[0] >= 0
         tools = self._slot_tool[slots[0][keep]]
         alive = tools >= 0
