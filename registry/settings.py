@@ -185,7 +185,7 @@ class Settings(BaseSettings):
         0.3, ge=0.0, le=2.0, description="Most score a tool can gain from usage evidence."
     )
     learning_similarity: float = Field(
-        0.5,
+        0.8,
         ge=0.0,
         lt=1.0,
         description="Cosine from which a past query counts as evidence for a new one (its weight "

@@ -16,7 +16,7 @@ TOOLS = [
     {"name": "send_email", "description": "Send an email message"},
     {"name": "convert_currency", "description": "Convert money between currencies"},
 ]
-LIFT = {"learning_beta": 1.0}  # the fake embedder's scores are far apart: a full lift to cross them
+LIFT = {"learning_beta": 1.0, "learning_similarity": 0.5}  # the fake embedder: far-apart scores, lower cosines
 CITIES = ["paris", "rome", "berlin", "madrid", "lisbon", "vienna", "prague", "oslo", "dublin", "athens"]
 
 

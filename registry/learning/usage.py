@@ -88,7 +88,7 @@ class UsageConfig:
     per_tool: int = 64
     per_registry: int = 20_000
     dedupe: float = 0.95
-    similarity: float = 0.5
+    similarity: float = 0.8
     beta: float = 0.3
     n0: float = 2.0
     candidates: int = 20
@@ -295,17 +295,23 @@ class UsageMemory:
         return out
 
     def evidence(self, reg: RegistryMemory, query: np.ndarray, names: Sequence[str]) -> np.ndarray:
-        """Local evidence ``e_t`` of each of ``names`` for ``query``."""
-        cfg = self.config
+        """Local evidence ``e_t`` of each of ``names`` for ``query``.
+
+        ``sum_i c_i * max(s_i - tau, 0) / (1 - tau)`` is computed as
+        ``(c . max(s, tau) - tau * sum(c)) / (1 - tau)``: three numpy calls per tool.
+        """
+        tau = self.config.similarity
         tools = reg.tools
-        scale = 1.0 / max(1e-6, 1.0 - cfg.similarity)
         out = np.zeros(len(names), dtype=np.float32)
         for i, name in enumerate(names):
             mem = tools.get(name)
             if mem is None:
                 continue
-            kernel = np.clip((mem.vectors @ query - cfg.similarity) * scale, 0.0, 1.0)
-            out[i] = float(mem.positive @ kernel)
+            sims = mem.vectors @ query
+            np.maximum(sims, tau, out=sims)
+            out[i] = float(mem.positive @ sims) - tau * mem.positive_sum
+        out /= max(1e-6, 1.0 - tau)
+        np.maximum(out, 0.0, out=out)  # rounding
         return out
 
     def rerank(

@@ -21,10 +21,13 @@ class ToolMemory:
     vectors: np.ndarray  # (n, dim) float32, unit rows
     counts: np.ndarray  # (n,) float32 net evidence
     seen: np.ndarray  # (n,) int64 sequence number of the last event that touched the entry
+    positive: np.ndarray = field(init=False)  # max(counts, 0), what a lift reads
+    positive_sum: float = field(init=False)
 
-    @property
-    def positive(self) -> np.ndarray:
-        return np.maximum(self.counts, 0.0)
+    def __post_init__(self) -> None:
+        positive = np.maximum(self.counts, 0.0).astype(np.float32)
+        object.__setattr__(self, "positive", positive)
+        object.__setattr__(self, "positive_sum", float(positive.sum()))
 
 
 @dataclass
