@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import shutil
@@ -123,6 +124,12 @@ WRK_SCRIPT = textwrap.dedent("""
 """)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run_wrk(url: str, bodies: Path, script: Path, concurrency: int, duration: int) -> dict[str, float]:
     out = subprocess.run(
         ["wrk", "-t", str(min(concurrency, 2)), "-c", str(concurrency), "-d", f"{duration}s",
@@ -175,8 +182,10 @@ def bench_size(n_tools: int, tools: list[dict], queries: list[str], args, workdi
         for q in queries if cache_hit else queries[:100]:  # warm-up (with the cache: every query)
             client.post("/shortlist", json={"registry": "bench", "query": q}).raise_for_status()
         for concurrency in args.concurrency:
-            before = client.get("/metrics").text
+            before, cpu = client.get("/metrics").text, cpu_seconds(server.pid)
             load = run_wrk(server.url, bodies, script, concurrency, args.duration)
+            # server CPU per request: less sensitive than wall time to other work on the machine
+            load["cpu_ms"] = 1000 * (cpu_seconds(server.pid) - cpu) / max(1, load["requests"])
             after = client.get("/metrics").text
             result[f"c{concurrency}"] = {**load, "stages": stage_means(before, after)}
         result["rss_mb"] = rss_mib(server.pid)
@@ -231,8 +240,8 @@ def report(args, floors: dict[str, float], results: list[dict], peer: dict, foun
     print("\nembed-only floor (ONNX MiniLM in-process, 1 thread), p50: "
           + ", ".join(f"{name} {ms:.2f} ms" for name, ms in floors.items()) + "\n")
     print("| embedder | N | conc. | p50 ms | p95 ms | p99 ms | req/s | errors | embed | search | policy | "
-          "total (ms, mean) | p50 / floor |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "total (ms, mean) | p50 / floor | server CPU ms/req |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         label = r["embedder"] + (" (cache hit)" if r["cache_hit"] else "")
         for c in args.concurrency:
@@ -240,10 +249,11 @@ def report(args, floors: dict[str, float], results: list[dict], peer: dict, foun
             s = x["stages"]
             print(f"| {label} | {r['n']} | {c} | {x['p50']:.2f} | {x['p95']:.2f} | {x['p99']:.2f} | {x['rps']:.0f} | "
                   f"{x['errors']} | {s['embed']:.2f} | {s['search']:.2f} | {s['policy']:.2f} | {s['total']:.2f} | "
-                  f"{x['p50'] / floors[r['embedder']]:.2f} |")
+                  f"{x['p50'] / floors[r['embedder']]:.2f} | {x['cpu_ms']:.2f} |")
     for n, x in peer.items():
         print(f"| peer: in-process MiniLM fp32 + FAISS top-{5}, no HTTP | {n} | 1 | {x['p50']:.2f} | {x['p95']:.2f} | "
-              f"{x['p99']:.2f} | {x['qps']:.0f} | 0 | | | | | {x['p50'] / floors.get('minilm', float('nan')):.2f} |")
+              f"{x['p99']:.2f} | {x['qps']:.0f} | 0 | | | | | {x['p50'] / floors.get('minilm', float('nan')):.2f} | "
+              f"{x['cpu_ms']:.2f} |")
     print("\n| embedder | N | initial indexing s | re-upload s | upsert 1 tool s | server RSS MB |")
     print("|---|---|---|---|---|---|")
     for r in results:
