@@ -204,7 +204,7 @@ def cost(base: Path, knobs: dict[str, Any], rounds: int = 4, per_round: int = 30
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--datasets", nargs="+", default=["bfcl_simple", "metatool", "toolbench_stable"])
+    parser.add_argument("--datasets", nargs="*", default=["bfcl_simple", "metatool", "toolbench_stable"])
     parser.add_argument("--events", default="1000,5000")
     parser.add_argument("--eval", type=int, default=600, help="held-out queries evaluated per checkpoint")
     parser.add_argument("--no-cost", action="store_true")

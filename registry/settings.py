@@ -192,7 +192,7 @@ class Settings(BaseSettings):
         "grows linearly from 0 there to 1 at identical queries).",
     )
     learning_candidates: int = Field(
-        20,
+        10,
         ge=1,
         le=1000,
         description="Only this many best tools of the base ranking can be lifted: usage alone "

@@ -91,7 +91,7 @@ class UsageConfig:
     similarity: float = 0.8
     beta: float = 0.3
     n0: float = 2.0
-    candidates: int = 20
+    candidates: int = 10
     caller_share: float = 0.2
     caller_min_events: int = 20
     require_caller: bool = False
