@@ -264,3 +264,15 @@ def test_the_python_client_waits_for_a_202_upload_and_raises_a_failed_one(make_c
         with pytest.raises(PayloadTooLargeError):
             client.upsert_tools("r", [{"name": f"n{i}", "description": f"new {i}"} for i in range(4)])
         assert client.upsert_tools("r", [{"name": "one", "description": "one more"}]).version == 2
+
+
+def test_record_codec_round_trips_like_the_standard_library():
+    import json
+
+    from registry.store import codec
+
+    data = {"tools": [{"name": "é/ü", "n": 2**70, "x": 1.5e16, "e": [], "s": "\u2028"}], "v": 3}
+    assert json.loads(codec.dumps(data)) == data  # a 70-bit integer falls back to json
+    plain = {"tools": [{"name": "naïve", "description": "line\nbreak", "f": 0.1}]}
+    assert codec.dumps(plain) == json.dumps(plain, ensure_ascii=False, separators=(",", ":")).encode()
+    assert codec.loads(codec.dumps(plain)) == plain and codec.loads(b'{"a": NaN}')["a"] != 0

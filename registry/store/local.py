@@ -15,7 +15,6 @@ nothing changed (the embedding cache, being a cache, only logs it: see :meth:`pu
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import re
@@ -28,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from registry.fsio import TMP_PREFIX, append_whole, atomic_write_bytes, fsync_dir, storage_errors
+from registry.store import codec
 from registry.store.base import RegistryRecord
 from registry.tools import REGISTRY_NAME_PATTERN, validate_registry_name
 
@@ -67,7 +67,7 @@ class LocalStore:
             return None
         for _, path in reversed(self._versions(directory)):
             try:
-                return RegistryRecord.from_json(json.loads(path.read_bytes()))
+                return RegistryRecord.from_json(codec.loads(path.read_bytes()))
             except (OSError, ValueError, KeyError, TypeError):
                 continue  # renames are atomic, so this is disk damage: fall back to the older one
         return None
@@ -80,13 +80,13 @@ class LocalStore:
             StorageUnavailable: another I/O error (likewise).
         """
         directory = self._directory(record.registry)
-        payload = json.dumps(record.to_json(), ensure_ascii=False, separators=(",", ":"))
+        payload = codec.dumps(record.to_json())
         with storage_errors(f"saving version {record.version} of registry {record.registry!r}"):
             created = not directory.exists()
             directory.mkdir(parents=True, exist_ok=True)
             if created:
                 fsync_dir(self._registries)
-            atomic_write_bytes(directory / f"v{record.version:08d}.json", payload.encode("utf-8"))
+            atomic_write_bytes(directory / f"v{record.version:08d}.json", payload)
         try:  # the new version is durable: failing to prune older ones must not fail the write
             for _, old in self._versions(directory)[:-_KEEP_VERSIONS]:
                 old.unlink(missing_ok=True)

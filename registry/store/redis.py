@@ -31,7 +31,6 @@ replicas for failover) is.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -42,6 +41,7 @@ import numpy as np
 import redis
 
 from registry.errors import StoreUnavailable, VersionConflict
+from registry.store import codec
 from registry.store.base import RegistryRecord
 from registry.store.redis_base import (
     FEEDBACK_DOWN,
@@ -219,7 +219,7 @@ class RedisStore(RedisBase):
             assigned[record.registry] = max(assigned.get(record.registry, 0), record.version)
         pipe = self.client.pipeline(transaction=False)
         for record in records:
-            payload = json.dumps(record.to_json(), ensure_ascii=False, separators=(",", ":"))
+            payload = codec.dumps(record.to_json())
             self._restore(
                 keys=[self.epoch.key, self._current, self._assigned, self._registry_key(record.registry)],
                 args=[token, record.registry, record.version, payload, self.channel],
@@ -311,7 +311,7 @@ class RedisStore(RedisBase):
         )
         if not found or found[1] is None:
             return None
-        return RegistryRecord.from_json(json.loads(found[1]))
+        return RegistryRecord.from_json(codec.loads(found[1]))
 
     def save(self, record: RegistryRecord) -> None:
         """Store ``record`` as the registry's current version.
@@ -320,7 +320,7 @@ class RedisStore(RedisBase):
             VersionConflict: ``record.version`` is not the newest assigned version + 1.
             StoreUnavailable: Redis cannot be reached.
         """
-        payload = json.dumps(record.to_json(), ensure_ascii=False, separators=(",", ":"))
+        payload = codec.dumps(record.to_json())
         keys = [self.epoch.key, self._current, self._assigned, self._registry_key(record.registry)]
         accepted, latest = self._guarded(
             "save",
