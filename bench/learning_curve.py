@@ -176,7 +176,9 @@ def run_config(
     queries.explorer = Explorer(explore if refits else 0.0)
     rng = random.Random(SEED + 1)
     attacker = 0.3 if config == "poison" else 0.0
-    rows, refit_log, extra = [], [], []
+    rows: list[dict[str, Any]] = []
+    refit_log: list[dict[str, Any]] = []
+    extra: list[int] = []
     done = 0
     started = time.time()
     for target in [0, *checkpoints]:
