@@ -1,0 +1,70 @@
+"""Usage memory across two replicas sharing a real Redis: feedback on one lifts on the other,
+switch and wipe reach both, the memory is saved to Redis and restored by a new replica."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from pydantic import SecretStr
+
+from registry.core import Shortlister
+from registry.index.embed import HashingEmbedder
+from tests.test_learning_api import CITIES, TOOLS
+
+KNOBS = {"learning_beta": 1.0, "learning_similarity": 0.5, "learning_save_interval_seconds": 0.2,
+         "sync_interval_seconds": 0.2}
+QUERY = "weather today in london city"
+
+
+def core(settings, bor_policy, url: str, prefix: str, tmp) -> Shortlister:
+    s = settings.model_copy(update={"redis_url": SecretStr(url), "redis_prefix": prefix, "data_dir": tmp, **KNOBS})
+    return Shortlister.from_settings(s, embedder_factory=lambda _: HashingEmbedder(), bor_policy=bor_policy, start=True)
+
+
+def top(c: Shortlister) -> str:
+    return c.shortlist("w", QUERY, k=4).tools[0].name
+
+
+def eventually(check, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail("condition not met in time")
+        time.sleep(0.05)
+
+
+def test_two_replicas_learn_together(settings, bor_policy, redis_server, redis_prefix, tmp_path):
+    a = core(settings, bor_policy, redis_server.url, redis_prefix, tmp_path / "a")
+    b = core(settings, bor_policy, redis_server.url, redis_prefix, tmp_path / "b")
+    try:
+        a.put_registry("w", TOOLS)
+        eventually(lambda: b.engine is not None and b.engine.has_registry("w"))
+        assert top(a) == top(b) == "get_weather"
+        for i in range(10):
+            sl = a.shortlist("w", f"weather today in {CITIES[i]} city")
+            a.feedback(sl.shortlist_id, ["weather_forecast"], success=True)
+        assert top(a) == "weather_forecast"
+        eventually(lambda: top(b) == "weather_forecast")  # b folded a's events from the stream
+        eventually(lambda: b.learning_report("w")["events"] == 10)
+        b.set_learning("w", False)
+        eventually(lambda: top(a) == "get_weather")  # b's switch reached a
+        b.set_learning("w", True)
+        eventually(lambda: top(a) == "weather_forecast")
+        eventually(lambda: a.store.client.exists(f"{redis_prefix}usage:w") == 1)  # saved
+        c = core(settings, bor_policy, redis_server.url, redis_prefix, tmp_path / "c")
+        try:  # a new replica restores the saved memory (and skips the events it already holds)
+            eventually(lambda: c.engine is not None and c.learning_report("w")["events"] == 10)
+            assert top(c) == "weather_forecast"
+            time.sleep(1.0)  # several ticks: the stream's 10 events are not counted again
+            assert c.learning_report("w")["events"] == 10
+        finally:
+            c.close()
+        a.wipe_learning("w")
+        eventually(lambda: top(b) == "get_weather")  # the wipe reached b
+        assert b.learning_report("w")["entries"] == 0
+        a.delete_registry("w")
+        eventually(lambda: a.store.client.exists(f"{redis_prefix}usage:w") == 0)
+    finally:
+        a.close()
+        b.close()
