@@ -235,6 +235,21 @@ def run_dataset(
             "fixed_curve": [round(float(v), 4) for v in curve[:21]], "configs": results}
 
 
+def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One results document from several runs: configurations of the same data set are joined
+    (a configuration run twice keeps its first run)."""
+    datasets: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        for ds in run["datasets"]:
+            known = datasets.setdefault(ds["dataset"], {**ds, "configs": []})
+            names = {c["config"] for c in known["configs"]}
+            known["configs"] += [c for c in ds["configs"] if c["config"] not in names]
+    order = {c: i for i, c in enumerate((*CONFIGS, "poison"))}
+    for ds in datasets.values():
+        ds["configs"].sort(key=lambda c: order.get(c["config"], 99))
+    return {"datasets": list(datasets.values())}
+
+
 def render(results: dict[str, Any]) -> str:
     """The Markdown table of docs/results.md ("Learning from feedback") from a results file."""
     lines = [
@@ -266,10 +281,12 @@ def main() -> None:
     parser.add_argument("--configs", default="none,usage,refit,both,poison")
     parser.add_argument("--out", type=Path, default=Path("bench/out/learning_curve.json"))
     parser.add_argument("--base", type=Path, help="data directory to reuse (tool embeddings cached)")
-    parser.add_argument("--render", type=Path, help="print the Markdown table of a results file")
+    parser.add_argument("--render", type=Path, nargs="+",
+                        help="print the Markdown table of results files (runs of one data set "
+                        "split by --configs are merged)")
     args = parser.parse_args()
     if args.render:
-        print(render(json.loads(args.render.read_text())))
+        print(render(merge([json.loads(p.read_text()) for p in args.render])))
         return
     checkpoints = [int(x) for x in args.events.split(",")]
     configs = args.configs.split(",")
