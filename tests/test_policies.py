@@ -215,6 +215,7 @@ def test_refit_job_states(make_client):
         again = client.post("/registries/w/policies/refit").json()
         assert again["state"] == "refused" and again["active"] == "refit-1"
         assert client.get("/registries/w/policies/refit/nope").status_code == 404
+        assert client.post("/registries/w/policies/refit?asynch=true").status_code == 422
         assert client.get(f"/registries/other/policies/refit/{job}").status_code in (404, 422)
 
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from registry.errors import ValidationFailed
 from service.deps import CoreDep
 from service.routes.registries import RegistryPath
 from service.schemas import error_responses
@@ -89,11 +90,16 @@ def list_policies(registry: RegistryPath, core: CoreDep) -> PolicyList:
 def refit(
     registry: RegistryPath,
     core: CoreDep,
+    request: Request,
     run_async: Annotated[bool, Query(alias="async", description="Answer at once with the job "
                                      "id; poll GET .../refit/{job} until its state is final.")] = False,
 ) -> Any:
     """Refit the registry's depth policy from its feedback; activate it only when it beats the
     current one on held-out feedback (bootstrap lower bound above the margin, found rate kept)."""
+    unknown = sorted(set(request.query_params) - {"async"})
+    if unknown:  # a misspelt 'async' must not silently run a synchronous refit
+        problems = [{"field": name[:100], "message": "unknown query parameter"} for name in unknown]
+        raise ValidationFailed(f"unknown query parameter(s): {unknown[:5]}", problems)
     core.snapshot(registry)
     job = core.policies.refit(registry, background=run_async)
     if run_async:
