@@ -157,6 +157,18 @@ def embed_floor(queries: list[str], cache: Path, embedder_name: str = "minilm", 
     return float(np.percentile(times, 50) * 1000)
 
 
+def write(client: httpx.Client, method: str, url: str, body: object) -> None:
+    """A registry write, waited for: a large one answers 202 with a job to poll until done."""
+    r = client.request(method, url, json=body)
+    r.raise_for_status()
+    if r.status_code == 202:
+        job = r.headers.get("Location") or f"/registries/bench/jobs/{r.json()['job']}"
+        while (state := client.get(job).json())["state"] in ("queued", "running"):
+            time.sleep(0.05)
+        if state["state"] != "done":
+            raise RuntimeError(f"write job failed: {state}")
+
+
 def bench_size(n_tools: int, tools: list[dict], queries: list[str], args, workdir: Path,
                embedder: str = "minilm", cache_hit: bool = False) -> dict:
     result: dict = {"n": n_tools, "embedder": embedder, "cache_hit": cache_hit}
@@ -166,14 +178,14 @@ def bench_size(n_tools: int, tools: list[dict], queries: list[str], args, workdi
                max_tools_per_registry=str(max(50_000, n_tools + 1))) as server, \
             httpx.Client(base_url=server.url, timeout=3600) as client:
         t0 = time.perf_counter()
-        client.put("/registries/bench", json=tools).raise_for_status()
+        write(client, "PUT", "/registries/bench", tools)
         result["index_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        client.put("/registries/bench", json=tools).raise_for_status()
+        write(client, "PUT", "/registries/bench", tools)
         result["reupload_s"] = time.perf_counter() - t0
         one = {"name": "bench_upserted_tool", "description": "A tool added by the benchmark to time upserts."}
         t0 = time.perf_counter()
-        client.post("/registries/bench/tools", json=[one]).raise_for_status()
+        write(client, "POST", "/registries/bench/tools", [one])
         result["upsert_s"] = time.perf_counter() - t0
         bodies = workdir / "bodies.jsonl"
         bodies.write_text("".join(json.dumps({"registry": "bench", "query": q}) + "\n" for q in queries))

@@ -11,8 +11,10 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-from registry.index.embed import Embedder, FloatArray
+if TYPE_CHECKING:  # not at run time: `shortlist serve` caps BLAS threads before numpy loads
+    from registry.index.embed import Embedder, FloatArray
 
 HEARTBEAT_SECONDS = 10.0
 """A running step logs 'still running' this often."""
