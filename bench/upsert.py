@@ -327,8 +327,9 @@ def run_upload(args: argparse.Namespace) -> None:
                     hwm = next(int(line.split()[1]) / 1024 for line in Path(f"/proc/{server.pid}/status").read_text().splitlines()
                                if line.startswith("VmHWM:"))
                     rows.append((label, status, answered, done, start_rss, max(peak), hwm, rss_mib(server.pid)))
+                    print(f"upload round {label}: {rows[-1][1:]}", file=sys.stderr)
                 finally:
-                    server.stop()
+                    server.stop(kill=True)  # a baseline still building would not stop in time
     print(f"\n| PUT {args.tools:,} tools, {size / 1e6:.1f} MB | status | answered s | served s | RSS before MB "
           "| RSS peak (sampled / high-water) MB | RSS after MB |\n|---|---|---|---|---|---|---|")
     for label, status, answered, done, before, peak_, hwm, after in rows:

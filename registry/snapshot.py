@@ -13,6 +13,7 @@ from registry.index.dense import DenseIndex
 from registry.index.embed import Embedder
 from registry.index.lexical import LexicalIndex
 from registry.query import NameIndex
+from registry.runtime import trim_heap
 from registry.store.base import Store
 from registry.tools import Tool
 
@@ -48,10 +49,10 @@ class Snapshot:
 EMBED_BATCH = 256
 
 
-# Tokens per model batch (texts x their length): 4 texts of MiniLM's 256-token maximum, 32
-# short ones (measured on 96 texts of 2,400 characters: peak RSS +860 MB at 32 a batch, +160 MB
-# at 4, and no slower).
-MODEL_BATCH_TOKENS = 1024
+# Tokens per model batch (texts x their length): 2 texts of MiniLM's 256-token maximum, 16
+# short ones (measured on 96 texts of 2,400 characters, two embedding workers: peak RSS +860 MB
+# at 32 a batch, +160 MB at 4, and no slower; a 5,000-tool upload at 4 peaked at 605 MB).
+MODEL_BATCH_TOKENS = 512
 
 
 def _model_batch(longest: str) -> int:
@@ -94,6 +95,8 @@ def embed_tools(
         fresh = {content_hash: vectors[i] for i, (content_hash, _) in enumerate(chunk)}
         store.put_embeddings(embedder.model_id, fresh)
         cached.update(fresh)
+        if len(pending) > batch:
+            trim_heap()  # hand each chunk's freed activations back before the next
     matrix = np.empty((len(tools), embedder.dim), dtype=np.float32)
     for row, content_hash in enumerate(hashes):
         matrix[row] = cached[content_hash]
