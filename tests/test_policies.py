@@ -250,3 +250,21 @@ def test_cli_refit_writes_a_version_a_server_then_serves(settings, make_client, 
     with make_client() as client:
         client.put("/registries/w", json={"tools": weather_tools()})
         assert client.get("/registries/w/policies").json()["serving"] == "refit-1"
+
+
+def test_one_caller_counts_at_most_its_share_of_a_refit():
+    from dataclasses import replace
+
+    from registry.learning.refit import LoggedEvents, capped
+
+    events = easy_events(1000)
+    honest = [replace(e, caller=f"agent-{i % 10}") for i, e in enumerate(events[:700])]
+    attacker = [replace(e, caller="attacker") for e in events[700:]]
+    anonymous = [replace(e, caller=None, shortlist_id=f"a{i}") for i, e in enumerate(events[:50])]
+    kept = capped(honest + attacker + anonymous, 0.2)
+    share = sum(e.caller == "attacker" for e in kept) / len(kept)
+    assert 0.19 < share <= 0.2
+    assert sum(e.caller is None for e in kept) == 50  # no token: not capped
+    assert all(sum(e.caller == f"agent-{i}" for e in kept) == 70 for i in range(10))
+    assert len(LoggedEvents.of(honest + attacker, "r", 0.2)) == len(capped(honest + attacker, 0.2))
+    assert capped(honest + attacker, 1.0) == honest + attacker

@@ -223,6 +223,7 @@ class PolicyManager:
                 min_events=self.settings.refit_min_events,
                 margin=self.settings.refit_margin,
                 confidence=self.settings.refit_confidence,
+                caller_share=self.settings.learning_caller_share,
             )
             version = None
             if outcome.state == "done" and outcome.rule is not None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -68,12 +69,14 @@ class LoggedEvents:
     events: tuple[LoggedEvent, ...]
 
     @classmethod
-    def of(cls, events: Iterable[FeedbackEvent], registry: str) -> LoggedEvents:
-        """The registry's events the learned policy served (with margins and scores)."""
+    def of(
+        cls, events: Iterable[FeedbackEvent], registry: str, caller_share: float = 1.0
+    ) -> LoggedEvents:
+        """The registry's events the learned policy served (with margins and scores), each
+        caller's (token's) kept to at most ``caller_share`` of them (its earliest events)."""
+        mine = [e for e in events if e.registry == registry and e.margins and e.scores]
         out = []
-        for e in events:
-            if e.registry != registry or not e.margins or not e.scores:
-                continue
+        for e in capped(mine, caller_share):
             depth = len(e.margins)
             feats = depth_features(np.asarray(e.scores, np.float64), e.n_tools, depth)
             if feats.shape[0] != depth:
@@ -101,6 +104,33 @@ class LoggedEvents:
 
     def __len__(self) -> int:
         return len(self.events)
+
+
+def capped(events: list[FeedbackEvent], share: float) -> list[FeedbackEvent]:
+    """``events`` with every identified caller's count cut to ``m``, the largest count with
+    ``m <= share * kept events`` (events without a caller, no tokens configured, all stay)."""
+    counts = Counter(e.caller for e in events if e.caller is not None)
+    if share >= 1.0 or not counts:
+        return events
+    anonymous = len(events) - sum(counts.values())
+
+    def kept(m: int) -> int:
+        return anonymous + sum(min(n, m) for n in counts.values())
+
+    lo, hi = 1, max(counts.values())
+    while lo < hi:  # the largest m with m <= share * kept(m)
+        mid = (lo + hi + 1) // 2
+        if mid <= share * kept(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    seen: Counter[str | None] = Counter()
+    out = []
+    for e in events:
+        seen[e.caller] += 1
+        if e.caller is None or seen[e.caller] <= lo:
+            out.append(e)
+    return out
 
 
 def rule_depths(rule: StopRule, data: LoggedEvents) -> np.ndarray:
@@ -243,10 +273,13 @@ def refit(
     min_events: int = 200,
     margin: float = 0.0,
     confidence: float = 0.95,
+    caller_share: float = 1.0,
 ) -> RefitOutcome:
-    """Fit, evaluate and decide (see the module docstring). Never raises on thin data."""
+    """Fit, evaluate and decide (see the module docstring). ``caller_share`` caps any one
+    caller's share of the events used (a poisoner's reports count at most that much). Never
+    raises on thin data."""
     started = time.perf_counter()
-    data = LoggedEvents.of(events, registry)
+    data = LoggedEvents.of(events, registry, caller_share)
     if len(data) < min_events:
         return RefitOutcome(
             "refused", f"{len(data)} usable feedback events; a refit needs {min_events}", None,
