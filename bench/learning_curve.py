@@ -20,6 +20,7 @@ Configurations, each its own registry (same tools) in one core, state never shar
     both     usage memory on, exploration, refits
     poison   like both, plus one caller sending 30% of the events, each naming the
              best-ranked shown tool that is not gold
+    poison_refit  like refit (no usage memory), with the same poisoner
 
 Efficiency is ``K_eq / mean K`` with ``K_eq`` read on the fixed top-K curve of the baseline
 ranking (no learning) over the same held-out queries: what plain top-K would need for the same
@@ -169,13 +170,13 @@ def run_config(
     registry = config
     core.put_registry(registry, tools)
     learning = config in ("usage", "both", "poison")
-    refits = config in ("refit", "both", "poison")
+    refits = config in ("refit", "both", "poison", "poison_refit")
     core.set_learning(registry, learning)
     core.wipe_learning(registry)
     queries = core.require_engine().queries
     queries.explorer = Explorer(explore if refits else 0.0)
     rng = random.Random(SEED + 1)
-    attacker = 0.3 if config == "poison" else 0.0
+    attacker = 0.3 if config.startswith("poison") else 0.0
     rows: list[dict[str, Any]] = []
     refit_log: list[dict[str, Any]] = []
     extra: list[int] = []
@@ -244,7 +245,7 @@ def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
             known = datasets.setdefault(ds["dataset"], {**ds, "configs": []})
             names = {c["config"] for c in known["configs"]}
             known["configs"] += [c for c in ds["configs"] if c["config"] not in names]
-    order = {c: i for i, c in enumerate((*CONFIGS, "poison"))}
+    order = {c: i for i, c in enumerate((*CONFIGS, "poison", "poison_refit"))}
     for ds in datasets.values():
         ds["configs"].sort(key=lambda c: order.get(c["config"], 99))
     return {"datasets": list(datasets.values())}
