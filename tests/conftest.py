@@ -12,6 +12,9 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Exploration (SHORTLIST_EXPLORE_SHARE, 5% by default) serves random extra depth; tests compare
+# exact lists and replicas, so it is off unless a test turns it on (tests/test_policies.py does).
+os.environ.setdefault("SHORTLIST_EXPLORE_SHARE", "0")
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
