@@ -176,7 +176,7 @@ def cost(base: Path, knobs: dict[str, Any], rounds: int = 4, per_round: int = 30
         emb = snap.dense.embeddings
         for i in range(20_000):
             t = i % snap.n_tools
-            v = emb[t] + rng.normal(0, 0.08, emb.shape[1]).astype(np.float32)
+            v = emb[t] + np.asarray(rng.normal(0, 0.08, emb.shape[1]), dtype=np.float32)
             ev = FeedbackEvent(
                 shortlist_id=f"c{i}", registry="r", version=snap.version, n_tools=snap.n_tools, k=5,
                 shown=(), used=(snap.tools[t].name,), success=True, calls=(), presented_exact=True,
