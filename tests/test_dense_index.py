@@ -100,7 +100,8 @@ def test_rebuilds_when_too_much_is_dead_or_the_kind_changes() -> None:
     cut = int(2000 * (MAX_DEAD_FRACTION + 0.05))
     emb = old[cut:]
     rebuilt = DenseIndex.updated(previous, emb, np.arange(cut, 2000), hnsw_min_tools=1000)
-    assert rebuilt.kind == "hnsw" and rebuilt.dead_slots == 0 and rebuilt._index.ntotal == emb.shape[0]
+    assert rebuilt.kind == "hnsw" and rebuilt.dead_slots == 0
+    assert rebuilt._index is not None and rebuilt._index.ntotal == emb.shape[0]
     small = DenseIndex.updated(previous, old[:500], np.arange(500), hnsw_min_tools=1000)
     assert small.kind == "flat"
     flat_prev = DenseIndex(old[:900], hnsw_min_tools=1000)
