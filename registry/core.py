@@ -153,6 +153,7 @@ class Shortlister:
         self._thread: threading.Thread | None = None
         # usage memory (registry.learning): fed by feedback, lifts rankings, attached at load
         self.learning: UsageLearner = build_learner(self.settings, self.store, lambda: self._loading)
+        self.feedback_recorder.before_compact = self.learning.checkpoint  # no evidence only in memory
         self._loading: ShortlistEngine | None = None
         self.add_feedback_listener(self._learn)
         self._registry_listeners.append(self._learning_registry_changed)

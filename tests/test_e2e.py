@@ -44,9 +44,11 @@ def test_real_server_finds_known_tools_and_survives_a_restart(server_factory):
 
     server.stop(signal.SIGKILL)  # an acknowledged upload must survive a crash
     again = server_factory()
-    assert httpx.get(f"{again.url}/registries").json()["registries"] == [
+    listed = httpx.get(f"{again.url}/registries").json()["registries"]
+    assert [{k: v for k, v in row.items() if k != "written_at"} for row in listed] == [
         {"registry": "e2e", "version": 1, "tools": len(tools["tools"])}
     ]
+    assert isinstance(listed[0]["written_at"], float)  # the stored write time, read back
     for query, names in answers.items():
         body = httpx.post(f"{again.url}/shortlist", json={"registry": "e2e", "query": query}).json()
         assert [t["name"] for t in body["tools"]] == names

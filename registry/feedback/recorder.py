@@ -72,6 +72,9 @@ class FeedbackRecorder:
         self._compacting = threading.Lock()
         self._last_compact = -math.inf
         self.compactions = 0
+        # Called before a compaction cuts events out of the log; False postpones it (the usage
+        # learner saves the evidence it derived from them first: UsageLearner.checkpoint).
+        self.before_compact: Callable[[], bool] | None = None
 
     def add_listener(self, listener: FeedbackListener) -> None:
         self._listeners.append(listener)
@@ -197,6 +200,9 @@ class FeedbackRecorder:
 
     def _compact_now(self) -> None:
         try:
+            if self.before_compact is not None and not self.before_compact():
+                logger.info("feedback compaction postponed: derived state is not saved yet")
+                return
             cutoff = self._clock() - self.window.window_seconds - self.compact_margin_seconds
             folded = self.log.compact(cutoff)  # type: ignore[attr-defined]
             self.compactions += 1

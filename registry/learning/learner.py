@@ -77,7 +77,9 @@ class UsageLearner:
         self._dirty: set[str] = set()
         self._dirty_lock = threading.Lock()
         self._source: EventSource | None = None
+        self._source_lock = threading.Lock()  # the learner thread and a compaction both read it
         self._backlog: Iterable[UsageEvent] = ()
+        self._backlog_folded = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_save = time.monotonic()
@@ -113,6 +115,14 @@ class UsageLearner:
             self._thread.start()
         else:
             self._fold(self._backlog)
+            self._backlog_folded.set()
+
+    def restore_saved(self, registries: Iterable[str]) -> None:
+        """Take the saved memories of ``registries`` (after falling behind a compaction of the
+        shared log: the compacting replica saved them, cut events included, just before); the
+        rest of the log is then folded on top, events already in a state skipped."""
+        for registry in registries:
+            self._restore(registry)
 
     def _restore(self, registry: str) -> None:
         try:
@@ -137,6 +147,7 @@ class UsageLearner:
     def _run(self) -> None:
         self._fold(self._backlog)
         self._backlog = ()
+        self._backlog_folded.set()
         interval = min(self.settings.sync_interval_seconds, self.save_interval)
         while not self._stop.wait(interval):
             try:
@@ -153,9 +164,28 @@ class UsageLearner:
             for registry, control in self._controls.items():
                 if control.wiped_at > self._wiped_at(registry):
                     self._apply_wipe(registry, control.wiped_at)
-            self._fold(self._source())
+            self._fold_source()
         if time.monotonic() - self._last_save >= self.save_interval:
             self.save()
+
+    def _fold_source(self) -> None:
+        if self._source is not None:
+            with self._source_lock:
+                self._fold(self._source())
+
+    def checkpoint(self, timeout: float = 30.0) -> bool:
+        """Fold every event logged so far and save what changed: called before a feedback
+        compaction cuts events out of the log, so no learned evidence exists only in memory.
+        False (the compaction waits) while the logged backlog is still being folded or a save
+        failed; True when learning is off or every change is saved."""
+        if not self.settings.learning:
+            return True
+        if not self.attached or not self._backlog_folded.wait(timeout):
+            return False
+        self._fold_source()
+        self.save()
+        with self._dirty_lock:
+            return not self._dirty
 
     def _fold(self, events: Iterable[UsageEvent]) -> None:
         for event in events:

@@ -166,6 +166,8 @@ class UsageMemory:
             if reason is not None:
                 if reason != "duplicate":
                     reg.skipped[reason] = reg.skipped.get(reason, 0) + 1
+                if reason in ("no_evidence", "no_query"):  # final for this event: a replay of
+                    self._remember_id(reg, event)  # the log after a restore is a duplicate
                 return reason
             self._remember_id(reg, event)
         q = _unit(vector if vector is not None else self.embed(query))

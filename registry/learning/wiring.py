@@ -57,8 +57,9 @@ def start_learner(
         def shared_events() -> Iterable[UsageEvent]:
             try:
                 return reader.read_new(include_own=True)
-            except LogCompacted:  # fell behind a compaction: what is left (duplicates are skipped)
-                reader.rewind()
+            except LogCompacted:  # fell behind a compaction: the compactor's saved memories
+                learner.restore_saved(info.registry for info in engine.list_registries())
+                reader.rewind()  # then what is left (duplicates are skipped)
                 return reader.read_new(include_own=True)
 
         learner.attach(embedder.embed_query, registries, source=shared_events, background=background)
