@@ -31,7 +31,7 @@ from registry.engine import MAX_K
 from registry.errors import ShortlistError
 from registry.settings import Settings
 from registry.shortlist import Shortlist
-from service.auth import authenticate
+from service.auth import authenticate, caller_hash
 from service.errors import Unauthorized, error_body, error_response
 from service.schemas import FeedbackRequest, FeedbackResponse, RegistryName, ShortlistResponse
 
@@ -231,7 +231,20 @@ class McpFace:
             log.exception("MCP tool %s failed", name)
             return _error("internal", "internal server error")
 
+    def _caller(self) -> str | None:
+        """Hash of the bearer token on the MCP request being handled (as on HTTP), so the
+        learning loop counts MCP feedback per caller; None without tokens or a request."""
+        try:
+            request = self.server.request_context.request
+        except LookupError:  # not inside a request (a direct call)
+            return None
+        headers = getattr(request, "headers", None)
+        authorization = headers.get("authorization") if headers is not None else None
+        return caller_hash(authorization, self.settings)
+
     async def _find_tools(self, args: FindToolsArgs) -> types.CallToolResult:
+        caller = self._caller()
+
         def run() -> Shortlist:
             return self.core.shortlist(
                 args.registry or self.settings.default_registry,
@@ -239,6 +252,7 @@ class McpFace:
                 k=args.k,
                 depth_bias=args.depth_bias,
                 allow_empty=args.allow_empty,
+                caller=caller,
             )
 
         result = await to_thread.run_sync(run)
@@ -249,10 +263,11 @@ class McpFace:
 
     async def _report(self, body: FeedbackRequest) -> types.CallToolResult:
         calls = [call.model_dump() for call in body.calls] if body.calls is not None else None
+        caller = self._caller()
 
         def run() -> FeedbackResponse:
             return FeedbackResponse.of(
-                self.core.feedback(body.shortlist_id, body.used, calls, body.success)
+                self.core.feedback(body.shortlist_id, body.used, calls, body.success, caller=caller)
             )
 
         response = await to_thread.run_sync(run)

@@ -125,6 +125,11 @@ def test_find_tools_then_report_tool_use(server):
     auth = {"Authorization": f"Bearer {QUERY_TOKEN}"}
     counts = httpx.get(f"{server.url}/registries/demo/report", headers=auth).json()
     assert counts["events"] == 1 and counts["mean_trajectory_efficiency"] == 1.0
+    # MCP feedback names its caller (the token's hash), so with tokens set the learning loop
+    # counts it instead of skipping it as untrusted.
+    learning = counts["learning"]
+    assert learning["events"] == 1 and "untrusted" not in learning["skipped"], learning
+    assert [share["caller"] is not None for share in learning["caller_shares"]] == [True]
     http = httpx.post(
         f"{server.url}/shortlist",
         json={"registry": "demo", "query": "what's the weather in Paris tomorrow?"},
