@@ -1,22 +1,49 @@
-"""What every benchmark script needs: a real `shortlist serve` on a free loopback port."""
+"""What every benchmark script needs: a real `shortlist serve` on a free loopback port, the dev
+sets as raw JSON, and the agent model the learning benchmarks replay."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import random
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_EMBEDDER_CACHE = ROOT / "data" / "cache" / "embedder"
+SHARED_DATA = ROOT.parent / "shared" / "data"  # the dev sets (read-only)
+NOISE_SHARE = 0.1  # the learning benchmarks' agent reports a random shown tool this often
+FOUND_ELSEWHERE = 0.5  # ... and, when the gold tool was not shown, finds it elsewhere this often
+
+
+def raw_dataset(name: str, root: Path = SHARED_DATA) -> tuple[Any, list[dict[str, Any]]]:
+    """A dev set as its files hold it: the tools payload (uploadable as is) and the queries."""
+    tools = json.loads((root / name / "tools.json").read_text())
+    lines = (root / name / "queries.jsonl").read_text().splitlines()
+    return tools, [json.loads(line) for line in lines if line]
+
+
+def agent_uses(rng: random.Random, gold: Sequence[str], shown: Sequence[str]) -> list[str] | None:
+    """What the issue's simulated agent reports for a shortlist: a random shown tool
+    (``NOISE_SHARE`` of events), else the gold tools shown, else with ``FOUND_ELSEWHERE`` the gold
+    tools found elsewhere (reported on the shortlist that missed them), else nothing (None)."""
+    if rng.random() < NOISE_SHARE and shown:
+        return [rng.choice(shown)]
+    if set(gold) & set(shown):
+        return [g for g in gold if g in shown]
+    if rng.random() < FOUND_ELSEWHERE:
+        return list(gold)
+    return None
 
 
 def free_port() -> int:

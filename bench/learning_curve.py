@@ -45,24 +45,17 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import DEFAULT_EMBEDDER_CACHE
+from bench.common import DEFAULT_EMBEDDER_CACHE, agent_uses, raw_dataset
 from registry.core import Shortlister
 from registry.feedback import FeedbackEvent
 from registry.learning.explore import Explorer
 from registry.offline.metrics import k_equivalent
 from registry.settings import Settings
 
-DATA = Path("/work/shared/data")
 SEED = 11
 HONEST = [f"agent-{i}" for i in range(10)]
 CONFIGS = ("none", "usage", "refit", "both")
 FIXED_DEPTH = 50
-
-
-def load(name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    tools = json.loads((DATA / name / "tools.json").read_text())
-    lines = (DATA / name / "queries.jsonl").read_text().splitlines()
-    return tools, [json.loads(line) for line in lines if line]
 
 
 def make_core(data_dir: Path, explore: float) -> Shortlister:
@@ -144,14 +137,11 @@ def stream(
         if attack:
             wrong = [n for n in shown if n not in gold]
             used = wrong[:1] or [rng.choice(core.snapshot(registry).tools).name]
-        elif rng.random() < 0.1 and shown:
-            used = [rng.choice(shown)]
-        elif set(gold) & set(shown):
-            used = [g for g in gold if g in shown]
-        elif rng.random() < 0.5:
-            used = gold
         else:
-            continue
+            reported = agent_uses(rng, gold, shown)
+            if reported is None:
+                continue
+            used = reported
         core.feedback(result.shortlist_id, used, success=True, caller=caller)
         sent += 1
 
@@ -207,7 +197,7 @@ def run_dataset(
     name: str, checkpoints: list[int], n_eval: int, base: Path, refit_every: int, explore: float,
     configs: list[str],
 ) -> dict[str, Any]:
-    tools, queries = load(name)
+    tools, queries = raw_dataset(name)
     rng = random.Random(SEED)
     order = list(range(len(queries)))
     rng.shuffle(order)

@@ -37,20 +37,13 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import DEFAULT_EMBEDDER_CACHE
+from bench.common import DEFAULT_EMBEDDER_CACHE, agent_uses, raw_dataset
 from registry.core import Shortlister
 from registry.feedback import FeedbackEvent
 from registry.settings import Settings
 
-DATA = Path("/work/shared/data")
 SEED = 11
 HONEST = [f"agent-{i}" for i in range(10)]
-
-
-def load(name: str) -> tuple[Any, list[dict[str, Any]]]:
-    tools = json.loads((DATA / name / "tools.json").read_text())
-    queries = [json.loads(line) for line in (DATA / name / "queries.jsonl").read_text().splitlines() if line]
-    return tools, queries
 
 
 def make_core(data_dir: Path, **overrides: Any) -> Shortlister:
@@ -105,14 +98,11 @@ def stream(
         if attack:
             wrong = [n for n in shown if n not in gold]
             used = wrong[:1] or [rng.choice(core.snapshot(registry).tools).name]
-        elif rng.random() < 0.1 and shown:
-            used = [rng.choice(shown)]
-        elif set(gold) & set(shown):
-            used = [g for g in gold if g in shown]
-        elif rng.random() < 0.5:
-            used = gold
         else:
-            continue
+            reported = agent_uses(rng, gold, shown)
+            if reported is None:
+                continue
+            used = reported
         event: FeedbackEvent = core.feedback(result.shortlist_id, used, success=True, caller=caller).event
         sent += 1
         counted += event is not None
@@ -122,7 +112,7 @@ def stream(
 def run_dataset(
     name: str, checkpoints: list[int], n_eval: int, base: Path, knobs: dict[str, Any]
 ) -> dict[str, Any]:
-    tools, queries = load(name)
+    tools, queries = raw_dataset(name)
     rng = random.Random(SEED)
     order = list(range(len(queries)))
     rng.shuffle(order)
@@ -164,7 +154,7 @@ def run_dataset(
 
 def cost(base: Path, knobs: dict[str, Any], rounds: int = 4, per_round: int = 300) -> dict[str, Any]:
     """p50 of core.shortlist at 500 tools with 20k events of memory, learning on vs off."""
-    tools, queries = load("toolbench_stable")
+    tools, queries = raw_dataset("toolbench_stable")
     tools = tools[:500] if isinstance(tools, list) else tools
     core = make_core(base / "cost", **knobs)
     try:

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import DEFAULT_EMBEDDER_CACHE
+from bench.common import DEFAULT_EMBEDDER_CACHE, agent_uses
 from registry.datasets import index_dataset, load_dataset
 from registry.index.embed import load_minilm
 from registry.index.hybrid import Query, rank
@@ -74,14 +74,11 @@ def run(prepared: tuple, config: UsageConfig, events: int = 5000, attack: float 
         caller = f"h{sent % 10}"
         if rng.random() < attack:
             used, caller = [n for n in shown if n not in gold][:1] or [rng.choice(names)], "attacker"
-        elif rng.random() < 0.1:
-            used = [rng.choice(shown)]
-        elif set(gold) & set(shown):
-            used = [g for g in gold if g in shown]
-        elif rng.random() < 0.5:
-            used = gold
         else:
-            continue
+            reported = agent_uses(rng, gold, shown)
+            if reported is None:
+                continue
+            used = reported
         memory.observe(Event(f"s{sent}", tuple(used), q.query, caller), vector=v)
         sent += 1
 
