@@ -150,11 +150,7 @@ def export_minilm_onnx(model_dir: Path, out_path: Path, opset: int = 17) -> Path
         atomic_write_bytes(
             out_path.parent / TOKENIZER_FILE, (model_dir / TOKENIZER_FILE).read_bytes()
         )
-        atomic_write_bytes(
-            manifest_path(out_path), (json.dumps(manifest, indent=2) + "\n").encode()
-        )
-        os.replace(tmp, out_path)
-        fsync_dir(out_path.parent)
+        _publish(tmp, out_path, manifest)
     except ArtifactError:
         raise
     except Exception as exc:  # torch.onnx raises many unrelated types
@@ -165,6 +161,13 @@ def export_minilm_onnx(model_dir: Path, out_path: Path, opset: int = 17) -> Path
     finally:
         tmp.unlink(missing_ok=True)
     return out_path
+
+
+def _publish(tmp: Path, out_path: Path, manifest: dict[str, Any]) -> None:
+    """Make a finished model file visible: its manifest first, then the file (atomic rename)."""
+    atomic_write_bytes(manifest_path(out_path), (json.dumps(manifest, indent=2) + "\n").encode())
+    os.replace(tmp, out_path)
+    fsync_dir(out_path.parent)
 
 
 def quantize_minilm_int8(src: Path, out_path: Path) -> Path:
@@ -205,11 +208,7 @@ def quantize_minilm_int8(src: Path, out_path: Path) -> Path:
             "output": ONNX_OUTPUT_NAME,
             "onnxruntime_version": onnxruntime.__version__,
         }
-        atomic_write_bytes(
-            manifest_path(out_path), (json.dumps(manifest, indent=2) + "\n").encode()
-        )
-        os.replace(tmp, out_path)
-        fsync_dir(out_path.parent)
+        _publish(tmp, out_path, manifest)
     except ArtifactError:
         raise
     except Exception as exc:  # onnx / onnxruntime.quantization raise many unrelated types
