@@ -6,6 +6,7 @@ import faiss
 import numpy as np
 
 from registry.index.lexical import top_k
+from registry.index.reuse import claim_previous_slots
 
 HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 80
@@ -81,17 +82,8 @@ class DenseIndex:
         if previous.kind != "hnsw" or n < hnsw_min_tools or reuse.shape != (n,):
             return cls(embeddings, hnsw_min_tools=hnsw_min_tools)
         assert previous._index is not None  # an HNSW index always has its graph
-        if reuse.size and reuse.max() >= len(previous):
-            raise ValueError("reuse points past the previous index")
         # A previous slot serves one new tool; a second tool with the same vector gets its own.
-        kept_rows = np.flatnonzero(reuse >= 0)
-        _, first = np.unique(reuse[kept_rows], return_index=True)
-        duplicate = np.ones(kept_rows.size, dtype=bool)
-        duplicate[first] = False
-        reuse[kept_rows[duplicate]] = -1
-        prev_tool_slot = np.full(len(previous), -1, dtype=np.int64)
-        live = previous._slot_tool >= 0
-        prev_tool_slot[previous._slot_tool[live]] = np.flatnonzero(live)
+        prev_tool_slot = claim_previous_slots(reuse, previous._slot_tool, len(previous))
         kept = reuse >= 0
         new_rows = np.flatnonzero(~kept)
         n_slots = previous._index.ntotal + new_rows.size

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from registry.index.reuse import claim_previous_slots
+
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 STOPWORDS = frozenset(
@@ -110,17 +112,8 @@ class LexicalIndex:
         reuse = np.array(reuse, dtype=np.int64)
         if reuse.shape != (n,):
             raise ValueError("reuse must hold one entry per text")
-        prev_tool_slot = np.full(previous._n, -1, dtype=np.int64)
-        live = previous._slot_tool >= 0
-        prev_tool_slot[previous._slot_tool[live]] = np.flatnonzero(live)
-        if reuse.size and reuse.max() >= previous._n:
-            raise ValueError("reuse points past the previous index")
         # A previous slot serves one new tool; a second tool with the same text gets its own.
-        kept_rows = np.flatnonzero(reuse >= 0)
-        _, first = np.unique(reuse[kept_rows], return_index=True)
-        duplicate = np.ones(kept_rows.size, dtype=bool)
-        duplicate[first] = False
-        reuse[kept_rows[duplicate]] = -1
+        prev_tool_slot = claim_previous_slots(reuse, previous._slot_tool, previous._n)
         kept = reuse >= 0
         new_rows = np.flatnonzero(~kept).tolist()
         base = len(previous._docs)
