@@ -19,6 +19,7 @@ import math
 import time
 import uuid
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
@@ -415,8 +416,8 @@ class QueryRunner:
         """The shown names, then up to ``RANKING_TAIL`` more of the request's ranking."""
         shown = [t.name for t in items]
         seen = set(shown)
-        tail = (snap.tools[int(t)].name for t in ids)
-        rest = [name for name in tail if name not in seen][:RANKING_TAIL]
+        tail = (name for name in (snap.tools[int(t)].name for t in ids) if name not in seen)
+        rest = list(islice(tail, RANKING_TAIL))  # stops there: the ranking may run far deeper
         return (*shown, *rest)
 
     def _choose_depth(
