@@ -33,6 +33,15 @@ def raw_dataset(name: str, root: Path = SHARED_DATA) -> tuple[Any, list[dict[str
     return tools, [json.loads(line) for line in lines if line]
 
 
+def poisoned_uses(
+    rng: random.Random, gold: Sequence[str], shown: Sequence[str], tools: Sequence[str]
+) -> list[str]:
+    """What the poisoning caller reports: the best-ranked shown tool that is not gold, else a
+    random tool of the registry (``tools``)."""
+    wrong = [n for n in shown if n not in gold]
+    return wrong[:1] or [rng.choice(tools)]
+
+
 def agent_uses(rng: random.Random, gold: Sequence[str], shown: Sequence[str]) -> list[str] | None:
     """What the issue's simulated agent reports for a shortlist: a random shown tool
     (``NOISE_SHARE`` of events), else the gold tools shown, else with ``FOUND_ELSEWHERE`` the gold

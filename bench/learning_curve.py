@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import DEFAULT_EMBEDDER_CACHE, agent_uses, raw_dataset
+from bench.common import DEFAULT_EMBEDDER_CACHE, agent_uses, poisoned_uses, raw_dataset
 from registry.core import Shortlister
 from registry.feedback import FeedbackEvent
 from registry.learning.explore import Explorer
@@ -124,6 +124,7 @@ def stream(
     """Agent episodes until ``events`` feedback events were sent (the issue's agent model)."""
     sent = 0
     memory = core.feedback_recorder.memory
+    names = [t.name for t in core.snapshot(registry).tools]  # the poisoner's fallback picks
     while sent < events:
         q = rng.choice(train)
         attack = rng.random() < attacker_share
@@ -135,8 +136,7 @@ def stream(
         shown = [t.name for t in result.tools]
         gold = list(q["gold"])
         if attack:
-            wrong = [n for n in shown if n not in gold]
-            used = wrong[:1] or [rng.choice(core.snapshot(registry).tools).name]
+            used = poisoned_uses(rng, gold, shown, names)
         else:
             reported = agent_uses(rng, gold, shown)
             if reported is None:
