@@ -77,7 +77,10 @@ T = TypeVar("T")
 def default_embedder(settings: Settings) -> Embedder:
     """The settings' embedder (MiniLM fp32 or int8) from their embedder cache (made on first use)."""
     return load_minilm(
-        settings.resolved_embedder_cache(), threads=settings.embed_threads, embedder=settings.embedder
+        settings.resolved_embedder_cache(),
+        threads=settings.embed_threads,
+        embedder=settings.embedder,
+        adapter_dir=settings.tuned_embedder_dir,
     )
 
 

@@ -14,7 +14,7 @@ from registry.depth.policies import MAX_DEPTH_BIAS
 Tokens = Annotated[tuple[SecretStr, ...], NoDecode]
 
 # The query/tool embedders (registry.index.minilm_export makes their ONNX files).
-EmbedderName = Literal["minilm", "minilm-int8"]
+EmbedderName = Literal["minilm", "minilm-int8", "tuned", "tuned-int8"]
 EMBEDDERS: tuple[str, ...] = get_args(EmbedderName)  # the one list of embedder names
 
 # Artifacts ship beside the packages (models/, examples/); settings can point elsewhere.
@@ -41,7 +41,13 @@ class Settings(BaseSettings):
         "minilm",
         description="Sentence embedder: 'minilm' (all-MiniLM-L6-v2, fp32) or 'minilm-int8' (the "
         "same model with int8 weights, quantised at first start: faster per query at a small "
-        "quality cost, measured in README). Registries are re-embedded when it changes.",
+        "quality cost, measured in README); 'tuned' / 'tuned-int8' compose MiniLM with the tool "
+        "adapter in tuned_embedder_dir (shortlist train-embedder). Registries are re-embedded "
+        "when it changes.",
+    )
+    tuned_embedder_dir: Path = Field(
+        _PROJECT_ROOT / "models" / "tuned-embedder",
+        description="The tool adapter of the 'tuned' embedders (manifest.json + adapter.npy).",
     )
     embedder_cache_dir: Path | None = Field(
         None,

@@ -1,4 +1,4 @@
-"""The shortlist command: serve, episodes, refit, train and evaluate."""
+"""The shortlist command: serve, episodes, refit, train, train-embedder and evaluate."""
 
 from __future__ import annotations
 
@@ -162,6 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
         "train", help="train a DQN depth policy on data directories or episode files", add_help=False
     )
     commands.add_parser(
+        "train-embedder",
+        help="train the tool adapter of the 'tuned' embedders (LOSO figures, then on all sources)",
+        add_help=False,
+    )
+    commands.add_parser(
         "evaluate", help="evaluate depth policies on data directories (JSON, Markdown, PNG)", add_help=False
     )
     return parser
@@ -176,6 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from registry.depth.train import main as train_main
 
         return train_main(argv[1:])
+    if argv[:1] == ["train-embedder"]:
+        from registry.offline.train_embedder import main as train_embedder_main
+
+        return train_embedder_main(argv[1:])
     if argv[:1] == ["evaluate"]:
         from registry.evaluate import main as evaluate_main
 

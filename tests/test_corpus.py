@@ -123,3 +123,12 @@ def test_training_pairs_one_per_gold_tool(root: Path) -> None:
     assert {p[0] for p in pairs} == {"alpha", "beta", DEV_SOURCES[1]}
     assert pairs == training_pairs(corpus, seed=0)
     assert len(training_pairs(corpus, max_pairs=3)) == 3
+
+
+def test_cap_registry_keeps_every_needed_tool(root: Path) -> None:
+    capped = {d.name: d for d in load_corpus(root, max_tools=1)}
+    names = [t.name for t in capped["alpha"].tools]
+    assert names == ["calendar.CreateEvent", "mail/send_mail"]  # both needed: over the cap
+    only_one = {d.name: d for d in load_corpus(root, max_queries=1, max_tools=1, seed=0)}
+    (kept,) = only_one["alpha"].queries
+    assert {t.name for t in only_one["alpha"].tools} == set(kept.gold)

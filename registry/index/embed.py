@@ -266,21 +266,26 @@ def ensure_minilm_onnx(cache_dir: Path) -> Path:
 
 
 def load_minilm(
-    cache_dir: Path, *, threads: int = 1, embedder: EmbedderName = "minilm"
+    cache_dir: Path,
+    *,
+    threads: int = 1,
+    embedder: EmbedderName = "minilm",
+    adapter_dir: Path | None = None,
 ) -> OnnxEmbedder:
     """Make ``embedder``'s ONNX file under ``cache_dir`` if needed (fp32 by default), then load it.
 
     Args:
         cache_dir: Cache root (see :mod:`registry.index.minilm_export`).
         threads: ONNX Runtime intra-op threads.
-        embedder: ``minilm`` (fp32) or ``minilm-int8``.
+        embedder: ``minilm`` (fp32), ``minilm-int8``, ``tuned`` or ``tuned-int8``.
+        adapter_dir: The tool adapter (``Settings.tuned_embedder_dir``), for the tuned ones.
 
     Raises:
         ArtifactError: The export failed, a cached file is corrupt or unloadable.
     """
     from registry.index.minilm_export import load_embedder
 
-    return load_embedder(cache_dir, embedder, threads=threads)
+    return load_embedder(cache_dir, embedder, threads=threads, adapter_dir=adapter_dir)
 
 
 def manifest_path(onnx_path: Path) -> Path:

@@ -36,15 +36,27 @@ from registry.index.embed import (
     TOKENIZER_FILE,
     TRAIN_EXTRA_HINT,
     manifest_path,
+    read_manifest,
     sha256_file,
 )
-from registry.index.minilm_export import INT8_FORMAT, minilm_model_dir
+from registry.index.minilm_export import (
+    INT8_FORMAT,
+    check_adapter,
+    load_adapter_weight,
+    minilm_model_dir,
+)
 
 _INPUT_NAMES = ["input_ids", "attention_mask", "token_type_ids"]
 
 
-def export_minilm_onnx(model_dir: Path, out_path: Path, opset: int = 17) -> Path:
+def export_minilm_onnx(
+    model_dir: Path, out_path: Path, opset: int = 17, adapter: Path | None = None
+) -> Path:
     """Export the MiniLM sentence encoder (with mean pooling and L2 norm) to ONNX.
+
+    With ``adapter`` (a checked tool-adapter directory, see
+    :func:`registry.index.minilm_export.check_adapter`), the pooled embedding goes through its
+    linear map ``W`` before the L2 norm: ``normalize(W @ mean_pool(h))``.
 
     Writes atomically (temp file in the same directory, fsync, ``os.replace``) the graph to
     ``out_path``, a manifest to ``<out_path>.json`` and a copy of ``tokenizer.json`` next to it.
@@ -55,6 +67,7 @@ def export_minilm_onnx(model_dir: Path, out_path: Path, opset: int = 17) -> Path
             ``tokenizer.json``).
         out_path: Where the ``.onnx`` file goes; its parent directory is created.
         opset: ONNX opset version.
+        adapter: Directory of the tool adapter to compose in, or ``None`` (plain MiniLM).
 
     Returns:
         ``out_path``.
@@ -77,11 +90,16 @@ def export_minilm_onnx(model_dir: Path, out_path: Path, opset: int = 17) -> Path
         str(model_dir), local_files_only=True, attn_implementation="eager"
     )
     model.eval()
+    adapter_info = check_adapter(adapter) if adapter is not None else None
+    weight = (
+        torch.from_numpy(load_adapter_weight(adapter)) if adapter is not None else None
+    )
 
     class SentenceEncoder(torch.nn.Module):
         def __init__(self, encoder: torch.nn.Module) -> None:
             super().__init__()
             self.encoder = encoder
+            self.adapter = weight
 
         def forward(
             self,
@@ -97,7 +115,10 @@ def export_minilm_onnx(model_dir: Path, out_path: Path, opset: int = 17) -> Path
             mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
             summed = (hidden * mask).sum(dim=1)
             counts = mask.sum(dim=1).clamp(min=1e-9)
-            return torch.nn.functional.normalize(summed / counts, p=2.0, dim=1)
+            pooled = summed / counts
+            if self.adapter is not None:
+                pooled = pooled @ self.adapter.T
+            return torch.nn.functional.normalize(pooled, p=2.0, dim=1)
 
     wrapper = SentenceEncoder(model).eval()
     # Two rows of different lengths so no size gets specialised into the trace.
@@ -147,6 +168,8 @@ def export_minilm_onnx(model_dir: Path, out_path: Path, opset: int = 17) -> Path
             "normalized": True,
             "torch_version": torch.__version__,
         }
+        if adapter_info is not None:
+            manifest.update(model=adapter_info["model"], adapter_sha256=adapter_info["sha256"])
         atomic_write_bytes(
             out_path.parent / TOKENIZER_FILE, (model_dir / TOKENIZER_FILE).read_bytes()
         )
@@ -200,7 +223,7 @@ def quantize_minilm_int8(src: Path, out_path: Path) -> Path:
         _make_readable(tmp)
         _fsync(tmp)
         manifest: dict[str, Any] = {
-            "model": MINILM_NAME,
+            "model": read_manifest(src).get("model", MINILM_NAME),
             "format": INT8_FORMAT,
             "source_onnx_sha256": sha256_file(src),
             "onnx_sha256": sha256_file(tmp),
@@ -264,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--int8-from", type=Path, default=None, help="quantise this fp32 export to --out instead"
     )
+    parser.add_argument(
+        "--adapter", type=Path, default=None, help="compose this tool-adapter directory in"
+    )
     args = parser.parse_args(argv)
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -285,7 +311,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.int8_from is not None:
             out = quantize_minilm_int8(args.int8_from, args.out)
         else:
-            out = export_minilm_onnx(args.model_dir or minilm_model_dir(), args.out, args.opset)
+            out = export_minilm_onnx(
+                args.model_dir or minilm_model_dir(), args.out, args.opset, args.adapter
+            )
     except ArtifactError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 1

@@ -17,12 +17,15 @@ embedder's ``model_id``, so registry embeddings cached for one never serve the o
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from registry.errors import ArtifactError
 from registry.fsio import atomic_write_bytes
@@ -42,6 +45,7 @@ from registry.settings import EmbedderName
 __all__ = [
     "EMBEDDER_FILES",
     "EmbedderFile",
+    "check_adapter",
     "ensure_embedder_onnx",
     "ensure_minilm_onnx",
     "load_embedder",
@@ -53,14 +57,26 @@ INT8_FILE = "model-int8.onnx"
 INT8_FORMAT = "onnx-int8-dynamic"
 
 
+TUNED_FILE = "model-tuned.onnx"
+TUNED_INT8_FILE = "model-tuned-int8.onnx"
+ADAPTER_MANIFEST = "manifest.json"
+TRAIN_EMBEDDER_COMMAND = "shortlist train-embedder"
+
+
 @dataclass(frozen=True, slots=True)
 class EmbedderFile:
-    """One embedder the cache can hold: its file and the ``format`` its manifest records."""
+    """One embedder the cache can hold: its file and the ``format`` its manifest records.
+
+    ``tuned``: composed from MiniLM and the tool adapter (``Settings.tuned_embedder_dir``);
+    ``int8_of``: the file it is quantised from (``None``: an fp32 export).
+    """
 
     name: EmbedderName
     file: str
     format: str
     description: str
+    tuned: bool = False
+    int8_of: str | None = None
 
 
 EMBEDDER_FILES: dict[EmbedderName, EmbedderFile] = {
@@ -70,8 +86,79 @@ EMBEDDER_FILES: dict[EmbedderName, EmbedderFile] = {
         INT8_FILE,
         INT8_FORMAT,
         "all-MiniLM-L6-v2, weights int8 per channel (onnxruntime quantize_dynamic)",
+        int8_of=ONNX_FILE,
+    ),
+    "tuned": EmbedderFile(
+        "tuned", TUNED_FILE, ONNX_FORMAT, "MiniLM + the tool adapter (models/), fp32", tuned=True
+    ),
+    "tuned-int8": EmbedderFile(
+        "tuned-int8",
+        TUNED_INT8_FILE,
+        INT8_FORMAT,
+        "MiniLM + the tool adapter, weights int8 per channel",
+        tuned=True,
+        int8_of=TUNED_FILE,
     ),
 }
+
+
+def check_adapter(adapter_dir: Path) -> dict[str, str]:
+    """Check the tool adapter's manifest and weights; returns its ``model`` name and ``sha256``.
+
+    Raises:
+        ArtifactError: A file is missing, unreadable or does not match the manifest; the
+            message names the file and the command that rebuilds it.
+    """
+    adapter_dir = Path(adapter_dir)
+    rebuild = f"rebuild it with `{TRAIN_EMBEDDER_COMMAND} --out {adapter_dir}`"
+    manifest_file = adapter_dir / ADAPTER_MANIFEST
+    if not manifest_file.is_file():
+        raise ArtifactError(
+            f"the tuned embedder's manifest {manifest_file} does not exist; {rebuild}",
+            {"path": str(manifest_file), "command": TRAIN_EMBEDDER_COMMAND},
+        )
+    try:
+        manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
+        weights = adapter_dir / str(manifest["file"])
+        expected, model = str(manifest["sha256"]), str(manifest["model"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ArtifactError(
+            f"cannot read the tuned embedder's manifest {manifest_file} ({exc}); {rebuild}",
+            {"path": str(manifest_file), "command": TRAIN_EMBEDDER_COMMAND},
+        ) from exc
+    if not weights.is_file():
+        raise ArtifactError(
+            f"the tuned embedder's weights {weights} do not exist; {rebuild}",
+            {"path": str(weights), "command": TRAIN_EMBEDDER_COMMAND},
+        )
+    actual = sha256_file(weights)
+    if actual != expected:
+        raise ArtifactError(
+            f"the tuned embedder's weights {weights} are corrupt (sha256 {actual[:12]}, "
+            f"{ADAPTER_MANIFEST} says {expected[:12]}); {rebuild}",
+            {"path": str(weights), "sha256": actual, "expected": expected},
+        )
+    return {"model": model, "sha256": actual, "file": str(weights)}
+
+
+def load_adapter_weight(adapter_dir: Path) -> np.ndarray:
+    """The adapter's ``(dim, dim)`` float32 matrix, after :func:`check_adapter`.
+
+    Raises:
+        ArtifactError: See :func:`check_adapter`; or the file is not a square float matrix.
+    """
+    path = Path(check_adapter(adapter_dir)["file"])
+    try:
+        weight = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise ArtifactError(f"cannot read {path}: {exc}", {"path": str(path)}) from exc
+    if weight.ndim != 2 or weight.shape[0] != weight.shape[1] or weight.dtype != np.float32:
+        raise ArtifactError(
+            f"{path} holds a {weight.dtype} array of shape {weight.shape}, not a square float32 "
+            f"matrix; rebuild it with `{TRAIN_EMBEDDER_COMMAND}`",
+            {"path": str(path)},
+        )
+    return weight
 
 
 def minilm_model_dir() -> Path:
@@ -98,20 +185,31 @@ def minilm_model_dir() -> Path:
     return path
 
 
-def ensure_embedder_onnx(cache_dir: Path, embedder: EmbedderName = "minilm") -> Path:
+def ensure_embedder_onnx(
+    cache_dir: Path, embedder: EmbedderName = "minilm", adapter_dir: Path | None = None
+) -> Path:
     """Return the ``.onnx`` file of ``embedder`` under ``cache_dir``, making it first if missing.
 
-    The fp32 export comes first (the int8 file is quantised from it); an existing file is
-    reused after checking its sha256 against its manifest. Concurrent callers (replicas sharing
-    a cache volume) serialise on one lock file.
+    An int8 file is quantised from its fp32 export, which comes first; a ``tuned`` export
+    composes MiniLM with the adapter in ``adapter_dir`` and is made again when the adapter's
+    sha256 changes. An existing file is reused after checking its sha256 against its manifest.
+    Concurrent callers (replicas sharing a cache volume) serialise on one lock file.
 
     Raises:
-        ArtifactError: An export or quantisation failed (the message carries the stderr tail and,
-            if torch or onnx is missing, the install command) or a cached file is corrupt.
+        ArtifactError: The adapter is missing or corrupt, an export or quantisation failed (the
+            message carries the stderr tail and, if torch or onnx is missing, the install
+            command) or a cached file is corrupt.
     """
     spec = EMBEDDER_FILES[embedder]
+    adapter: dict[str, str] | None = None
+    if spec.tuned:
+        if adapter_dir is None:
+            raise ArtifactError(
+                f"embedder {embedder!r} needs the tool adapter directory (tuned_embedder_dir)",
+                {"embedder": embedder},
+            )
+        adapter = check_adapter(adapter_dir)
     out_dir = Path(cache_dir) / MINILM_NAME
-    fp32 = out_dir / ONNX_FILE
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -119,21 +217,30 @@ def ensure_embedder_onnx(cache_dir: Path, embedder: EmbedderName = "minilm") -> 
             f"cannot create the embedder cache {out_dir}: {exc}", {"path": str(out_dir)}
         ) from exc
     with _file_lock(out_dir / ".export.lock"):
-        if not fp32.is_file():
-            _run_export(["--out", str(fp32)], fp32, f"exporting {MINILM_NAME} to ONNX")
+        fp32 = out_dir / (spec.int8_of or spec.file)
+        stale = adapter is not None and read_manifest(fp32).get("adapter_sha256") != adapter["sha256"]
+        if not fp32.is_file() or stale:
+            args = ["--out", str(fp32)]
+            if adapter is not None:
+                args += ["--adapter", str(adapter_dir)]
+            _run_export(args, fp32, f"exporting {read_name(adapter)} to ONNX")
         _validate_export(fp32)
         tokenizer = out_dir / TOKENIZER_FILE
         if not tokenizer.is_file():
             atomic_write_bytes(tokenizer, (minilm_model_dir() / TOKENIZER_FILE).read_bytes())
-        if spec.file == ONNX_FILE:
+        if spec.int8_of is None:
             return fp32
         path = out_dir / spec.file
         stale = path.is_file() and read_manifest(path).get("source_onnx_sha256") != sha256_file(fp32)
         if not path.is_file() or stale:
-            what = f"quantising {MINILM_NAME} to int8"
+            what = f"quantising {read_name(adapter)} to int8"
             _run_export(["--int8-from", str(fp32), "--out", str(path)], path, what)
         _validate_export(path)
         return path
+
+
+def read_name(adapter: dict[str, str] | None) -> str:
+    return MINILM_NAME if adapter is None else adapter["model"]
 
 
 def ensure_minilm_onnx(cache_dir: Path) -> Path:
@@ -142,14 +249,18 @@ def ensure_minilm_onnx(cache_dir: Path) -> Path:
 
 
 def load_embedder(
-    cache_dir: Path, embedder: EmbedderName = "minilm", *, threads: int = 1
+    cache_dir: Path,
+    embedder: EmbedderName = "minilm",
+    *,
+    threads: int = 1,
+    adapter_dir: Path | None = None,
 ) -> OnnxEmbedder:
     """Make ``embedder``'s ONNX file under ``cache_dir`` if needed, then load it.
 
     Raises:
         ArtifactError: See :func:`ensure_embedder_onnx` and :class:`OnnxEmbedder`.
     """
-    onnx_path = ensure_embedder_onnx(cache_dir, embedder)
+    onnx_path = ensure_embedder_onnx(cache_dir, embedder, adapter_dir)
     return OnnxEmbedder(onnx_path, onnx_path.parent / TOKENIZER_FILE, threads=threads)
 
 

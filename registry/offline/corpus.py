@@ -23,13 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from registry.datasets import Dataset, load_dataset
+from registry.datasets import Dataset, LabelledQuery, load_dataset
 from registry.tools import Tool
 
 __all__ = [
     "DEFAULT_DATA_ROOT",
     "DEV_SOURCES",
     "Fold",
+    "cap_registry",
     "corpus_dirs",
     "load_corpus",
     "loso_folds",
@@ -84,6 +85,7 @@ def load_corpus(
     root: Path,
     *,
     max_queries: int | None = None,
+    max_tools: int | None = None,
     seed: int = 0,
     only: Sequence[str] | None = None,
 ) -> list[Dataset]:
@@ -93,6 +95,9 @@ def load_corpus(
         root: The data root (``train/`` and the dev sets).
         max_queries: Per source, keep at most this many queries (seeded subsample); a large
             source (MetaTool: 20k queries over 199 tools) would otherwise dominate.
+        max_tools: Per source, keep at most this many tools: every gold tool of the kept
+            queries, then a seeded draw of the others (fewer distractors: an easier registry,
+            the same one for every model compared).
         seed: Subsampling seed.
         only: Load just these source names.
     """
@@ -101,8 +106,22 @@ def load_corpus(
         if only is not None and directory.name not in only:
             continue
         data = load_dataset(directory)
-        out.append(Dataset(data.name, data.tools, subsample(data.queries, max_queries, seed)))
+        queries = subsample(data.queries, max_queries, seed)
+        out.append(Dataset(data.name, cap_registry(data.tools, queries, max_tools, seed), queries))
     return out
+
+
+def cap_registry(
+    tools: Sequence[Tool], queries: Sequence[LabelledQuery], limit: int | None, seed: int
+) -> list[Tool]:
+    """At most ``limit`` tools (original order): all gold tools of ``queries``, then a seeded draw."""
+    if limit is None or len(tools) <= limit:
+        return list(tools)
+    needed = {g for q in queries for g in q.gold}
+    others = [i for i, t in enumerate(tools) if t.name not in needed]
+    keep = {i for i, t in enumerate(tools) if t.name in needed}
+    keep.update(random.Random(seed).sample(others, max(0, min(len(others), limit - len(keep)))))
+    return [tools[i] for i in sorted(keep)]
 
 
 def loso_folds(sizes: dict[str, int], n_folds: int | None = None) -> list[Fold]:

@@ -1,0 +1,184 @@
+"""``shortlist train-embedder``: LOSO figures of the tool adapter, then the shipped one on all sources.
+
+Steps: load the corpus (:mod:`registry.offline.corpus`, subsampled), embed it once with plain
+MiniLM (cached, :mod:`registry.offline.corpus_vectors`), run the grouped LOSO folds against
+today's hybrid MiniLM (``alpha`` = :data:`registry.index.hybrid.HYBRID_ALPHA`), fit the adapter
+on every source, and write ``<out>/adapter.npy`` + ``manifest.json`` (sha256, data sets,
+command, recipe, LOSO figures). The serving process composes it into ONNX at first start
+(``SHORTLIST_EMBEDDER=tuned`` or ``tuned-int8``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from registry.fsio import atomic_write_bytes
+from registry.index.hybrid import HYBRID_ALPHA
+from registry.index.minilm_export import ADAPTER_MANIFEST, TRAIN_EMBEDDER_COMMAND
+from registry.offline.adapter import AdapterRecipe, fit_adapter
+from registry.offline.corpus import DEFAULT_DATA_ROOT, load_corpus, loso_folds
+from registry.offline.corpus_vectors import SourceVectors, corpus_vectors
+from registry.offline.ranking import (
+    FoldResult,
+    SourceScore,
+    best_alpha,
+    pooled,
+    run_loso,
+    score_source,
+)
+
+ADAPTER_FILE = "adapter.npy"
+TUNED_MODEL_NAME = "all-MiniLM-L6-v2+tool-adapter"
+MULTI_TOOL_SHARE = 0.1  # a source is multi-tool when at least this share of its queries is
+
+
+def loso_table(
+    sources: Sequence[SourceVectors], results: Sequence[FoldResult]
+) -> tuple[str, dict[str, Any]]:
+    """Markdown table (per source and pooled: baseline vs tuned) and the same figures as JSON."""
+    by_name = {sv.name: sv for sv in sources}
+    base: dict[str, SourceScore] = {}
+    tuned: dict[str, SourceScore] = {}
+    alpha: dict[str, float] = {}
+    for result in results:
+        for score in result.scores:
+            tuned[score.source] = score
+            alpha[score.source] = result.alpha
+            base[score.source] = score_source(by_name[score.source], None, HYBRID_ALPHA)
+    names = [sv.name for sv in sources if sv.name in tuned]
+    multi = [n for n in names if by_name[n].multi_tool.mean() >= MULTI_TOOL_SHARE]
+
+    def pct(x: float) -> str:
+        return "-" if math.isnan(x) else f"{100 * x:.1f}"
+
+    lines = [
+        "| source (held out) | queries | found@1 base | found@1 tuned | delta | found@5 base | "
+        "found@5 tuned | recall@5 multi base | recall@5 multi tuned | alpha |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for n in names:
+        b, t = base[n], tuned[n]
+        lines.append(
+            f"| {n} | {b.n_queries} | {pct(b.found_at_1)} | {pct(t.found_at_1)} | "
+            f"{100 * (t.found_at_1 - b.found_at_1):+.1f} | {pct(b.found_at_5)} | {pct(t.found_at_5)} | "
+            f"{pct(b.recall_at_5_multi) if n in multi else '-'} | "
+            f"{pct(t.recall_at_5_multi) if n in multi else '-'} | {alpha[n]} |"
+        )
+    pb, pt = pooled([base[n] for n in names]), pooled([tuned[n] for n in names])
+    mb, mt = pooled([base[n] for n in multi]), pooled([tuned[n] for n in multi])
+    lines.append(
+        f"| **pooled** | {sum(base[n].n_queries for n in names)} | {pct(pb['found_at_1'])} | "
+        f"{pct(pt['found_at_1'])} | {100 * (pt['found_at_1'] - pb['found_at_1']):+.1f} | "
+        f"{pct(pb['found_at_5'])} | {pct(pt['found_at_5'])} | {pct(mb['recall_at_5_multi'])} | "
+        f"{pct(mt['recall_at_5_multi'])} | |"
+    )
+    worst = min(names, key=lambda n: tuned[n].found_at_1 - base[n].found_at_1)
+    figures = {
+        "baseline": f"hybrid MiniLM, alpha {HYBRID_ALPHA}",
+        "pooled_found_at_1": {"base": pb["found_at_1"], "tuned": pt["found_at_1"]},
+        "pooled_found_at_5": {"base": pb["found_at_5"], "tuned": pt["found_at_5"]},
+        "multi_tool_sources": multi,
+        "multi_tool_recall_at_5": {"base": mb["recall_at_5_multi"], "tuned": mt["recall_at_5_multi"]},
+        "worst_source": {"source": worst, "delta": tuned[worst].found_at_1 - base[worst].found_at_1},
+        "per_source": {
+            n: {
+                "base_found_at_1": base[n].found_at_1,
+                "tuned_found_at_1": tuned[n].found_at_1,
+                "base_recall_at_5_multi": base[n].recall_at_5_multi,
+                "tuned_recall_at_5_multi": tuned[n].recall_at_5_multi,
+                "alpha": alpha[n],
+            }
+            for n in names
+        },
+        "folds": [list(r.fold.test) for r in results],
+    }
+    return "\n".join(lines), figures
+
+
+def write_adapter(
+    out: Path, weight: np.ndarray, manifest: dict[str, Any], card: str | None = None
+) -> Path:
+    """Write ``adapter.npy`` then ``manifest.json`` (with its sha256) atomically under ``out``."""
+    import io
+
+    out.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    np.save(buffer, weight.astype(np.float32), allow_pickle=False)
+    data = buffer.getvalue()
+    atomic_write_bytes(out / ADAPTER_FILE, data)
+    full = {
+        "model": TUNED_MODEL_NAME,
+        "file": ADAPTER_FILE,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "shape": list(weight.shape),
+        **manifest,
+    }
+    atomic_write_bytes(out / ADAPTER_MANIFEST, (json.dumps(full, indent=2) + "\n").encode())
+    if card is not None:
+        atomic_write_bytes(out / "MODEL_CARD.md", card.encode())
+    return out / ADAPTER_MANIFEST
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=TRAIN_EMBEDDER_COMMAND,
+        description="Train the tool adapter on the public corpus: LOSO figures, then the shipped "
+        "model on all sources.",
+    )
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA_ROOT, help="data root (train/ + dev sets)")
+    parser.add_argument("--out", type=Path, default=None, help="adapter directory (default: settings)")
+    parser.add_argument("--vectors-cache", type=Path, default=Path("data/corpus_vectors"))
+    parser.add_argument("--embedder-cache", type=Path, default=None)
+    parser.add_argument("--max-queries", type=int, default=400, help="per source")
+    parser.add_argument("--max-tools", type=int, default=1000, help="per source")
+    parser.add_argument("--folds", type=int, default=4, help="grouped LOSO folds (0: skip LOSO)")
+    parser.add_argument("--steps", type=int, default=AdapterRecipe().steps)
+    parser.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, log: Callable[[str], None] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    say = log or (lambda m: print(time.strftime("%H:%M:%S"), m, file=sys.stderr, flush=True))
+    from registry.index.embed import load_minilm
+    from registry.settings import Settings
+
+    settings = Settings()
+    out = args.out or settings.tuned_embedder_dir
+    embedder = load_minilm(args.embedder_cache or settings.resolved_embedder_cache())
+    corpus = load_corpus(args.data, max_queries=args.max_queries, max_tools=args.max_tools, seed=args.seed)
+    sources = corpus_vectors(corpus, embedder, args.vectors_cache, say)
+    recipe = AdapterRecipe(steps=args.steps, seed=args.seed)
+    figures: dict[str, Any] = {}
+    if args.folds:
+        folds = loso_folds({sv.name: len(sv.gold) for sv in sources}, args.folds)
+        results = run_loso(sources, folds, recipe, tune_alpha=False, log=say)
+        table, figures = loso_table(sources, results)
+        print(table)
+    fit = fit_adapter(sources, recipe, say)
+    alpha = best_alpha(sources, fit.weight)
+    manifest = {
+        "base_model": embedder.model_id,
+        "datasets": {sv.name: {"queries": len(sv.gold), "tools": sv.tools.shape[0]} for sv in sources},
+        "data_root": str(args.data),
+        "subsample": {"max_queries": args.max_queries, "max_tools": args.max_tools, "seed": args.seed},
+        "command": " ".join([TRAIN_EMBEDDER_COMMAND, *map(shlex.quote, argv or sys.argv[1:])]),
+        "recipe": recipe.as_dict(),
+        "hybrid_alpha_on_all": alpha,
+        "training_loss": fit.losses,
+        "loso": figures,
+    }
+    path = write_adapter(out, fit.weight, manifest)
+    say(f"wrote {path} (loss {fit.losses[0]:.3f} -> {fit.losses[-1]:.3f}, alpha on all {alpha})")
+    return 0

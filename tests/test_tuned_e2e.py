@@ -1,0 +1,42 @@
+"""End to end with the shipped tuned embedder: a real server, the real 14-tool filesystem MCP
+registry (`@modelcontextprotocol/server-filesystem` tools/list, tests/fixtures/mcp_filesystem.json)."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.e2e
+
+FILESYSTEM = json.loads((ROOT / "tests" / "fixtures" / "mcp_filesystem.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def tuned_server(tmp_path_factory, minilm_cache):
+    from tests.server import Servers
+
+    servers = Servers(tmp_path_factory.mktemp("tuned"), minilm_cache)
+    server = servers.start(embedder="tuned")
+    r = httpx.put(f"{server.url}/registries/fs", json=FILESYSTEM, timeout=300)
+    assert r.status_code == 200 and r.json()["tools"] == len(FILESYSTEM["tools"]) == 14
+    yield server
+    servers.close()
+
+
+def _names(url: str, query: str, **extra: object) -> list[str]:
+    r = httpx.post(f"{url}/shortlist", json={"registry": "fs", "query": query, **extra}, timeout=60)
+    assert r.status_code == 200, r.text
+    return [t["name"] for t in r.json()["tools"]]
+
+
+def test_save_this_summary_ranks_write_file_first(tuned_server):
+    assert _names(tuned_server.url, "save this summary as notes.md", k=5)[0] == "write_file"
+
+
+def test_the_registry_report_names_the_tuned_model(tuned_server):
+    body = httpx.get(f"{tuned_server.url}/registries/fs", timeout=30).json()
+    assert "tool-adapter" in json.dumps(body)
