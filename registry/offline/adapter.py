@@ -31,12 +31,12 @@ from registry.offline.corpus_vectors import SourceVectors
 class AdapterRecipe:
     """Hyper-parameters of :func:`fit_adapter` (recorded in the artifact's manifest)."""
 
-    steps: int = 600
+    steps: int = 200
     batch: int = 64
     lr: float = 2e-3
     temperature: float = 0.05
     alpha: float = 0.8  # the hybrid's BM25 weight during training
-    identity_pull: float = 1e-2
+    identity_pull: float = 0.1
     max_queries_per_source: int = 400  # a source's weight in the draw is capped here
     sources_per_step: int = 2
     seed: int = 0
