@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import mcp_types as types
 from anyio import to_thread
 from mcp.server.context import ServerRequestContext
@@ -27,7 +28,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.json_schema import JsonSchemaMode
 from starlette.routing import Match, Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from registry.core import Shortlister
 from registry.depth.policies import MAX_DEPTH_BIAS
@@ -46,6 +47,7 @@ INSTRUCTIONS = """Before acting on a request, call find_tools with the user's re
 current step) to get the few tools worth considering, with their full definitions. After the
 task, call report_tool_use with the shortlist_id and the tools you used."""
 _DESCRIPTION_CHARS = 160  # per tool in the text block; the full definition is structured
+STREAM_RETRY_AFTER_SECONDS = 30  # told to a client refused a stream (all slots are taken)
 
 
 class FindToolsArgs(BaseModel):
@@ -209,6 +211,7 @@ class McpFace:
         )
         self._security = security
         self.sessions = self._session_manager()
+        self.open_streams = 0  # GET /mcp event streams being served (bound: mcp_max_streams)
 
     def _session_manager(self) -> StreamableHTTPSessionManager:
         return StreamableHTTPSessionManager(
@@ -243,7 +246,61 @@ class McpFace:
                 response.headers["WWW-Authenticate"] = exc.challenge
                 await response(scope, receive, send)
                 return
+        if scope.get("method") == "GET":
+            await self._stream(scope, receive, send)
+            return
         await self.sessions.handle_request(scope, receive, send)
+
+    async def _stream(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A ``GET /mcp`` event stream: at most ``mcp_max_streams`` at once (503 with
+        Retry-After past it), closed after ``mcp_stream_idle_seconds`` without an event.
+        The HTTP server does not count these connections against ``max_connections``."""
+        bound = self.settings.mcp_max_streams
+        if self.open_streams >= bound:
+            response = error_response(
+                503, "too_many_streams",
+                f"{self.open_streams} MCP event streams are open, the limit "
+                "(SHORTLIST_MCP_MAX_STREAMS); retry later",
+                {"limit": bound},
+            )  # fmt: skip
+            response.headers["Retry-After"] = str(STREAM_RETRY_AFTER_SECONDS)
+            await response(scope, receive, send)
+            return
+        idle = self.settings.mcp_stream_idle_seconds
+        last_event = anyio.current_time()
+        state = {"started": False, "ended": False, "timed_out": False}
+
+        async def tracked(message: Message) -> None:
+            nonlocal last_event
+            if message["type"] == "http.response.start":
+                state["started"] = True
+            elif message["type"] == "http.response.body":
+                body = message.get("body", b"")
+                if body.strip() and not body.lstrip().startswith(b":"):  # comments: keep-alive
+                    last_event = anyio.current_time()
+                state["ended"] = not message.get("more_body", False)
+            await send(message)
+
+        self.open_streams += 1
+        try:
+            async with anyio.create_task_group() as group:
+
+                async def watch() -> None:
+                    while True:
+                        left = last_event + idle - anyio.current_time()
+                        if left <= 0:
+                            state["timed_out"] = True
+                            group.cancel_scope.cancel()
+                            return
+                        await anyio.sleep(left)
+
+                group.start_soon(watch)
+                await self.sessions.handle_request(scope, receive, tracked)
+                group.cancel_scope.cancel()
+            if state["timed_out"] and state["started"] and not state["ended"]:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            self.open_streams -= 1
 
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None

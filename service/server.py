@@ -15,7 +15,9 @@ whose parser has no head-size limit) with:
   response has started) and is closed;
 - a connection cap: a connection beyond ``max_connections`` gets 503 and is closed at once,
   so descriptors stay bounded (uvicorn's ``limit_concurrency`` also answers 503 to requests
-  made while the process is at the cap).
+  made while the process is at the cap). A connection holding an open ``GET /mcp`` event
+  stream is not counted: streams have their own bound (``mcp_max_streams``, enforced and
+  timed out by :mod:`service.mcp`), so idle streams can never starve requests.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ class ConnectionLimits:
     header_timeout: float = 30.0
     body_timeout: float = 30.0
     max_connections: int = 2048
+    max_streams: int = 64
+    stream_path: str = "/mcp"
 
     @classmethod
     def of(cls, settings: Settings) -> ConnectionLimits:
@@ -62,6 +66,7 @@ class ConnectionLimits:
             header_timeout=settings.header_timeout_seconds,
             body_timeout=settings.body_timeout_seconds,
             max_connections=settings.max_connections,
+            max_streams=settings.mcp_max_streams,
         )
 
 
@@ -130,15 +135,27 @@ class GuardedH11Protocol(H11Protocol):
 
     # -- connection ----------------------------------------------------------------------------
 
+    @property
+    def streaming(self) -> bool:
+        """This connection is serving an event stream (``GET /mcp``) that has not ended."""
+        cycle = self.cycle
+        return (
+            cycle is not None
+            and not cycle.response_complete
+            and cycle.scope.get("method") == "GET"
+            and cycle.scope.get("path") == self.limits.stream_path
+        )
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        if len(self.connections) >= self.limits.max_connections:
+        busy = sum(1 for c in self.connections if not getattr(c, "streaming", False))
+        if busy >= self.limits.max_connections:
             self._refused = True
             self.transport = transport
-            log.warning("connection refused: %d open (SHORTLIST_MAX_CONNECTIONS)", len(self.connections))
+            log.warning("connection refused: %d open (SHORTLIST_MAX_CONNECTIONS)", busy)
             transport.write(
                 raw_error(
                     503, "Service Unavailable", "too_many_connections",
-                    f"the server has {len(self.connections)} open connections, its limit "
+                    f"the server has {busy} open connections, its limit "
                     "(SHORTLIST_MAX_CONNECTIONS); retry later",
                     {"limit": self.limits.max_connections},
                 )
@@ -308,9 +325,11 @@ def raise_fd_limit() -> int:
 
 
 def connection_cap(settings: Settings, fd_limit: int) -> int:
-    """``max_connections``, lowered (with a warning) to what the descriptor limit allows."""
+    """``max_connections``, lowered (with a warning) to what the descriptor limit allows once
+    the MCP streams' own bound is kept free."""
     cap = settings.max_connections
-    room = fd_limit - FD_RESERVE if fd_limit != resource.RLIM_INFINITY else cap
+    reserve = FD_RESERVE + settings.mcp_max_streams
+    room = fd_limit - reserve if fd_limit != resource.RLIM_INFINITY else cap
     if room < cap:
         log.warning(
             "SHORTLIST_MAX_CONNECTIONS=%d does not fit the open-file limit %d: capped at %d",
@@ -333,10 +352,11 @@ def uvicorn_config(app: Any, settings: Settings, *, log_level: str = "info") -> 
         ws="none",  # no WebSocket routes: no upgrade path to guard
         log_level=log_level,
         log_config=None,  # no handlers of uvicorn's own: service.logging_setup formats its lines
-        # Connections never exceed the cap (refused at connect); uvicorn's check, which counts
-        # the asking connection, then answers 503 while `cap` requests are still running (a
-        # request outlives a client that hung up).
-        limit_concurrency=cap + 1,
+        # Connections never exceed the cap plus the open streams (refused at connect); uvicorn's
+        # check, which counts the asking connection and every running task (a stream is one),
+        # then answers 503 while `cap` requests are still running (a request outlives a client
+        # that hung up).
+        limit_concurrency=cap + settings.mcp_max_streams + 1,
         timeout_keep_alive=settings.keep_alive_seconds,
         h11_max_incomplete_event_size=settings.max_header_bytes,
     )

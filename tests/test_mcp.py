@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -263,6 +264,9 @@ def test_mcp_calls_are_quiet_at_info(server_factory):
             await session.list_tools()
             await session.call_tool("find_tools", {"query": "weather in Paris"})
 
+    deadline = time.monotonic() + 60  # the start-up's own INFO lines end with "ready in"
+    while "ready in" not in server.log_path.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
     before = server.log_path.read_text().splitlines()
     with_session(server.url, None, use)
     after = server.log_path.read_text().splitlines()[len(before):]
