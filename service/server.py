@@ -116,6 +116,13 @@ class _LimitedConnection(h11.Connection):
         return event
 
 
+class StreamCount:
+    """Connections of one server serving an event stream (``GET /mcp``) right now."""
+
+    def __init__(self) -> None:
+        self.open = 0
+
+
 class GuardedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with head/body read timeouts, header limits and a connection cap.
 
@@ -123,6 +130,7 @@ class GuardedH11Protocol(H11Protocol):
     """
 
     limits: ClassVar[ConnectionLimits] = ConnectionLimits()
+    streams: ClassVar[StreamCount] = StreamCount()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -132,6 +140,7 @@ class GuardedH11Protocol(H11Protocol):
         self._body_timer: asyncio.TimerHandle | None = None
         self._head_started = False  # bytes of the current request head have arrived
         self._refused = False
+        self._stream_counted = False
 
     # -- connection ----------------------------------------------------------------------------
 
@@ -146,8 +155,14 @@ class GuardedH11Protocol(H11Protocol):
             and cycle.scope.get("path") == self.limits.stream_path
         )
 
+    def _count_stream(self, streaming: bool) -> None:
+        """Keep :attr:`streams` (this server's open streams) in step with this connection."""
+        if streaming != self._stream_counted:
+            self._stream_counted = streaming
+            self.streams.open += 1 if streaming else -1
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        busy = sum(1 for c in self.connections if not getattr(c, "streaming", False))
+        busy = len(self.connections) - self.streams.open
         if busy >= self.limits.max_connections:
             self._refused = True
             self.transport = transport
@@ -167,6 +182,7 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()
+        self._count_stream(False)
         if self._refused:
             return
         super().connection_lost(exc)
@@ -182,6 +198,7 @@ class GuardedH11Protocol(H11Protocol):
 
     def handle_events(self) -> None:
         super().handle_events()
+        self._count_stream(self.streaming)
         state = self.conn.their_state
         if state is not h11.IDLE:
             self._cancel(self._head_timer)
@@ -193,6 +210,7 @@ class GuardedH11Protocol(H11Protocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        self._count_stream(False)
         if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
             self._arm_head_timer()  # the next request's head has its own deadline
 
@@ -278,7 +296,9 @@ class GuardedH11Protocol(H11Protocol):
 
 def protocol_class(limits: ConnectionLimits) -> type[GuardedH11Protocol]:
     """A :class:`GuardedH11Protocol` subclass bound to ``limits`` (uvicorn builds one per connection)."""
-    return type("GuardedH11Protocol", (GuardedH11Protocol,), {"limits": limits})
+    return type(
+        "GuardedH11Protocol", (GuardedH11Protocol,), {"limits": limits, "streams": StreamCount()}
+    )
 
 
 # -- access log ------------------------------------------------------------------------------
