@@ -153,7 +153,7 @@ def main(root: Path) -> None:
     outside: dict[str, set[str]] = {}
     relisted: list[str] = []
     modules: dict[str, Path] = {}
-    for top in SOURCE_DIRS + ("tests",):
+    for top in (*SOURCE_DIRS, "tests"):
         for path in sorted((root / top).rglob("*.py")):
             modules[str(path.relative_to(root))] = path
     registry_modules = {
