@@ -11,7 +11,6 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from registry.core import Shortlister
-from registry.engine import RegistryInfo
 from registry.errors import NotFound, ValidationFailed
 from registry.tools import (
     MAX_REGISTRY_NAME_CHARS,
@@ -19,7 +18,8 @@ from registry.tools import (
     url_name_problem,
     validate_registry_name,
 )
-from registry.writes import WriteJob
+from registry.writes.engine import RegistryInfo
+from registry.writes.jobs import WriteJob
 from service.deps import CoreDep, require_json
 from service.errors import invalid_body
 from service.schemas import (
