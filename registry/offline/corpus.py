@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from registry.datasets import Dataset, load_dataset
+from registry.offline.datasets import Dataset, load_dataset
 from registry.tools import Tool
 
 __all__ = [
