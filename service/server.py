@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import resource
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -303,17 +302,18 @@ def protocol_class(limits: ConnectionLimits) -> type[GuardedH11Protocol]:
 
 # -- access log ------------------------------------------------------------------------------
 
-_QUERY_VALUE = re.compile(r"=[^&]*")
+REDACTED_QUERY = "***"
 
 
 def redact_query(target: str) -> str:
-    """``/p?token=abc&x=1`` -> ``/p?token=***&x=***``: names stay, values (tokens) do not."""
+    """``/p?token=abc&x=1`` -> ``/p?***``: the whole query string goes, since a token may be
+    sent as a value, a bare ``?<token>`` or a parameter name alike."""
     path, sep, query = target.partition("?")
-    return path + sep + _QUERY_VALUE.sub("=***", query) if sep else target
+    return path + sep + REDACTED_QUERY if sep and query else target
 
 
 class RedactQueryFilter(logging.Filter):
-    """Redacts query-string values in uvicorn's access log (a token sent as ``?token=``)."""
+    """Redacts the query string in uvicorn's access log (a token sent in the URL)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
