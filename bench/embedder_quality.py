@@ -17,12 +17,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from registry.index.embed import load_minilm  # noqa: E402
-from registry.index.hybrid import HYBRID_ALPHA  # noqa: E402
-from registry.offline.corpus import DEFAULT_DATA_ROOT, load_corpus  # noqa: E402
-from registry.offline.corpus_vectors import corpus_vectors  # noqa: E402
-from registry.offline.ranking import pooled, score_source  # noqa: E402
-from registry.settings import EMBEDDERS, Settings  # noqa: E402
+from registry.index.embed import load_minilm
+from registry.index.hybrid import HYBRID_ALPHA
+from registry.offline.corpus import DEFAULT_DATA_ROOT, load_corpus
+from registry.offline.corpus_vectors import corpus_vectors
+from registry.offline.ranking import pooled, score_source
+from registry.settings import EMBEDDERS, Settings
 
 
 def main() -> int:
@@ -43,7 +43,8 @@ def main() -> int:
     for name in args.embedders:
         embedder = load_minilm(
             args.embedder_cache or settings.resolved_embedder_cache(),
-            embedder=name,, adapter_dir=settings.tuned_embedder_dir
+            embedder=name,
+            adapter_dir=settings.tuned_embedder_dir,
         )
         start = time.monotonic()
         vectors = corpus_vectors(corpus, embedder, args.vectors_cache)

@@ -8,7 +8,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from registry.depth.policies import MAX_DEPTH_BIAS
+from registry.serving.depth_policies import MAX_DEPTH_BIAS
 
 # Comma-separated in the environment; SecretStr keeps every token out of reprs and logs.
 Tokens = Annotated[tuple[SecretStr, ...], NoDecode]
@@ -251,6 +251,19 @@ class Settings(BaseSettings):
         ge=1,
         description="Open connections per process; one more gets 503 and is closed at once "
         "(lowered to fit the open-file limit, whose soft value is raised to the hard one).",
+    )
+    mcp_max_streams: int = Field(
+        64,
+        ge=1,
+        description="Open GET /mcp event streams per process, counted apart from "
+        "max_connections (an idle stream never takes a request's slot); one more gets 503 "
+        "too_many_streams with Retry-After.",
+    )
+    mcp_stream_idle_seconds: float = Field(
+        300.0,
+        gt=0,
+        description="A GET /mcp event stream that has sent no event (keep-alive comments aside) "
+        "for this long is closed; the client may open another.",
     )
 
     # -- logging (service.logging_setup) --------------------------------------------------------

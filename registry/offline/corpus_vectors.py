@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from registry.datasets import Dataset
 from registry.index.embed import Embedder
 from registry.index.lexical import LexicalIndex, tokenize
 from registry.offline.corpus import tool_texts
+from registry.offline.datasets import Dataset
 
 
 @dataclass(frozen=True, slots=True)
