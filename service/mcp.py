@@ -31,7 +31,7 @@ from registry.engine import MAX_K
 from registry.errors import ShortlistError
 from registry.settings import Settings
 from registry.shortlist import Shortlist
-from service.auth import authenticate, caller_hash
+from service.auth import CALLER_HEADER, authenticate, caller_hash
 from service.errors import Unauthorized, error_body, error_response
 from service.schemas import FeedbackRequest, FeedbackResponse, RegistryName, ShortlistResponse
 
@@ -239,8 +239,9 @@ class McpFace:
         except LookupError:  # not inside a request (a direct call)
             return None
         headers = getattr(request, "headers", None)
-        authorization = headers.get("authorization") if headers is not None else None
-        return caller_hash(authorization, self.settings)
+        if headers is None:
+            return None
+        return caller_hash(headers.get("authorization"), self.settings, headers.get(CALLER_HEADER))
 
     async def _find_tools(self, args: FindToolsArgs) -> types.CallToolResult:
         caller = self._caller()
