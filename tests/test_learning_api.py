@@ -113,7 +113,7 @@ def test_with_tokens_only_callers_count_and_a_dominant_one_weighs_less(make_clie
         assert top["caller"] is not None and top["events"] == 40  # every event counts (no lock) ...
         assert learning["events"] == 60 and "capped" not in learning["skipped"]
         assert learning["profiles"][0]["tool"] == "weather_forecast"
-        # ... but its repeats decay: 40 claims of one tool weigh ~12, not 40
+        # ... but its repeats decay: 40 claims of one tool weigh ~11, not 40
         assert learning["profiles"][0]["evidence"] < 0.5 * 60
     # the core called in-process without a caller: not counted while query tokens are set
     core = Shortlister.from_settings(

@@ -8,7 +8,7 @@ weighs the same log the same way)::
     rate      a caller's events beyond ``per_minute`` in one minute (by ``received``) do not
               count ("rate_limited"): influence per unit of time is bounded
     decay     the j-th event (0-based) a caller reports for one tool weighs 1 / (1 + j / half_life):
-              repeating a claim adds only logarithmically (10 events ~ 5.4, 30 ~ 10.3 at 4)
+              repeating a claim adds only logarithmically (10 events weigh 5.39, 30 weigh 9.02 at 4)
     share     once two or more callers have counted evidence and the registry holds at least
               ``min_events`` of it, a caller over ``caller_share`` of the total has each new
               event scaled by ``caller_share * total / its own`` (soft: it never reaches 0)
