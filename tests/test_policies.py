@@ -48,7 +48,7 @@ def spread_events(n: int = 400):
 
 
 def test_propensities_are_a_distribution_and_the_share_is_respected():
-    from registry.learning.explore import Explorer, propensity
+    from registry.serving.explore import Explorer, propensity
 
     for chosen, limit in ((3, 20), (18, 20), (20, 20)):
         total = sum(propensity(chosen, shown, limit, 0.05) for shown in range(chosen, limit + 1))
@@ -116,8 +116,8 @@ def test_explored_shortlists_log_depth_chosen_and_propensity(make_core):
 
 
 def test_refit_ships_a_better_rule():
-    from registry.learning.policies import StopRule
     from registry.learning.refit import refit
+    from registry.serving.stop_rules import StopRule
 
     outcome = refit(easy_events(), "r", StopRule(), review_factor=20.0)  # 10 -> 1: past 1.5x
     assert outcome.state == "done", outcome.reason
@@ -128,8 +128,8 @@ def test_refit_ships_a_better_rule():
 
 
 def test_refit_refuses_a_candidate_that_is_not_better():
-    from registry.learning.policies import StopRule
     from registry.learning.refit import refit
+    from registry.serving.stop_rules import StopRule
 
     outcome = refit(spread_events(), "r", StopRule())  # only as deep as now keeps the found rate
     assert outcome.state == "refused"
@@ -140,7 +140,7 @@ def test_refit_never_ships_a_lower_found_rate(monkeypatch):
     """Even a candidate far more efficient on the fitting part is refused when its held-out
     found rate is below the current one's."""
     from registry.learning import refit as refit_module
-    from registry.learning.policies import StopRule
+    from registry.serving.stop_rules import StopRule
 
     shallow = StopRule(bias_offset=-3.0)  # stops at 1: much shorter lists, fewer found
     monkeypatch.setattr(refit_module, "candidates", lambda fit, current: [shallow])
@@ -162,7 +162,7 @@ def _fill_log(core, events):
 
 
 def test_versions_listing_activation_and_rollback(make_client):
-    from registry.learning.policies import StopRule
+    from registry.serving.stop_rules import StopRule
 
     with make_client() as client:
         client.put("/registries/w", json={"tools": weather_tools()})
@@ -260,7 +260,7 @@ def test_one_shared_token_still_refits_and_repeated_claims_decay():
     from dataclasses import replace
 
     from registry.learning.evidence import EvidenceConfig
-    from registry.learning.policies import StopRule
+    from registry.serving.stop_rules import StopRule
     from registry.learning.refit import LoggedEvents, refit
 
     shared = [replace(e, caller="one-token") for e in easy_events(260)]
@@ -296,7 +296,7 @@ def _deep_attack_events(n: int, registry: str = "r"):
 def test_refit_cannot_be_driven_deep_by_fake_feedback():
     """Issue 23 finding 4: 300 events claiming a rank-8 tool shipped mean K 1.37 -> 8.83; a
     deeper candidate must now beat fixed top-K at its own depth, which such feedback never does."""
-    from registry.learning.policies import StopRule
+    from registry.serving.stop_rules import StopRule
     from registry.learning.refit import refit
 
     outcome = refit(_deep_attack_events(300), "r", StopRule(), min_events=200)
@@ -308,7 +308,7 @@ def test_refit_cannot_be_driven_deep_by_fake_feedback():
 def test_a_refit_changing_mean_k_a_lot_stays_a_candidate(make_client):
     """Half the events find their tool at once, half need 6: a deeper rule beats fixed top-K
     (it deepens only where needed) but triples mean K: stored, not activated."""
-    from registry.learning.policies import StopRule
+    from registry.serving.stop_rules import StopRule
     from registry.learning.refit import refit
 
     rng = random.Random(3)
