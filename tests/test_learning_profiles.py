@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 
 from registry.learning.evidence import EvidenceConfig, EvidenceCounter, decay_weight
-from registry.learning.profiles import ProfileConfig, build_profiles, event_weights, fit_weight, profile_lift
+from registry.learning.profiles import (
+    ProfileConfig,
+    build_profiles,
+    event_weights,
+    fit_weight,
+    profile_lift,
+)
 
 
 def unit(*v: float) -> np.ndarray:

@@ -260,8 +260,8 @@ def test_one_shared_token_still_refits_and_repeated_claims_decay():
     from dataclasses import replace
 
     from registry.learning.evidence import EvidenceConfig
-    from registry.serving.stop_rules import StopRule
     from registry.learning.refit import LoggedEvents, refit
+    from registry.serving.stop_rules import StopRule
 
     shared = [replace(e, caller="one-token") for e in easy_events(260)]
     data = LoggedEvents.of(shared, "r", EvidenceConfig())
@@ -296,8 +296,8 @@ def _deep_attack_events(n: int, registry: str = "r"):
 def test_refit_cannot_be_driven_deep_by_fake_feedback():
     """Issue 23 finding 4: 300 events claiming a rank-8 tool shipped mean K 1.37 -> 8.83; a
     deeper candidate must now beat fixed top-K at its own depth, which such feedback never does."""
-    from registry.serving.stop_rules import StopRule
     from registry.learning.refit import refit
+    from registry.serving.stop_rules import StopRule
 
     outcome = refit(_deep_attack_events(300), "r", StopRule(), min_events=200)
     assert outcome.state == "refused", outcome.reason
@@ -308,8 +308,8 @@ def test_refit_cannot_be_driven_deep_by_fake_feedback():
 def test_a_refit_changing_mean_k_a_lot_stays_a_candidate(make_client):
     """Half the events find their tool at once, half need 6: a deeper rule beats fixed top-K
     (it deepens only where needed) but triples mean K: stored, not activated."""
-    from registry.serving.stop_rules import StopRule
     from registry.learning.refit import refit
+    from registry.serving.stop_rules import StopRule
 
     rng = random.Random(3)
     quick = (5.0,) * 10

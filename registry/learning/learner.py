@@ -26,8 +26,8 @@ import numpy as np
 
 from registry.errors import ShortlistError
 from registry.feedback import FeedbackEvent
-from registry.learning.evidence import evidence_config
 from registry.index.snapshot import Snapshot
+from registry.learning.evidence import evidence_config
 from registry.learning.persist import Control, LearningStore
 from registry.learning.profiles import ProfileConfig, fit_weight
 from registry.learning.usage import UsageConfig, UsageEvent, UsageMemory
