@@ -18,7 +18,7 @@ T = 120
 
 PROBE = "find the email from alice about the invoice"  # never sent as feedback
 NAMES = ("bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy", "mallory", "oscar", "peggy")
-TOPICS = ("invoice", "payment", "contract", "refund", "receipt", "order")
+TOPICS = ("invoice", "payment", "contract", "refund", "receipt", "order", "budget", "meeting", "report", "offer")
 TEACH = [f"find the email from {n} about the {t}" for n, t in itertools.product(NAMES, TOPICS)]
 TARGET = "search_emails"
 
