@@ -68,6 +68,10 @@ class DiskCachedEmbedder:
         if not self._unsaved:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.is_file():  # another process may have added texts meanwhile: keep them
+            with np.load(self.path, allow_pickle=False) as z:
+                for key, vector in zip(z["keys"].tolist(), z["vectors"]):
+                    self._vectors.setdefault(key, vector)
         tmp = self.path.with_name(self.path.name + f".{os.getpid()}.tmp.npz")
         keys = list(self._vectors)
         np.savez(tmp, keys=np.array(keys, dtype=np.str_), vectors=np.stack([self._vectors[k] for k in keys]))

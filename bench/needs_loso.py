@@ -256,8 +256,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--ensemble", type=int, default=1)
     ap.add_argument("--reward-min-n", type=int, default=1024)
     ap.add_argument("--sources", nargs="*", default=None, help="held-out sources (default: all)")
+    ap.add_argument(
+        "--folds", type=int, default=0,
+        help="group the sources into this many folds (source i in fold i %% folds, by name) and hold out a "
+        "fold at a time: every source is still tested by policies that never saw it (0: one source per fold)",
+    )
+    ap.add_argument("--pool", nargs="*", default=None, help="sources in the LOSO pool (default: all 13)")
     ap.add_argument("--shipped", type=Path, default=ROOT / "models" / "default")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument(
+        "--export", type=Path, default=None,
+        help="after the LOSO rows, train the needs recipe on every source of the pool and export it here",
+    )
+    ap.add_argument("--skip-loso", action="store_true", help="with --export: only train and export")
     args = ap.parse_args(argv)
 
     import torch
@@ -275,6 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     bundles = []
     for d in source_dirs():
+        if args.pool and d.name not in args.pool:
+            continue
         bundles.append(source_bundle(d, embedder, args))
         print(f"[{time.perf_counter() - t0:.0f}s] {d.name}: {len(bundles[-1]['hybrid'])} queries", file=sys.stderr, flush=True)
     shipped = OnnxDepthPolicy.from_dir(args.shipped)
@@ -283,28 +296,54 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"cap {CAP}, {args.steps} DQN steps x {args.ensemble} seed(s), carve {args.carve_per_query}/query",
         "sources": {},
     }
-    held = args.sources or [b["name"] for b in bundles]
-    for b in bundles:
-        if b["name"] not in held:
+    held = set(args.sources or [b["name"] for b in bundles])
+    names = sorted(b["name"] for b in bundles)
+    n_folds = args.folds or len(names)
+    fold_of = {name: i % n_folds for i, name in enumerate(names)}
+    results["folds"] = {str(f): [n for n in names if fold_of[n] == f] for f in range(n_folds)}
+    for fold in range(0 if args.skip_loso else n_folds):
+        tested = [b for b in bundles if fold_of[b["name"]] == fold and b["name"] in held]
+        if not tested:
             continue
-        others = [o for o in bundles if o["name"] != b["name"]]
-        row: dict[str, Any] = {
-            "n_tools": b["n_tools"], "multi_share": b["multi_share"], "mean_gold": b["mean_gold"],
-            "multi_tool": b["multi_share"] >= MULTI_SHARE, "policies": {},
-        }
-        for recipe in ("today", "needs"):
-            trained = train(others, recipe, args)
-            row["policies"][recipe] = evaluate(as_fn(trained), b)
-        row["policies"]["shipped"] = evaluate(as_fn(shipped), b)
-        results["sources"][b["name"]] = row
-        print(f"[{time.perf_counter() - t0:.0f}s] held out {b['name']}: "
-              + json.dumps({k: {m: round(v[m], 3) for m in ('any', 'recall', 'all', 'mean_k')} for k, v in row["policies"].items()}),
-              file=sys.stderr, flush=True)
-        if args.json:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(results, indent=2))
+        others = [o for o in bundles if fold_of[o["name"]] != fold]
+        policies = {recipe: as_fn(train(others, recipe, args)) for recipe in ("today", "needs")}
+        policies["shipped"] = as_fn(shipped)
+        for b in tested:
+            row: dict[str, Any] = {
+                "n_tools": b["n_tools"], "multi_share": b["multi_share"], "mean_gold": b["mean_gold"],
+                "multi_tool": b["multi_share"] >= MULTI_SHARE, "fold": fold,
+                "policies": {name: evaluate(fn, b) for name, fn in policies.items()},
+            }
+            results["sources"][b["name"]] = row
+            print(f"[{time.perf_counter() - t0:.0f}s] held out {b['name']}: "
+                  + json.dumps({k: {m: round(v[m], 3) for m in ('any', 'recall', 'all', 'mean_k')}
+                                for k, v in row["policies"].items()}),
+                  file=sys.stderr, flush=True)
+            if args.json:
+                args.json.parent.mkdir(parents=True, exist_ok=True)
+                args.json.write_text(json.dumps(results, indent=2))
     print(markdown(results))
+    if args.export is not None:
+        export_all(bundles, args, results)
     return 0
+
+
+def export_all(bundles: Sequence[dict[str, Any]], args: argparse.Namespace, results: dict[str, Any]) -> None:
+    """Train the needs recipe on every source and write ``policy.onnx`` + manifest to ``--export``."""
+    from registry.depth.export import export_onnx
+
+    trained = train(bundles, "needs", args)
+    training_data = {
+        "command": "nice -n 10 python bench/needs_loso.py " + " ".join(sys.argv[1:]),
+        "sources": {b["name"]: {"n_tools": b["n_tools"], "n_queries": len(b["hybrid"])} for b in bundles},
+        "max_queries": args.max_queries,
+        "scorer": "hybrid",
+        "carved": {"per_query": args.carve_per_query, "n_episodes": sum(len(b["carve_train"]) for b in bundles)},
+        "hyperparameters": trained.config,
+    }
+    metrics = {"loso": results.get("sources", {}), "protocol": results.get("protocol"), "folds": results.get("folds")}
+    path = export_onnx(trained, args.export, training_data=training_data, metrics=metrics, seed=0, scorer="hybrid")
+    print(f"exported {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -122,3 +122,51 @@ def test_replay_with_needs_features_and_reward() -> None:
     assert replay.states.shape == (20, len(NEEDS_FEATURE_NAMES))
     first = replay.stop_reward[:10]
     assert first[2] > first[0] > 0  # all needed at depth 3 beats the first tool alone
+
+
+def test_a_schema2_policy_exports_to_onnx_and_serves_the_same_depths(tmp_path) -> None:
+    import torch
+
+    from registry.depth.export import export_onnx
+    from registry.depth.needs import NEEDS_SCHEMA_VERSION
+    from registry.depth.policies import OnnxDepthPolicy
+    from registry.depth.train import train_dqn
+
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    texts = ["send the report", "read a.txt and then write b.txt and email it", "list my files"]
+    eps = []
+    for i in range(60):
+        text = texts[i % 3]
+        n_gold = 3 if i % 3 == 1 else 1
+        scores = np.sort(rng.random(60))[::-1]
+        gold = np.sort(rng.choice(6, size=n_gold, replace=False))
+        eps.append(Episode(scores, gold, 300, f"q{i}", request_signals(text)))
+    model = NeedsModel.fit([needs_inputs(e.signals, e.scores, np.zeros(len(FEATURE_NAMES))) for e in eps],
+                           [e.n_gold for e in eps])
+    trained = train_dqn(
+        eps, reward="needs", steps=60, batch_size=64, hidden=(8,), max_depth=20,
+        featurize=lambda e, d: needs_features(e.scores, e.n_tools, d, e.signals, model),
+    )
+    trained.needs_model = model
+    trained.feature_names = NEEDS_FEATURE_NAMES
+    trained.feature_schema_version = NEEDS_SCHEMA_VERSION
+    out = export_onnx(trained, tmp_path / "p", training_data={}, metrics={}, seed=0, scorer="hybrid")
+    served = OnnxDepthPolicy.from_dir(out)
+    assert served.needs_model == model
+    for e in eps[:9]:
+        d = min(20, e.n_tools // 2)
+        want = trained.q_values(needs_features(e.scores, e.n_tools, d, e.signals, model))
+        got = served.q_values(e.scores, e.n_tools, 20, signals=e.signals)
+        assert np.abs(got - want).max() < 1e-4
+        assert served.choose_depth(e.scores, e.n_tools, 20, signals=e.signals) == trained.choose_depth(
+            e.scores, e.n_tools, 20, signals=e.signals
+        )
+    # a manifest whose needs model is missing is refused, naming the file
+    manifest = json.loads((out / "manifest.json").read_text())
+    del manifest["needs_model"]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    from registry.errors import ArtifactError
+
+    with pytest.raises(ArtifactError, match="manifest.json"):
+        OnnxDepthPolicy.from_dir(out)
