@@ -6,16 +6,16 @@ today's recipe and the fixed-K frontier on a source it never saw?
 Sources: the ten sets of ``../shared/data/train`` and the three dev sets (``--max-queries``
 sampled per source, seed 0: a subsample, said in the output). Per source: the full-registry
 hybrid ranking of each query, plus ``--carve-per-query`` carved sub-registries of 5-200 tools
-(``registry/depth/carve.py``, as ``shortlist train --carve-per-query``) for training, and
+(``registry/offline/carve.py``, as ``shortlist train --carve-per-query``) for training, and
 evaluation carves of 5, 8, 16 and 24 tools (random / same-group / neighbour fill) of up to
 ``--carve-eval-queries`` queries.
 
 For each held-out source S, on the other sources' episodes:
 
 * **today's recipe** (schema 1: score features, any-found BoR, reward floor 1,024);
-* **needs** (schema 2, :mod:`registry.depth.needs`: + the request's intents, length, joins,
+* **needs** (schema 2, :mod:`registry.serving.needs`: + the request's intents, length, joins,
   score profile and a learned needs estimate fitted on the training sources' gold counts;
-  reward :class:`registry.depth.env.NeedsReward`, recall and all-needed chance-corrected);
+  reward :class:`registry.offline.env.NeedsReward`, recall and all-needed chance-corrected);
 
 then on S (cap 20 as served): any-found, recall, all-needed and mean K of each policy alone on
 the full registry's ranking (no intent composition: ``bench/peers.py`` measures the engine),
@@ -40,10 +40,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from registry.datasets import load_dataset  # noqa: E402
-from registry.depth.episodes import Episode, load_episodes, save_episodes  # noqa: E402
-from registry.depth.features import depth_features  # noqa: E402
-from registry.depth.needs import NeedsModel, needs_inputs, request_signals  # noqa: E402
+from registry.offline.datasets import load_dataset  # noqa: E402
+from registry.offline.episodes import Episode, load_episodes, save_episodes  # noqa: E402
+from registry.serving.features import depth_features  # noqa: E402
+from registry.serving.needs import NeedsModel, needs_inputs, request_signals  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 if not SHARED.is_dir():
@@ -69,7 +69,7 @@ def _attach(episodes: Sequence[Episode], signals: dict[str, np.ndarray]) -> list
 def source_bundle(directory: Path, embedder: Any, args: argparse.Namespace) -> dict[str, Any]:
     """Full-registry episodes per scorer, training carves and evaluation carves of one source
     (cached as episode files next to the score tables)."""
-    from registry.depth.carve import carve_grid, carve_training, load_source
+    from registry.offline.carve import carve_grid, carve_training, load_source
     from registry.offline.tables import load_or_build_table, rank_table
 
     cache = Path(args.table_cache) / "needs" / directory.name
@@ -187,8 +187,8 @@ def fit_needs(bundles: Sequence[dict[str, Any]]) -> NeedsModel:
 
 def train(bundles: Sequence[dict[str, Any]], recipe: str, args: argparse.Namespace) -> Any:
     """The policy of ``recipe`` (``today`` | ``needs``) trained on ``bundles``."""
-    from registry.depth.needs import NEEDS_FEATURE_NAMES, NEEDS_SCHEMA_VERSION, needs_features
-    from registry.depth.train import train_ensemble
+    from registry.offline.train import train_ensemble
+    from registry.serving.needs import NEEDS_FEATURE_NAMES, NEEDS_SCHEMA_VERSION, needs_features
 
     episodes = [e for b in bundles for e in (*b["hybrid"], *b["carve_train"])]
     hp: dict[str, Any] = dict(
@@ -273,8 +273,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import torch
 
-    from registry.depth.policies import OnnxDepthPolicy
     from registry.index.embed import load_minilm
+    from registry.serving.depth_policies import OnnxDepthPolicy
     from registry.settings import Settings
 
     torch.set_num_threads(1)
@@ -330,7 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def export_all(bundles: Sequence[dict[str, Any]], args: argparse.Namespace, results: dict[str, Any]) -> None:
     """Train the needs recipe on every source and write ``policy.onnx`` + manifest to ``--export``."""
-    from registry.depth.export import export_onnx
+    from registry.offline.export import export_onnx
 
     trained = train(bundles, "needs", args)
     training_data = {

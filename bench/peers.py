@@ -55,8 +55,8 @@ def _sample(queries: list[Any], n: int | None) -> list[Any]:
 
 
 def _engine(tools: Any, registry: str, tmp: Path, embedder: Any, policy_dir: Path) -> Any:
-    from registry.depth.policies import OnnxDepthPolicy
     from registry.engine import ShortlistEngine
+    from registry.serving.depth_policies import OnnxDepthPolicy
     from registry.settings import Settings
     from registry.store.local import LocalStore
 
@@ -78,8 +78,8 @@ def _score(names: Sequence[str], gold: set[str], tokens: dict[str, float]) -> di
 
 
 def run_source(directory: Path, embedder: Any, policy_dir: Path, max_queries: int | None) -> dict[str, Any]:
-    from registry.datasets import load_dataset
     from registry.errors import ValidationFailed
+    from registry.offline.datasets import load_dataset
 
     tools = json.loads((directory / "tools.json").read_text(encoding="utf-8"))
     tokens = {t["name"]: len(json.dumps(t, ensure_ascii=False)) / 4 for t in tools}

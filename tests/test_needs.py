@@ -11,10 +11,10 @@ import pytest
 from scipy.stats import hypergeom
 
 from registry.bor import needs_bits_curve
-from registry.depth.env import NeedsReward, build_replay, stop_rewards
-from registry.depth.episodes import Episode
-from registry.depth.features import FEATURE_NAMES
-from registry.depth.needs import (
+from registry.offline.env import NeedsReward, build_replay, stop_rewards
+from registry.offline.episodes import Episode
+from registry.serving.features import FEATURE_NAMES
+from registry.serving.needs import (
     NEEDS_FEATURE_NAMES,
     NEEDS_INPUT_NAMES,
     NEUTRAL_SIGNALS,
@@ -127,10 +127,10 @@ def test_replay_with_needs_features_and_reward() -> None:
 def test_a_schema2_policy_exports_to_onnx_and_serves_the_same_depths(tmp_path) -> None:
     import torch
 
-    from registry.depth.export import export_onnx
-    from registry.depth.needs import NEEDS_SCHEMA_VERSION
-    from registry.depth.policies import OnnxDepthPolicy
-    from registry.depth.train import train_dqn
+    from registry.offline.export import export_onnx
+    from registry.offline.train import train_dqn
+    from registry.serving.depth_policies import OnnxDepthPolicy
+    from registry.serving.needs import NEEDS_SCHEMA_VERSION
 
     torch.set_num_threads(1)
     rng = np.random.default_rng(0)
@@ -168,5 +168,5 @@ def test_a_schema2_policy_exports_to_onnx_and_serves_the_same_depths(tmp_path) -
     (out / "manifest.json").write_text(json.dumps(manifest))
     from registry.errors import ArtifactError
 
-    with pytest.raises(ArtifactError, match="manifest.json"):
+    with pytest.raises(ArtifactError, match=r"manifest\.json"):
         OnnxDepthPolicy.from_dir(out)

@@ -94,7 +94,7 @@ def test_bodies_that_are_not_utf8_are_a_422(client, tools_payload, encoding):
     [
         ("PATCH", "/registries/r", {"GET", "PUT", "DELETE"}),
         ("POST", "/registries/r", {"GET", "PUT", "DELETE"}),
-        ("PUT", "/registries/r/tools", {"POST"}),
+        ("PUT", "/registries/r/tools", {"POST", "DELETE"}),
         ("GET", "/shortlist", {"POST"}),
         ("GET", "/registries/r/tools/fs/read_file", {"DELETE"}),
     ],
@@ -220,7 +220,7 @@ def test_the_schema_accepts_every_tool_format(client, tools_payload):
 
 
 def test_the_schemas_knob_rules_name_real_policies():
-    from registry.shortlist import POLICIES
+    from registry.serving.shortlist import POLICIES
     from service.schemas import SHORTLIST_KNOB_RULES
 
     for rule in SHORTLIST_KNOB_RULES:

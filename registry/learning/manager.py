@@ -20,13 +20,13 @@ from typing import Any
 
 from registry.errors import NotFound
 from registry.feedback import FeedbackEvent
-from registry.learning.policies import (
+from registry.learning.refit import refit
+from registry.serving.stop_rules import (
     LocalPolicyStore,
     PolicyBook,
     PolicyStore,
     RedisPolicyStore,
 )
-from registry.learning.refit import refit
 from registry.settings import Settings
 
 __all__ = ["JOB_STATES", "PolicyManager", "RefitJob", "refit_from_settings"]

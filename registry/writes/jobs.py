@@ -4,7 +4,7 @@ A write is *prepared* first (payload parsed and validated: a bad tool is refused
 anything is accepted), then *run*. Between the two, :meth:`PreparedWrite.embed` embeds the
 texts the registry has never seen, in batches written to the store's embedding cache, outside
 the registry's write lock: the commit that follows finds every vector cached and only derives
-the new snapshot from the current one (:func:`registry.snapshot.build_snapshot`). A prepared
+the new snapshot from the current one (:func:`registry.index.snapshot.build_snapshot`). A prepared
 write with many new texts can run as a :class:`WriteJob` in the background (HTTP: 202 and a
 job to poll).
 """
@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol
 
 from registry.errors import ShortlistError
 from registry.index.embed import Embedder
-from registry.snapshot import Snapshot, embed_tools
+from registry.index.snapshot import Snapshot, embed_tools
 from registry.store.base import Store
 from registry.tools import Tool, ToolLimits, parse_tools
 
@@ -54,8 +54,10 @@ def _name_hint(definition: Any) -> Any:
 def stored_tools(definitions: list[Any], current: Snapshot | None, limits: ToolLimits) -> list[Tool]:
     """Parse a stored version's tools, reusing ``current``'s parsed tool for every definition
     equal to one it holds: a replica catching up with a one-tool change parses one tool, not
-    the registry (parsing 4,000 tools takes ~0.4 s). Same result as ``parse_tools``.
+    the registry (parsing 4,000 tools takes ~0.4 s). Same result as ``parse_tools``. Names
+    that newer rules refuse at upload stay readable (:meth:`ToolLimits.for_stored`).
     """
+    limits = limits.for_stored()
     if current is None or len(definitions) > limits.max_tools:
         return parse_tools(definitions, limits)
     out: list[Tool | None] = []

@@ -36,7 +36,7 @@ class Episode:
             ``>= L``: the gold tool exists but is not among the kept candidates).
         n_tools: registry (candidate-set) size ``N`` the ranking was made over.
         query_id: identifier of the query, for bookkeeping.
-        signals: the request's :func:`registry.depth.needs.request_signals` (schema-2 training),
+        signals: the request's :func:`registry.serving.needs.request_signals` (schema-2 training),
             or ``None``; kept in memory only, not written by :func:`save_episodes`.
     """
 

@@ -1,12 +1,12 @@
 """Needs-aware depth inputs (feature schema ``2``): how many tools a request seems to need.
 
-Schema ``1`` (:mod:`registry.depth.features`) reads the score list alone, so a request that
+Schema ``1`` (:mod:`registry.serving.features`) reads the score list alone, so a request that
 needs three tools and one that needs one look alike whenever their scores do, and the policy
 trained for "any needed tool shown" stops both at the first good tool. Schema ``2`` appends
 what the request itself says, computed the same way in training and serving:
 
 * ``n_intents``, ``n_steps``: the request's intents and how many of them are steps
-  (:func:`registry.query.split_request`; 1 and 0 for a one-intent request);
+  (:func:`registry.serving.intents.split_request`; 1 and 0 for a one-intent request);
 * ``log2_words``, ``n_joins``: ``log2(1 + words)`` and ``log2(1 + joins)`` ("and", "then",
   commas...): long, enumerating requests need more tools;
 * ``n_close_top``: the share of the top 10 scores within a quarter of the window's range of
@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from registry.depth.features import FEATURE_NAMES, depth_features
-from registry.query import split_request
+from registry.serving.features import FEATURE_NAMES, depth_features
+from registry.serving.intents import split_request
 
 __all__ = [
     "NEEDS_FEATURE_NAMES",
