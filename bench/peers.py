@@ -9,7 +9,7 @@ hybrid top-K at our default's mean K (linear between integer K), per metric.
 
 Per source (the ten sets of ``../shared/data/train`` and the three dev sets, ``--max-queries``
 sampled with seed 0, the same sample as the score tables), every query goes through an
-in-process :class:`registry.engine.ShortlistEngine` built as the service builds it (real
+in-process :class:`registry.writes.engine.ShortlistEngine` built as the service builds it (real
 MiniLM, the ``--policy`` artifact, multi-intent composition on), once with the defaults and
 once per scorer with ``k=20`` (the plain ranking, from which every fixed-K point comes).
 Printed: any-found (a needed tool shown), recall (share of needed tools shown), all-needed,
@@ -55,7 +55,7 @@ def _sample(queries: list[Any], n: int | None) -> list[Any]:
 
 
 def _engine(tools: Any, registry: str, tmp: Path, embedder: Any, policy_dir: Path) -> Any:
-    from registry.engine import ShortlistEngine
+    from registry.writes.engine import ShortlistEngine
     from registry.serving.depth_policies import OnnxDepthPolicy
     from registry.settings import Settings
     from registry.store.local import LocalStore
