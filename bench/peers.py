@@ -55,10 +55,10 @@ def _sample(queries: list[Any], n: int | None) -> list[Any]:
 
 
 def _engine(tools: Any, registry: str, tmp: Path, embedder: Any, policy_dir: Path) -> Any:
-    from registry.writes.engine import ShortlistEngine
     from registry.serving.depth_policies import OnnxDepthPolicy
     from registry.settings import Settings
     from registry.store.local import LocalStore
+    from registry.writes.engine import ShortlistEngine
 
     settings = Settings(data_dir=tmp, demo_registry=None, policy_dir=policy_dir)
     engine = ShortlistEngine(settings, LocalStore(tmp), embedder, OnnxDepthPolicy.from_dir(policy_dir))
