@@ -86,7 +86,8 @@ def agents_deferred_tools(
     Names are provider-safe; ``run`` gets the registry name back. With ``namespace`` (and its
     ``namespace_description``) the tools are grouped with the SDK's ``tool_namespace``.
     """
-    from agents import FunctionTool, ToolContext, tool_namespace
+    from agents import FunctionTool, tool_namespace
+    from agents.tool_context import ToolContext
 
     tools: list[FunctionTool] = []
     for definition in definitions:
