@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import weather_tools
 from tool_shortlist_client import AsyncShortlistClient, ShortlistClient
+from tool_shortlist_client.adapters.langgraph import ShortlistRetriever
 
 pytestmark = pytest.mark.e2e
 
@@ -118,6 +119,23 @@ def test_langgraph_bigtool_agent_retrieves_through_the_service(server, client):
     assert state["messages"][-1].content == "Sunny in Paris."
     # The served shortlist can take feedback.
     assert client.feedback(shortlist, ["get_weather"], success=True).presented.exact
+
+
+def test_bigtool_registry_keyed_by_uuid_maps_by_tool_name(client):
+    """bigtool's README keys tool_registry by uuid: the retriever maps by each tool's name
+    (before: no key matched a name and it silently returned no tools)."""
+    import uuid
+
+    tools = _langchain_tools()["tools"]
+    by_uuid = {str(uuid.uuid4()): tool for tool in tools.values()}
+    retriever = ShortlistRetriever(client, tool_ids=by_uuid)
+    ids = retriever.retrieve_tools(WEATHER_QUERY)
+    assert ids and set(ids) <= set(by_uuid)
+    assert by_uuid[ids[0]].name == retriever.last.names[0] == "get_weather"
+
+    unrelated = {str(uuid.uuid4()): {"name": "something_else"}}
+    with pytest.raises(ValueError, match="none of the shortlisted tools"):
+        ShortlistRetriever(client, tool_ids=unrelated).retrieve_tools(WEATHER_QUERY)
 
 
 def test_langgraph_bigtool_async_graph(server):
