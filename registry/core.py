@@ -40,11 +40,13 @@ from registry.feedback import (
     ShortlistMemory,
     ToolEfficiency,
 )
-from registry.index.embed import Embedder, load_minilm
+from registry.index.embed import Embedder
+from registry.index.minilm_export import load_minilm
 from registry.index.query_cache import CachedEmbedder
 from registry.index.snapshot import Snapshot
 from registry.learning.learner import UsageLearner
 from registry.learning.manager import PolicyManager
+from registry.request import ShortlistRequest
 from registry.serving.depth_policies import OnnxDepthPolicy, TunableDepthPolicy
 from registry.serving.shortlist import Shortlist
 from registry.settings import Settings
@@ -337,35 +339,14 @@ class Shortlister:
 
     # -- queries and feedback -------------------------------------------------------------------
 
-    def shortlist(
-        self,
-        registry: str,
-        query: str,
-        *,
-        k: int | None = None,
-        max_k: int | None = None,
-        policy: str | None = None,
-        scorer: str | None = None,
-        depth_bias: float | None = None,
-        allow_empty: bool = False,
-        caller: str | None = None,
-    ) -> Shortlist:
-        """Shortlist ``registry``'s tools for ``query`` (see :meth:`ShortlistEngine.shortlist`)
-        and remember it, so feedback can quote its ``shortlist_id``. ``caller``: a hash of the
-        bearer token that asked (None without tokens), logged for the learning loop."""
-        result = self.require_engine().shortlist(
-            registry,
-            query,
-            k=k,
-            max_k=max_k,
-            policy=policy,
-            scorer=scorer,
-            depth_bias=depth_bias,
-            allow_empty=allow_empty,
-        )
+    def shortlist(self, request: ShortlistRequest, *, caller: str | None = None) -> Shortlist:
+        """Shortlist for ``request`` (see :meth:`ShortlistEngine.shortlist`) and remember it, so
+        feedback can quote its ``shortlist_id``. ``caller``: a hash of the bearer token that
+        asked (None without tokens), logged for the learning loop."""
+        result = self.require_engine().shortlist(request)
         for listener in self._shortlist_listeners:
             listener(result)
-        self.feedback_recorder.remember(result.shown(time.time(), query, caller))
+        self.feedback_recorder.remember(result.shown(time.time(), request.query, caller))
         return result
 
     def feedback(

@@ -40,8 +40,8 @@ from typing import Any
 
 import numpy as np
 
+from registry.bor import k_equivalent
 from registry.feedback import FeedbackEvent
-from registry.offline.metrics import k_equivalent
 from registry.serving.features import depth_features
 from registry.serving.stop_rules import StopRule
 
