@@ -155,6 +155,9 @@ class QueryRunner:
         embedder: Embedder,
         bor_policy: TunableDepthPolicy,
         relevance: RelevanceModel | None = None,
+        *,
+        usage: UsageRerank | None = None,
+        policy_book: PolicyBook | None = None,
     ) -> None:
         self.settings = settings
         self.embedder = embedder
@@ -163,8 +166,8 @@ class QueryRunner:
         self._gap = GapPolicy()
         self._threshold = ThresholdPolicy(settings.threshold)
         self._fixed = FixedPolicy(settings.fixed_k)
-        self.usage: UsageRerank | None = None  # the core installs it when learning is on
-        self.policy_book = PolicyBook()  # per-registry stop rules (the core installs its own)
+        self.usage = usage  # the usage memory's lift (learning), when the core has one
+        self.policy_book = policy_book or PolicyBook()  # per-registry stop rules
         self.explorer = Explorer(settings.explore_share)
 
     def run(self, snap: Snapshot, request: ResolvedRequest) -> Shortlist:

@@ -21,7 +21,8 @@ from registry.index.snapshot import Snapshot
 from registry.request import ShortlistRequest
 from registry.serving.depth_policies import TunableDepthPolicy
 from registry.serving.relevance import RelevanceModel
-from registry.serving.shortlist import QueryRunner, Shortlist, ShortlistItem
+from registry.serving.shortlist import QueryRunner, Shortlist, ShortlistItem, UsageRerank
+from registry.serving.stop_rules import PolicyBook
 from registry.settings import Settings
 from registry.store.base import SharedStore, Store
 from registry.tools import Tool, ToolLimits, parse_tools, validate_registry_name
@@ -69,12 +70,17 @@ class ShortlistEngine(CommitPath):
         embedder: Embedder,
         bor_policy: TunableDepthPolicy,
         relevance: RelevanceModel | None = None,
+        *,
+        usage: UsageRerank | None = None,
+        policy_book: PolicyBook | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.embedder = embedder
         self.bor_policy = bor_policy
-        self.queries = QueryRunner(settings, embedder, bor_policy, relevance)
+        self.queries = QueryRunner(
+            settings, embedder, bor_policy, relevance, usage=usage, policy_book=policy_book
+        )
         self.limits = ToolLimits(
             max_tools=settings.max_tools_per_registry,
             max_tool_bytes=settings.max_tool_bytes,
