@@ -58,6 +58,8 @@ def test_admin_token_guards_every_write(make_client, tools_payload, caplog):
             ("PUT", "/registries/r", tools_payload),
             ("POST", "/registries/r/tools", [{"name": "extra"}]),
             ("DELETE", "/registries/r/tools/extra", None),
+            ("POST", "/registries/r/tools", [{"name": "extra"}]),
+            ("DELETE", "/registries/r/tools?name=extra", None),
             ("DELETE", "/registries/r", None),
         ]
         for method, path, body in writes:
@@ -186,6 +188,7 @@ def test_openapi_shows_the_bearer_schemes(make_client):
         ("post", "/registries/{registry}/tools"),
         ("delete", "/registries/{registry}"),
         ("delete", "/registries/{registry}/tools/{name}"),
+        ("delete", "/registries/{registry}/tools"),
     ]:
         assert paths[path][method]["security"] == [{"AdminToken": []}], (method, path)
     for method, path in [

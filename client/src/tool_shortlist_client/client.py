@@ -81,6 +81,8 @@ class _Base:
         }
         if call.body is not None:
             request["json"] = call.body
+        if call.params is not None:
+            request["params"] = dict(call.params)
         return request
 
     def _registry(self, registry: str | None) -> str:
@@ -111,6 +113,11 @@ class _Base:
         # Not idempotent for retries after a lost answer: each write bumps the version.
         body = tools_body(tools, equivalents)
         return Call("POST", registry_path(registry, "tools"), "admin", idempotent=False, body=body)
+
+    @staticmethod
+    def _delete_tool_call(registry: str, name: str) -> Call:
+        path = registry_path(registry, "tools")
+        return Call("DELETE", path, "admin", idempotent=True, params={"name": name})
 
 
 _Equivalents = Iterable[Sequence[str]] | None
@@ -267,7 +274,9 @@ class ShortlistClient(_Base):
         self._send(Call("DELETE", registry_path(registry), "admin", idempotent=True))
 
     def delete_tool(self, registry: str, name: str) -> None:
-        self._send(Call("DELETE", registry_path(registry, "tools", name), "admin", idempotent=True))
+        """Remove one tool; its name travels in the query string, so no name (``..``,
+        ``a/../b``) can be resolved into another route."""
+        self._send(self._delete_tool_call(registry, name))
 
     # -- operations --------------------------------------------------------------------------------
 
@@ -402,8 +411,7 @@ class AsyncShortlistClient(_Base):
         await self._send(Call("DELETE", registry_path(registry), "admin", idempotent=True))
 
     async def delete_tool(self, registry: str, name: str) -> None:
-        call = Call("DELETE", registry_path(registry, "tools", name), "admin", idempotent=True)
-        await self._send(call)
+        await self._send(self._delete_tool_call(registry, name))
 
     async def ready(self) -> bool:
         try:
