@@ -33,7 +33,7 @@ from registry.store.base import SharedStore, Store
 from registry.store.local import LocalStore
 from registry.writes.engine import ShortlistEngine
 
-__all__ = ["Backends", "RedisBacked", "build_backends", "build_learner", "start_learner"]
+__all__ = ["Backends", "HoldsBackWrites", "RedisBacked", "build_backends", "build_learner", "start_learner"]
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,15 @@ class RedisBacked(Protocol):
     """A store kept in Redis, whose connection the other Redis backends may share."""
 
     client: Any
+
+
+@runtime_checkable
+class HoldsBackWrites(Protocol):
+    """Remembered shortlists that keep writes back while their store is down (Redis)."""
+
+    def flush_pending(self) -> None:
+        """Write what an outage held back; raises while the store is still down."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

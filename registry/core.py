@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from registry.backends import build_backends, build_learner, start_learner
+from registry.backends import HoldsBackWrites, build_backends, build_learner, start_learner
 from registry.errors import NotReady, ShortlistError, StoreUnavailable
 from registry.feedback import (
     EquivalenceClasses,
@@ -273,7 +273,7 @@ class Shortlister:
                     self.store,
                     interval=self.settings.sync_interval_seconds,
                     feedback=self.feedback_recorder,
-                    on_tick=getattr(memory, "flush_pending", None),
+                    on_tick=memory.flush_pending if isinstance(memory, HoldsBackWrites) else None,
                 )
             shared = isinstance(self.store, SharedStore)
             self.policies.start(self.settings.sync_interval_seconds if shared else None)

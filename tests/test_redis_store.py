@@ -454,7 +454,7 @@ def test_settings_choose_the_backend(tmp_path, bor_policy, redis_server, redis_p
     from service.state import ServiceState
 
     local = ServiceState(Settings(data_dir=tmp_path / "local", demo_registry=None), bor_policy=bor_policy)
-    assert isinstance(local.store, LocalStore)
+    assert isinstance(local.core.store, LocalStore)
     assert isinstance(local.feedback.memory, ShortlistMemory)
     assert isinstance(local.feedback.log, LocalFeedbackLog)
 
@@ -464,7 +464,7 @@ def test_settings_choose_the_backend(tmp_path, bor_policy, redis_server, redis_p
     )
     assert redis_server.url not in repr(settings)  # the URL may hold a password
     shared = ServiceState(settings, bor_policy=bor_policy)
-    assert isinstance(shared.store, RedisStore) and shared.store.prefix == redis_prefix
+    assert isinstance(shared.core.store, RedisStore) and shared.core.store.prefix == redis_prefix
     assert isinstance(shared.feedback.memory, RedisShortlistMemory)
     assert isinstance(shared.feedback.log, RedisFeedbackLog)
     assert not (tmp_path / "shared").exists()  # nothing is written locally in Redis mode
