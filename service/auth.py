@@ -119,7 +119,14 @@ def metrics_tokens(settings: Settings) -> tuple[SecretStr, ...]:
 
 def log_access_mode(settings: Settings) -> None:
     """Say at start-up which routes are open; a WARNING when registry writes are."""
-    if not settings.admin_token:
+    if settings.query_token and not settings.admin_token:
+        # A token is set, so the operator may think the service is closed: say what is open.
+        log.warning(
+            "only SHORTLIST_QUERY_TOKEN is set: queries and reads need a token, but every write "
+            "is open (registry uploads and deletes, policy refits and activation, learning "
+            "switches and wipes); set SHORTLIST_ADMIN_TOKEN to guard them"
+        )
+    elif not settings.admin_token:
         log.warning(
             "SHORTLIST_ADMIN_TOKEN is not set: registry writes (PUT/POST/DELETE /registries) "
             "are unauthenticated; anyone who can reach this port can change or delete registries"

@@ -314,5 +314,15 @@ def test_deleting_a_tool_never_deletes_another_registry(browser, tmp_path_factor
             assert {r["registry"]: r["version"] for r in listed} == {"legacy": version, "victim2": 1}
         assert not css(browser, "#tool-rows tr[data-tool^='.']")
         assert len(css(browser, "#tool-rows tr")) == len(weather_tools())
+
+        # The console's CSP is in force: markup that got onto the page could not run a script.
+        ran = browser.execute_script(
+            "const s = document.createElement('script'); s.textContent = 'window.__injected = 1';"
+            "document.body.append(s); return window.__injected === 1;"
+        )
+        assert ran is False
+        head = httpx.head(f"{legacy.url}/console")
+        assert head.status_code == 200 and head.content == b""
+        assert head.headers["x-frame-options"] == "DENY"
     finally:
         servers.close()

@@ -176,11 +176,11 @@ def test_versions_listing_activation_and_rollback(make_client):
         assert [v["version"] for v in body["versions"]] == ["default", "refit-1"]
         q = {"registry": "w", "query": "weather in Paris"}
         assert client.post("/shortlist", json=q).json()["policy_version"] == "refit-1"
-        r = client.post("/registries/w/policies/default/activate")
+        r = client.post("/registries/w/policies/default/activate", json={})
         assert r.status_code == 200 and r.json()["serving"] == "default"
         assert client.post("/shortlist", json=q).json()["policy_version"] == "default"
-        assert client.post("/registries/w/policies/refit-1/activate").json()["active"] == "refit-1"
-        assert client.post("/registries/w/policies/refit-9/activate").status_code == 404
+        assert client.post("/registries/w/policies/refit-1/activate", json={}).json()["active"] == "refit-1"
+        assert client.post("/registries/w/policies/refit-9/activate", json={}).status_code == 404
         assert client.get("/registries/nope/policies").status_code == 404
         # the versions survive a restart (stored under the data dir)
     with make_client() as client:
@@ -193,12 +193,12 @@ def test_versions_listing_activation_and_rollback(make_client):
 def test_refit_job_states(make_client):
     with make_client() as client:
         client.put("/registries/w", json={"tools": weather_tools()})
-        r = client.post("/registries/w/policies/refit")  # synchronous, no feedback yet
+        r = client.post("/registries/w/policies/refit", json={})  # synchronous, no feedback yet
         assert r.status_code == 200 and r.json()["state"] == "refused"
         assert "usable feedback events" in r.json()["reason"]
         core = client.app.state.service.core
         _fill_log(core, easy_events(400, "w"))
-        r = client.post("/registries/w/policies/refit?async=true")
+        r = client.post("/registries/w/policies/refit?async=true", json={})
         assert r.status_code == 202 and set(r.json()) == {"job", "state"}
         job = r.json()["job"]
         for _ in range(200):
@@ -213,11 +213,32 @@ def test_refit_job_states(make_client):
         q = {"registry": "w", "query": "weather in Paris"}
         assert client.post("/shortlist", json=q).json()["policy_version"] == "refit-1"
         # a second refit on the same data: the new rule is already as good -> refused, kept
-        again = client.post("/registries/w/policies/refit").json()
+        again = client.post("/registries/w/policies/refit", json={}).json()
         assert again["state"] == "refused" and again["active"] == "refit-1"
         assert client.get("/registries/w/policies/refit/nope").status_code == 404
-        assert client.post("/registries/w/policies/refit?asynch=true").status_code == 422
+        assert client.post("/registries/w/policies/refit?asynch=true", json={}).status_code == 422
         assert client.get(f"/registries/other/policies/refit/{job}").status_code in (404, 422)
+
+
+def test_refit_and_activate_need_a_json_content_type(make_client):
+    """A cross-site form POST (text/plain or no type, no preflight) must not start a refit or
+    roll a policy back on a tokenless server (issue 23): 415, like every other write."""
+    from registry.serving.stop_rules import StopRule
+
+    with make_client() as client:
+        client.put("/registries/w", json={"tools": weather_tools()})
+        core = client.app.state.service.core
+        core.policies.book.add(StopRule(bias_offset=1.0), "w", activate=True)
+        for path in ("/registries/w/policies/refit", "/registries/w/policies/refit?async=true",
+                     "/registries/w/policies/default/activate"):
+            for headers in ({}, {"content-type": "text/plain"},
+                            {"content-type": "application/x-www-form-urlencoded"}):
+                r = client.post(path, content=b"x=1" if headers else b"", headers=headers)
+                assert r.status_code == 415, (path, headers, r.status_code)
+                assert r.json()["error"]["type"] == "unsupported_media_type"
+        assert client.get("/registries/w/policies").json()["active"] == "refit-1"  # nothing moved
+        r = client.post("/registries/w/policies/default/activate", headers={"content-type": "application/json"})
+        assert r.status_code == 200 and r.json()["active"] == "default"  # no body is fine
 
 
 def test_refit_job_failure_is_reported(make_client, monkeypatch):
@@ -229,7 +250,7 @@ def test_refit_job_failure_is_reported(make_client, monkeypatch):
     monkeypatch.setattr(manager, "refit", boom)
     with make_client() as client:
         client.put("/registries/w", json={"tools": weather_tools()})
-        body = client.post("/registries/w/policies/refit").json()
+        body = client.post("/registries/w/policies/refit", json={}).json()
         assert body["state"] == "failed" and "disk on fire" in body["reason"]
         assert client.get("/registries/w/policies").json()["active"] == "default"
 

@@ -8,17 +8,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from registry.errors import ValidationFailed
-from service.deps import CoreDep
+from service.deps import CoreDep, require_json
 from service.routes.registries import RegistryPath
 from service.schemas import error_responses
 
 router = APIRouter(prefix="/registries", tags=["policies"])
-admin_router = APIRouter(prefix="/registries", tags=["policies"])  # no body: no JSON check
+# Refit and activate take no body, yet must say JSON like every write: a cross-site form POST
+# (text/plain, no preflight) must not start a refit or roll a policy back.
+admin_router = APIRouter(prefix="/registries", tags=["policies"], dependencies=[Depends(require_json)])
 
 
 class PolicyVersionOut(BaseModel):
@@ -85,7 +87,7 @@ def list_policies(registry: RegistryPath, core: CoreDep) -> PolicyList:
     "/{registry}/policies/refit",
     response_model=RefitJobOut,
     responses={202: {"description": "Started (async=true): poll the job."},
-               **error_responses(404, 422, 503)},
+               **error_responses(404, 415, 422, 503)},
 )
 def refit(
     registry: RegistryPath,
@@ -122,7 +124,7 @@ def refit_job(
 @admin_router.post(
     "/{registry}/policies/{version}/activate",
     response_model=PolicyList,
-    responses=error_responses(404, 422, 503),
+    responses=error_responses(404, 415, 422, 503),
 )
 def activate(
     registry: RegistryPath, version: Annotated[str, Path(max_length=64)], core: CoreDep
