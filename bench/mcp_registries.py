@@ -5,7 +5,7 @@
 Loads every harvested registry that has tasks (``bench/data/mcp_registries/<stem>.json``, plus
 the ``gateway`` union) into an in-process :class:`registry.writes.engine.ShortlistEngine` with the real
 MiniLM embedder, the shipped ``bor`` policy and a throwaway local store, then asks
-``engine.shortlist(registry, query)`` for every task of ``bench/data/mcp_tasks.jsonl``: with the
+``engine.shortlist(ShortlistRequest(registry, query))`` for every task of ``bench/data/mcp_tasks.jsonl``: with the
 default policy, with fixed k = 1, 3, 5, and with k = N (the whole ranking, for the fixed-K curve).
 
 Per size bucket (N <= 10, 11-25, 26-60, gateway) and overall it prints: tasks, any-found (at
