@@ -43,6 +43,7 @@ from registry.feedback import (
 )
 from registry.index.embed import Embedder, load_minilm
 from registry.index.query_cache import CachedEmbedder
+from registry.jobs import JobRecords, LocalJobRecords, RedisJobRecords
 from registry.learning.learner import UsageLearner
 from registry.learning.manager import PolicyManager
 from registry.learning.wiring import build_learner, start_learner
@@ -53,7 +54,8 @@ from registry.store.base import SharedStore, Store
 from registry.store.local import LocalStore
 from registry.sync import StoreSync, republish_from
 from registry.tools import ToolLimits, parse_tools
-from registry.writes import PreparedWrite, WriteJob, WriteJobs
+from registry.write_jobs import WriteJob, WriteJobs
+from registry.writes import PreparedWrite
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +112,6 @@ class Shortlister:
     ) -> None:
         self.settings = settings
         self.engine: ShortlistEngine | None = None
-        self.write_jobs = WriteJobs()  # large uploads answered 202 run here
         self.load_error: str | None = None
         self.store_health: Any = None  # registry.store.redis.StoreHealth in Redis mode
         self._embedder_factory = embedder_factory
@@ -119,6 +120,7 @@ class Shortlister:
         )
         memory: RememberedShortlists
         feedback_log: FeedbackLog
+        self._redis_client: Any = None
         if store is None and settings.redis_url is not None:
             store, memory, feedback_log = self._redis_backends(settings)
         else:
@@ -129,6 +131,15 @@ class Shortlister:
                 settings.data_dir, archive=settings.feedback_archive
             )
         self.store: Store = store or LocalStore(settings.data_dir)
+        # durable background jobs (large uploads answered 202, refits): next to the registries
+        self.job_records: JobRecords = (
+            RedisJobRecords(self._redis_client, settings.redis_prefix)
+            if self._redis_client is not None and isinstance(self.store, SharedStore)
+            else LocalJobRecords(settings.data_dir)
+        )
+        self.write_jobs = WriteJobs(
+            self.job_records, limit=settings.write_queue_max, lease_seconds=settings.job_lease_seconds
+        )
         self.window = LiveWindow(settings.live_window_seconds)
         self.query_cache: CachedEmbedder | None = None  # set at load when the cache is on
         self.feedback_recorder = FeedbackRecorder(
@@ -143,8 +154,9 @@ class Shortlister:
         # per-registry depth policies (registry.learning): versions, refits, hot swaps
         self.policies = PolicyManager.for_settings(
             settings,
-            lambda: self.feedback_recorder.log.replay(),
+            self.feedback_recorder.log,
             shared=isinstance(self.store, SharedStore),
+            jobs=self.job_records,
         )
         self.sync: StoreSync | None = None
         self._registry_listeners: list[RegistryListener] = []
@@ -193,7 +205,7 @@ class Shortlister:
 
         assert settings.redis_url is not None
         url = settings.redis_url.get_secret_value()
-        client = connect(url)
+        client = self._redis_client = connect(url)
         health = StoreHealth()  # every Redis call reports to it
         self.store_health = health
         prefix = settings.redis_prefix
@@ -252,6 +264,7 @@ class Shortlister:
         if self.sync is not None:
             self.sync.stop()
         self.policies.close()
+        self.write_jobs.close()
         self.learning.close()
         if isinstance(self.store, SharedStore):
             self.store.close()
@@ -316,6 +329,10 @@ class Shortlister:
             shared = isinstance(self.store, SharedStore)
             self.policies.start(self.settings.sync_interval_seconds if shared else None)
             self.engine = engine
+            resumed = self._until_store_answers(lambda: self.write_jobs.resume(engine, self._notifying))
+            resumed += self._until_store_answers(self.policies.resume)
+            if resumed:
+                log.warning("%d unfinished background jobs resumed after a restart", resumed)
             if self.sync is not None and not self._closing.is_set():
                 self.sync.start()
         except ShortlistError as exc:
@@ -468,15 +485,21 @@ class Shortlister:
         prepare = engine.prepare_put if kind == "put" else engine.prepare_upsert
         prepared: PreparedWrite = prepare(registry, payload)
         limit = self.settings.async_write_min_texts
-        run = prepared.apply
-        prepared.apply = lambda: self._changed(run())
+        prepared = self._notifying(prepared)
         if limit and prepared.new_texts > limit and prepared.uncached() > limit:
-            return self.write_jobs.submit(prepared)
+            return self.write_jobs.submit(prepared, kind, payload)
         info: RegistryInfo = prepared.run()
         return info
 
+    def _notifying(self, prepared: PreparedWrite) -> PreparedWrite:
+        """``prepared`` telling the registry listeners about the version it commits."""
+        run = prepared.apply
+        prepared.apply = lambda: self._changed(run())
+        return prepared
+
     def write_job(self, registry: str, job_id: str) -> WriteJob | None:
-        """A job :meth:`submit_write` started in this process (None: unknown here)."""
+        """A job :meth:`submit_write` accepted (here, before a restart, or on another replica
+        sharing the Redis); None: unknown or expired (finished jobs are kept a day)."""
         return self.write_jobs.get(registry, job_id)
 
     def delete_tool(self, registry: str, name: str) -> RegistryInfo:

@@ -25,10 +25,12 @@ from registry.errors import (
     ValidationFailed,
     VersionConflict,
 )
+from registry.jobs import QueueFull
 
 log = logging.getLogger(__name__)
 
 STATUS_BY_ERROR: tuple[tuple[type[ShortlistError], int], ...] = (
+    (QueueFull, 429),
     (NotFound, 404),
     (ValidationFailed, 422),
     (PayloadTooLarge, 413),
@@ -134,6 +136,8 @@ def install_error_handlers(app: FastAPI) -> None:
         response = error_response(status, exc.error_type, message, exc.details)
         if isinstance(exc, Unauthorized):
             response.headers["WWW-Authenticate"] = exc.challenge
+        if isinstance(exc, QueueFull):
+            response.headers["Retry-After"] = str(exc.retry_after)
         return response
 
     @app.exception_handler(RequestValidationError)

@@ -174,6 +174,7 @@ ERROR_DESCRIPTIONS: dict[int, str] = {
     413: "Body larger than SHORTLIST_MAX_BODY_BYTES, or too many tools",
     415: "Body is not JSON: send Content-Type: application/json",
     422: "Invalid input; details name every problem",
+    429: "Too many background jobs queued on this replica; retry after Retry-After seconds",
     503: "Not ready yet (still loading), or storage unavailable",
 }
 
@@ -184,6 +185,10 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         status: {"model": ErrorResponse, "description": ERROR_DESCRIPTIONS[status]}
         for status in statuses
     }
+    if 429 in responses:
+        responses[429]["headers"] = {
+            "Retry-After": {"description": "Seconds to wait.", "schema": {"type": "integer"}}
+        }
     if 401 in responses:
         responses[401]["headers"] = {
             "WWW-Authenticate": {
