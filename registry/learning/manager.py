@@ -196,7 +196,7 @@ class PolicyManager:
                 self._open[registry] = job_id
         if background:
             return RefitJob.from_json(record)
-        return RefitJob.from_json(self.queue.wait(job_id, WAIT_SECONDS) or record)
+        return RefitJob.from_json(self.queue.wait(record["id"], WAIT_SECONDS) or record)
 
     def job(self, registry: str, job_id: str) -> RefitJob:
         record = self.queue.get(job_id)
