@@ -166,6 +166,9 @@ class Shortlister:
         # usage memory (registry.learning): fed by feedback, lifts rankings, attached at load
         self.learning: UsageLearner = build_learner(self.settings, self.store, lambda: self._loading)
         self.feedback_recorder.before_compact = self.learning.checkpoint  # no evidence only in memory
+        self._started = time.time()
+        self._losses: list[tuple[float, str]] = []  # what lost remembered shortlists, and when
+        self.feedback_recorder.losses = self._shortlist_losses
         self._loading: ShortlistEngine | None = None
         self.add_feedback_listener(self._learn)
         self._registry_listeners.append(self._learning_registry_changed)
@@ -266,6 +269,7 @@ class Shortlister:
         self.policies.close()
         self.write_jobs.close()
         self.learning.close()
+        self._save_pending()
         if isinstance(self.store, SharedStore):
             self.store.close()
 
@@ -301,10 +305,11 @@ class Shortlister:
                 embedder = self.query_cache = CachedEmbedder(embedder, self.settings.query_cache_size)
             engine = ShortlistEngine(self.settings, self.store, embedder, self.bor_policy)
             # before the first store call: a store wiped from here on is refilled, not mirrored
-            republish_from(engine, self.store, self.feedback_recorder)
+            republish_from(engine, self.store, self.feedback_recorder, self._write_back_learning)
             count = self._until_store_answers(engine.load_all)
             log.info("loaded %d registries", count)
             self._until_store_answers(lambda: self._load_demo(engine))
+            self._restore_pending(engine)
             restored = self._until_store_answers(self.feedback_recorder.restore)
             log.info("restored %d feedback events from the log", restored)
             self.feedback_recorder.maybe_compact()
@@ -341,6 +346,39 @@ class Shortlister:
         except Exception as exc:  # keep answering health checks; readiness reports the failure
             self.load_error = f"{type(exc).__name__}: {exc}"
             log.exception("start-up failed")
+
+    @property
+    def _pending_path(self) -> Path:
+        return Path(self.settings.data_dir) / "feedback" / "pending-shortlists.jsonl"
+
+    def _restore_pending(self, engine: ShortlistEngine) -> None:
+        """Local mode: take back the shortlists a graceful shutdown saved; after any other
+        stop, feedback for one served before this start gets 410 saying why."""
+        memory = self.feedback_recorder.memory
+        if not isinstance(memory, ShortlistMemory):
+            return
+        restored = memory.load(self._pending_path)
+        if restored is not None:
+            log.info("restored %d pending shortlists saved at the last shutdown", restored)
+        elif engine.list_registries():
+            self._losses.append(
+                (self._started, "the service restarted without a graceful shutdown (pending "
+                 "shortlists are kept across a graceful one only)")
+            )
+
+    def _shortlist_losses(self) -> list[tuple[float, str]]:
+        epoch = getattr(self.store, "epoch", None)
+        wipes = [(r.at, "the shared store (Redis) lost its data") for r in getattr(epoch, "recoveries", ())]
+        return [*self._losses, *wipes]
+
+    def _save_pending(self) -> None:
+        memory = self.feedback_recorder.memory
+        if isinstance(memory, ShortlistMemory) and self.engine is not None:
+            try:
+                saved = memory.save(self._pending_path)
+                log.info("saved %d pending shortlists for the next start", saved)
+            except OSError as exc:
+                log.warning("pending shortlists not saved (feedback for them gets 410): %s", exc)
 
     def _load_demo(self, engine: ShortlistEngine) -> None:
         path: Path | None = self.settings.demo_registry
@@ -451,6 +489,18 @@ class Shortlister:
         """Forget what a registry learned from feedback, on every replica."""
         self.require_engine().snapshot(registry)
         return self.learning.wipe(registry)
+
+    def _write_back_learning(self, won: bool) -> None:
+        """The shared store lost its data: the winner writes back what the learning loop holds
+        (policy versions, usage memories and switches), as it does the registries."""
+        if not won:
+            return
+        try:
+            self.policies.book.write_back()
+            saved = self.learning.write_back()
+            log.warning("wrote %d usage memories back to the shared store", saved)
+        except ShortlistError as exc:  # retried: the policy poll and the next saves write again
+            log.warning("learning state not written back yet: %s", exc.message)
 
     def _learn(self, event: FeedbackEvent) -> None:
         self.learning.observe(event)

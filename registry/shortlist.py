@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import time
-import uuid
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Literal, get_args
@@ -39,6 +38,7 @@ from registry.depth.policies import (
 from registry.errors import ValidationFailed
 from registry.feedback import ShownShortlist
 from registry.feedback.events import MAX_LOGGED_QUERY_CHARS, RANKING_TAIL
+from registry.feedback.served import new_shortlist_id
 from registry.index.embed import Embedder
 from registry.index.hybrid import SCORERS, Query, best_scores, rank_windows
 from registry.index.lexical import tokenize
@@ -57,6 +57,7 @@ __all__ = ["MAX_K", "POLICIES", "PolicyName", "QueryRunner", "Shortlist", "Short
 PolicyName = Literal["bor", "fixed", "gap", "threshold"]
 POLICIES: tuple[str, ...] = get_args(PolicyName)  # the one list of policy names
 MAX_K = 1000
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,7 +312,7 @@ class QueryRunner:
         p_rand = bor.p_rand(n, 1, depth) if n and depth else 0.0
         timings["total"] = time.perf_counter() - started
         return Shortlist(
-            shortlist_id=uuid.uuid4().hex,
+            shortlist_id=new_shortlist_id(),
             registry=snap.registry,
             version=snap.version,
             policy=request.policy,

@@ -64,10 +64,14 @@ def held_records(engine: ShortlistEngine) -> list[RegistryRecord]:
 
 
 def republish_from(
-    engine: ShortlistEngine, store: Store, feedback: FeedbackRecorder | None = None
+    engine: ShortlistEngine,
+    store: Store,
+    feedback: FeedbackRecorder | None = None,
+    learned: Callable[[bool], None] | None = None,
 ) -> None:
     """Tell a store that can lose its data what to re-publish then: ``engine``'s registry
-    versions, then (the winner) their embeddings, then ``feedback``'s counts (a no-op for
+    versions, then (the winner) their embeddings, then ``feedback``'s counts, then ``learned``
+    (called with whether this replica won: policy versions, usage memories) (a no-op for
     stores that cannot lose their data, e.g. local)."""
     register = getattr(store, "set_republish_source", None)
     if register is None:
@@ -82,6 +86,8 @@ def republish_from(
                     store.put_embeddings(model_id, dict(zip(snap.content_hashes, snap.dense.embeddings)))
         if feedback is not None:
             feedback.republish_counts()
+        if learned is not None:
+            learned(won)
 
     register(
         lambda: held_records(engine),

@@ -19,6 +19,7 @@ from registry.errors import (
     PayloadTooLarge,
     PolicySchemaMismatch,
     ShortlistError,
+    ShortlistExpired,
     StorageFull,
     StorageUnavailable,
     StoreUnavailable,
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 
 STATUS_BY_ERROR: tuple[tuple[type[ShortlistError], int], ...] = (
     (QueueFull, 429),
+    (ShortlistExpired, 410),
     (NotFound, 404),
     (ValidationFailed, 422),
     (PayloadTooLarge, 413),

@@ -171,6 +171,7 @@ ERROR_DESCRIPTIONS: dict[int, str] = {
     401: "Missing, malformed or unknown bearer token",
     404: "Unknown registry, tool or shortlist",
     409: "Another replica kept winning the race to write this registry; retry",
+    410: "The shortlist was served before a restart or a store wipe lost its record",
     413: "Body larger than SHORTLIST_MAX_BODY_BYTES, or too many tools",
     415: "Body is not JSON: send Content-Type: application/json",
     422: "Invalid input; details name every problem",
