@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: run test lint install install-test export-embedder bench clean
+.PHONY: run test lint system-deps install install-test export-embedder bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +34,13 @@ lint: install-test
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-test: lint
+# The Debian packages the tests need (redis-server, promtool, chromium + driver) come first: installed
+# via apt when root, otherwise one message naming them, before the slow virtualenv work starts.
+system-deps:
+	scripts/system-deps.sh
+
+test: system-deps
+	$(MAKE) lint
 	$(BIN)/python -m pytest -q
 
 bench: install

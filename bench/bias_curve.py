@@ -29,9 +29,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from leave_one_out import DEV, FOLDS  # noqa: E402
 
-from registry.depth.policies import OnnxDepthPolicy  # noqa: E402
-from registry.evaluate import load_or_build_table, rank_table  # noqa: E402
 from registry.index.embed import load_minilm  # noqa: E402
+from registry.offline.evaluate import load_or_build_table, rank_table  # noqa: E402
 from registry.offline.metrics import (  # noqa: E402
     DEFAULT_CAP,
     depth_efficiency,
@@ -39,6 +38,7 @@ from registry.offline.metrics import (  # noqa: E402
     found_rate,
     policy_depths,
 )
+from registry.serving.depth_policies import OnnxDepthPolicy  # noqa: E402
 
 BIASES = (-0.5, -0.25, -0.1, 0.0, 0.1, 0.2, 0.25, 0.3, 0.4, 0.5)
 DATA = {**DEV, "live": ROOT / "data" / "bfcl_live"}

@@ -1,9 +1,9 @@
-"""Fit the ``allow_empty`` relevance model (registry/relevance.py) on the dev sets.
+"""Fit the ``allow_empty`` relevance model (registry/serving/relevance.py) on the dev sets.
 
 Each dev set's queries ranked on its own registry are positives (some tool fits); queries of
 the other sets ranked on it are negatives (they were written for other tools; a few may still
 fit, which only makes the model more cautious). Logistic regression on
-:func:`registry.relevance.relevance_features`, fitted on 70% of the queries; the threshold is
+:func:`registry.serving.relevance.relevance_features`, fitted on 70% of the queries; the threshold is
 the confidence below which at most ``--max-false-empty`` (default 5%) of the fitting split's
 positives fall, so a relevant tool is rarely withheld. Prints held-out figures, then refits on
 everything and writes ``models/relevance.json``.
@@ -22,11 +22,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from registry.datasets import index_dataset, load_dataset
 from registry.index.embed import load_minilm
 from registry.index.hybrid import Query, rank
 from registry.index.lexical import tokenize
-from registry.relevance import RELEVANCE_WINDOW, RelevanceModel, relevance_features
+from registry.offline.datasets import index_dataset, load_dataset
+from registry.serving.relevance import RELEVANCE_WINDOW, RelevanceModel, relevance_features
 
 SETS = ("bfcl_simple", "metatool", "toolbench_stable")
 

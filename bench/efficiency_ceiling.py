@@ -27,11 +27,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from registry.datasets import load_dataset
-from registry.depth.features import depth_features
 from registry.index.embed import load_minilm
+from registry.offline.datasets import load_dataset
 from registry.offline.metrics import DEFAULT_CAP, depth_efficiency, fixed_curve, found_rate
 from registry.offline.tables import ScoreTable, load_or_build_table, rank_table
+from registry.serving.features import depth_features
 
 ROOT = Path(__file__).resolve().parent.parent
 SETS = (("bfcl_simple", None), ("metatool", 2000), ("toolbench_stable", None))

@@ -21,7 +21,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from registry.depth.train import data_episodes, train_ensemble
 from registry.index.embed import load_minilm
 from registry.offline.metrics import (
     DEFAULT_CAP,
@@ -31,6 +30,7 @@ from registry.offline.metrics import (
     policy_depths,
 )
 from registry.offline.tables import load_or_build_table, rank_table
+from registry.offline.train import data_episodes, train_ensemble
 
 ROOT = Path(__file__).resolve().parent.parent
 SETS = (("bfcl_simple", None), ("metatool", 2000), ("toolbench_stable", None))

@@ -48,8 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import DEFAULT_EMBEDDER_CACHE, agent_uses, poisoned_uses, raw_dataset
 from registry.core import Shortlister
 from registry.feedback import FeedbackEvent
-from registry.learning.explore import Explorer
 from registry.offline.metrics import k_equivalent
+from registry.serving.explore import Explorer
 from registry.settings import Settings
 
 SEED = 11

@@ -3,7 +3,7 @@
     python bench/mcp_registries.py [--json bench/out/mcp_registries.json] [--per-registry]
 
 Loads every harvested registry that has tasks (``bench/data/mcp_registries/<stem>.json``, plus
-the ``gateway`` union) into an in-process :class:`registry.engine.ShortlistEngine` with the real
+the ``gateway`` union) into an in-process :class:`registry.writes.engine.ShortlistEngine` with the real
 MiniLM embedder, the shipped ``bor`` policy and a throwaway local store, then asks
 ``engine.shortlist(registry, query)`` for every task of ``bench/data/mcp_tasks.jsonl``: with the
 default policy, with fixed k = 1, 3, 5, and with k = N (the whole ranking, for the fixed-K curve).
@@ -36,11 +36,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from registry.depth.policies import OnnxDepthPolicy  # noqa: E402
-from registry.engine import ShortlistEngine  # noqa: E402
 from registry.index.embed import load_minilm  # noqa: E402
+from registry.serving.depth_policies import OnnxDepthPolicy  # noqa: E402
 from registry.settings import Settings  # noqa: E402
 from registry.store.local import LocalStore  # noqa: E402
+from registry.writes.engine import ShortlistEngine  # noqa: E402
 
 DATA = ROOT / "bench" / "data"
 DEFAULT_EMBEDDER_CACHE = ROOT / "data" / "cache" / "embedder"

@@ -17,7 +17,7 @@ import json
 import random
 from pathlib import Path
 
-from registry.datasets import load_dataset
+from registry.offline.datasets import load_dataset
 
 
 def main() -> None:

@@ -5,19 +5,19 @@
 Two query sets, both of queries with >= 2 gold tools:
 
 * StableToolBench (``--toolbench``, 2,479 tools): the held-out split depth training uses
-  (``registry.depth.train.holdout_rows``, ``--holdout-fraction 0.3 --seed 0`` over the same
+  (``registry.offline.train.holdout_rows``, ``--holdout-fraction 0.3 --seed 0`` over the same
   ``max_queries`` sample), so the split is identical to ``shortlist train``'s.
 * MetaTool's multi-tool queries (``--metatool-multi``, 497 queries over 199 tools), which no
   policy was trained on.
 
-Each query goes through an in-process :class:`registry.engine.ShortlistEngine` built as the
+Each query goes through an in-process :class:`registry.writes.engine.ShortlistEngine` built as the
 service builds it (real MiniLM embedder, the shipped ``bor`` policy, a local store in a temp
 directory), once with ``multi_intent`` on and once off (off is the behaviour before multi-intent
 coverage). If ``Settings`` has no ``multi_intent`` field yet the bench runs the engine once and
 says so. A third call with ``k=50`` gives the plain ranking (with ``k`` the engine cuts the
 request's own ranking, never splitting intents), from which the fixed-K curves come: "any" =
 at least one gold tool in the top K, "all" = every gold tool in the top K
-(:func:`registry.evaluate.fixed_curve`). A gold tool counts as shown when it is in the
+(:func:`registry.offline.evaluate.fixed_curve`). A gold tool counts as shown when it is in the
 shortlist's ``tools``; one listed only as a folded near-duplicate (``alternates``) is
 reported apart.
 
@@ -45,9 +45,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import DEFAULT_EMBEDDER_CACHE
 
-from registry.datasets import LabelledQuery, load_dataset
-from registry.depth.episodes import Episode
 from registry.fsio import json_safe
+from registry.offline.datasets import LabelledQuery, load_dataset
+from registry.offline.episodes import Episode
 from registry.offline.metrics import depth_efficiency, fixed_curve, fixed_found_at, k_equivalent
 
 DATA = Path("/work/shared/data")
@@ -61,13 +61,13 @@ def heldout_multi(
     """The held-out queries of ``shortlist train --data`` with >= 2 gold tools.
 
     Training samples ``train_max_queries`` queries (``random.Random(seed).sample``, as
-    :func:`registry.evaluate.score_table`), then splits the score table's rows with
-    :func:`registry.depth.train.holdout_rows`; that function is called here on the same rows
+    :func:`registry.offline.evaluate.score_table`), then splits the score table's rows with
+    :func:`registry.offline.train.holdout_rows`; that function is called here on the same rows
     (it reads only the gold lists), so the split is identical.
     """
     from types import SimpleNamespace
 
-    from registry.depth.train import holdout_rows
+    from registry.offline.train import holdout_rows
 
     queries = load_dataset(directory).queries  # drops queries without gold in the registry
     if len(queries) > train_max_queries:
@@ -86,11 +86,11 @@ def multi_queries(path: Path) -> tuple[Path, list[LabelledQuery]]:
 def build_engines(tools_payload: Any, registry: str, tmp: Path, embedder_cache: Path) -> dict[str, Any]:
     """Engines keyed by mode (``"multi-intent on"``, ``"multi-intent off"``; one ``"engine"``
     when ``Settings`` has no ``multi_intent`` field), sharing one store and one embedder."""
-    from registry.depth.policies import OnnxDepthPolicy
-    from registry.engine import ShortlistEngine
     from registry.index.embed import load_minilm
+    from registry.serving.depth_policies import OnnxDepthPolicy
     from registry.settings import Settings
     from registry.store.local import LocalStore
+    from registry.writes.engine import ShortlistEngine
 
     base: dict[str, Any] = {"data_dir": tmp, "demo_registry": None, "embedder_cache_dir": embedder_cache}
     has_flag = "multi_intent" in Settings.model_fields

@@ -4,18 +4,18 @@
         --out docs/generated/registry_size
 
 For each dev set (BFCL simple, MetaTool's 2,000-query sample, StableToolBench) the HELD-OUT
-30% of queries (:func:`registry.depth.train.holdout_rows`, the split ``shortlist train`` uses
-with seed 0) is carved (``registry/depth/carve.py``) into sub-registries of 8, 20 and 50 tools
+30% of queries (:func:`registry.offline.train.holdout_rows`, the split ``shortlist train`` uses
+with seed 0) is carved (``registry/offline/carve.py``) into sub-registries of 8, 20 and 50 tools
 with each fill kind (random, same group, nearest neighbours), ranked with the hybrid scorer
 (BM25 recomputed on the sub-corpus). Every policy gets the service cap 20. Per (set, N, fill)
 and pooled it prints found (any gold shown), all-found (every gold shown), mean K, the share
 of answers that are the whole registry, fixed K=1/3/5 found and depth efficiency (K_eq /
-mean K, :func:`registry.evaluate.depth_efficiency`); then the same on the held-out queries over
+mean K, :func:`registry.offline.evaluate.depth_efficiency`); then the same on the held-out queries over
 each FULL registry (large registries must not get worse). ``--unseen DIR`` adds a data set no
 policy trained on (BFCL live, ``bench/convert_bfcl_live.py``): all its queries, carved and full.
 
 ``--policy NAME=DIR`` loads an ONNX artifact; ``NAME=DIR:nocap`` replays it without the
-whole-registry guarantee (:func:`registry.depth.policies.policy_depth_limit`), i.e. as it was
+whole-registry guarantee (:func:`registry.serving.depth_policies.policy_depth_limit`), i.e. as it was
 served before it (use it for the old shipped artifact). Keep a copy of the old artifact, e.g.
 ``git show <rev>:models/default/policy.onnx``, or ``cp -r models/default data/models/old_default``
 before retraining.
@@ -36,8 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from registry.depth.carve import FILL_KINDS, carve_grid, load_source  # noqa: E402
-from registry.depth.episodes import Episode  # noqa: E402
+from registry.offline.carve import FILL_KINDS, carve_grid, load_source  # noqa: E402
+from registry.offline.episodes import Episode  # noqa: E402
 from registry.offline.metrics import (  # noqa: E402
     DEFAULT_CAP,
     PolicyFn,
@@ -74,7 +74,7 @@ def fixed(eps: Sequence[Episode], ks: Sequence[int] = (1, 3, 5)) -> dict[str, fl
 
 
 def load_policy(spec: str) -> tuple[str, PolicyFn]:
-    from registry.depth.policies import OnnxDepthPolicy
+    from registry.serving.depth_policies import OnnxDepthPolicy
 
     name, _, path = spec.partition("=")
     nocap = path.endswith(":nocap")
@@ -127,8 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="write registry_size.md / .json here")
     args = ap.parse_args(argv)
 
-    from registry.depth.train import holdout_rows
     from registry.index.embed import load_minilm
+    from registry.offline.train import holdout_rows
     from registry.settings import Settings
 
     embedder = load_minilm(Settings().resolved_embedder_cache())

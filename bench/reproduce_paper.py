@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from registry.depth.policies import GapPolicy, ThresholdPolicy
-from registry.depth.train import train_dqn
-from registry.evaluate import (
+from registry.fsio import json_safe
+from registry.index.embed import load_minilm
+from registry.offline.evaluate import (
     RankedSet,
     candidate_episodes,
     evaluate_ranked,
@@ -34,9 +34,9 @@ from registry.evaluate import (
     plot_report,
     rank_table,
 )
-from registry.fsio import json_safe
-from registry.index.embed import load_minilm
 from registry.offline.metrics import found_rate
+from registry.offline.train import train_dqn
+from registry.serving.depth_policies import GapPolicy, ThresholdPolicy
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -112,8 +112,8 @@ BIAS_GRID = (*np.round(np.arange(-1.0, 1.0001, 0.05), 2).tolist(), 1.5, 2.0, 3.0
 def budget_bias(trained, episodes: list, cap: int, budget_k: float) -> float:
     """The operating knob (``depth_bias``) for a depth budget, picked on TRAINING episodes:
     the bias finding most often with a training mean K <= ``budget_k`` (ties: the shorter)."""
-    from registry.depth.features import depth_features
-    from registry.depth.policies import first_stop
+    from registry.serving.depth_policies import first_stop
+    from registry.serving.features import depth_features
 
     qs = [trained.q_values(depth_features(e.scores, e.n_tools, min(cap, e.scores.size, e.n_tools)))
           for e in episodes]

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from registry.datasets import index_dataset, load_dataset, rank_queries
 from registry.index.embed import load_minilm
 from registry.index.hybrid import fuse
 from registry.index.lexical import tokenize, top_k
+from registry.offline.datasets import index_dataset, load_dataset, rank_queries
 
 
 def found(ranks: list[int], k: int) -> float:

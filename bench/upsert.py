@@ -86,11 +86,11 @@ def local_child(root: Path, n: int, repeat: int, vectors_path: Path) -> dict[str
     """Runs inside a process whose ``registry`` package is ``root``'s."""
     model_id, vectors = load_vectors(vectors_path)
     sys.path.insert(0, str(root))
-    from registry.depth.policies import OnnxDepthPolicy
-    from registry.engine import ShortlistEngine
     from registry.index.embed import load_minilm
+    from registry.serving.depth_policies import OnnxDepthPolicy
     from registry.settings import Settings
     from registry.store.local import LocalStore
+    from registry.writes.engine import ShortlistEngine
 
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(data_dir=Path(tmp), demo_registry=None, max_tools_per_registry=n + 10 * repeat + 10)
@@ -341,13 +341,13 @@ def run_upload(args: argparse.Namespace) -> None:
 
 def run_hnsw(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(ROOT))
-    from registry.depth.policies import OnnxDepthPolicy
-    from registry.engine import ShortlistEngine
     from registry.index.embed import HashingEmbedder
+    from registry.index.snapshot import build_snapshot
+    from registry.serving.depth_policies import OnnxDepthPolicy
     from registry.settings import Settings
-    from registry.snapshot import build_snapshot
     from registry.store.local import LocalStore
     from registry.tools import ToolLimits, parse_tools
+    from registry.writes.engine import ShortlistEngine
 
     def best(fn, repeat: int) -> float:
         times = []

@@ -23,11 +23,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import DEFAULT_EMBEDDER_CACHE, agent_uses
-from registry.datasets import index_dataset, load_dataset
 from registry.index.embed import load_minilm
 from registry.index.hybrid import Query, rank
 from registry.index.lexical import tokenize
 from registry.learning.usage import UsageConfig, UsageMemory
+from registry.offline.datasets import index_dataset, load_dataset
 
 DATA = Path("/work/shared/data")
 

@@ -4,7 +4,7 @@ Built from settings alone, it owns what a running service needs::
 
     store          local directory, or Redis shared by replicas (with remembered shortlists
                    and the feedback log in the same Redis)
-    engine         registries in, shortlists out (:class:`registry.engine.ShortlistEngine`),
+    engine         registries in, shortlists out (:class:`registry.writes.engine.ShortlistEngine`),
                    loaded in the background so a face can answer health checks meanwhile
     feedback       remembered shortlists, the durable log, live window and per-tool counts
     sync           the thread keeping a replica in step with a shared store
@@ -26,8 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from registry.depth.policies import OnnxDepthPolicy, TunableDepthPolicy
-from registry.engine import RegistryChange, RegistryInfo, ShortlistEngine
+from registry.backends import build_learner, start_learner
 from registry.errors import NotReady, ShortlistError, StoreUnavailable
 from registry.feedback import (
     EquivalenceClasses,
@@ -43,19 +42,20 @@ from registry.feedback import (
 )
 from registry.index.embed import Embedder, load_minilm
 from registry.index.query_cache import CachedEmbedder
+from registry.index.snapshot import Snapshot
 from registry.jobs import JobRecords, LocalJobRecords, RedisJobRecords
 from registry.learning.learner import UsageLearner
 from registry.learning.manager import PolicyManager
-from registry.learning.wiring import build_learner, start_learner
+from registry.serving.depth_policies import OnnxDepthPolicy, TunableDepthPolicy
+from registry.serving.shortlist import Shortlist
 from registry.settings import Settings
-from registry.shortlist import Shortlist
-from registry.snapshot import Snapshot
 from registry.store.base import SharedStore, Store
 from registry.store.local import LocalStore
-from registry.sync import StoreSync, republish_from
 from registry.tools import ToolLimits, parse_tools
-from registry.write_jobs import WriteJob, WriteJobs
-from registry.writes import PreparedWrite
+from registry.writes.engine import RegistryChange, RegistryInfo, ShortlistEngine
+from registry.writes.jobs import PreparedWrite
+from registry.writes.sync import StoreSync, republish_from
+from registry.writes.write_jobs import WriteJob, WriteJobs
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from registry.depth.policies import MAX_DEPTH_BIAS
+from registry.serving.depth_policies import MAX_DEPTH_BIAS
 
 # Comma-separated in the environment; SecretStr keeps every token out of reprs and logs.
 Tokens = Annotated[tuple[SecretStr, ...], NoDecode]

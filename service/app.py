@@ -9,7 +9,7 @@ from typing import Any
 from anyio import to_thread
 from fastapi import Depends, FastAPI
 
-from registry.depth.policies import TunableDepthPolicy
+from registry.serving.depth_policies import TunableDepthPolicy
 from registry.settings import Settings
 from service.auth import log_access_mode, metrics_tokens
 from service.deps import require_admin, require_query

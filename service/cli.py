@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from registry.cli_support import HelpFormatter
+from registry.offline.cli_support import HelpFormatter
 from service.logging_setup import configure_logging
 
 log = logging.getLogger("shortlist")
@@ -82,10 +82,10 @@ def _announce(app: Any, settings: Any) -> None:
 
 
 def _episodes(args: argparse.Namespace) -> int:
-    from registry.datasets import dataset_episodes
-    from registry.depth.episodes import save_episodes
     from registry.index.embed import load_minilm
     from registry.index.hybrid import SCORERS
+    from registry.offline.datasets import dataset_episodes
+    from registry.offline.episodes import save_episodes
     from registry.settings import Settings
 
     settings = Settings()
@@ -173,11 +173,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging("info")  # serve reconfigures with its --log-level and SHORTLIST_LOG_FORMAT
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["train"]:
-        from registry.depth.train import main as train_main
+        from registry.offline.train import main as train_main
 
         return train_main(argv[1:])
     if argv[:1] == ["evaluate"]:
-        from registry.evaluate import main as evaluate_main
+        from registry.offline.evaluate import main as evaluate_main
 
         return evaluate_main(argv[1:])
     args = build_parser().parse_args(argv)

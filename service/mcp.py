@@ -26,11 +26,11 @@ from starlette.routing import Match, Route
 from starlette.types import Receive, Scope, Send
 
 from registry.core import Shortlister
-from registry.depth.policies import MAX_DEPTH_BIAS
-from registry.engine import MAX_K
 from registry.errors import ShortlistError
+from registry.serving.depth_policies import MAX_DEPTH_BIAS
+from registry.serving.shortlist import Shortlist
 from registry.settings import Settings
-from registry.shortlist import Shortlist
+from registry.writes.engine import MAX_K
 from service.auth import authenticate, caller_hash
 from service.errors import Unauthorized, error_body, error_response
 from service.schemas import FeedbackRequest, FeedbackResponse, RegistryName, ShortlistResponse

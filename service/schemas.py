@@ -7,12 +7,12 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from registry.core import FeedbackResult
-from registry.depth.policies import MAX_DEPTH_BIAS
-from registry.engine import MAX_K
 from registry.feedback import MAX_CALLS
 from registry.index.hybrid import Scorer as ScorerName
-from registry.shortlist import PolicyName
+from registry.serving.depth_policies import MAX_DEPTH_BIAS
+from registry.serving.shortlist import PolicyName
 from registry.tools import MAX_REGISTRY_NAME_CHARS, REGISTRY_NAME_PATTERN, ToolLimits
+from registry.writes.engine import MAX_K
 
 MAX_TOOL_NAME_CHARS = ToolLimits().max_name_chars
 MAX_USED_TOOLS = 1000
@@ -75,7 +75,7 @@ EQUIVALENT_GROUP_SCHEMA: dict[str, Any] = {
     "description": "At least two distinct names of tools in the upload.",
 }
 # The depth knobs exclude each other: k fixes the depth (policy fixed, no depth_bias);
-# depth_bias tunes bor only. Said as JSON-schema conditions (registry.shortlist enforces them).
+# depth_bias tunes bor only. Said as JSON-schema conditions (registry.serving.shortlist enforces them).
 SHORTLIST_KNOB_RULES: list[Any] = [
     {
         "if": {"required": ["k"], "properties": {"k": {"type": "integer"}}},
@@ -87,7 +87,7 @@ SHORTLIST_KNOB_RULES: list[Any] = [
     },
 ]
 # Written out for the OpenAPI enum; a test keeps them equal to the engine's lists.
-# The OpenAPI enums are the engine's own lists (registry.shortlist / registry.index.hybrid).
+# The OpenAPI enums are the engine's own lists (registry.serving.shortlist / registry.index.hybrid).
 __all__ = ["PolicyName", "ScorerName"]
 
 EXAMPLE_TOOLS: list[dict[str, Any]] = [
@@ -368,7 +368,7 @@ class ShortlistRequest(BaseModel):
         "not blank, at most SHORTLIST_MAX_QUERY_CHARS (default 262144) characters. Several "
         "intents ('find X, then email it') are each covered; a tool named verbatim comes first.",
         min_length=1,
-        # Documented only: blank and too long are refused by registry.shortlist with clearer
+        # Documented only: blank and too long are refused by registry.serving.shortlist with clearer
         # messages; maxLength is the setting's value (document_settings).
         json_schema_extra={"pattern": NOT_BLANK_PATTERN},
     )

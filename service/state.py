@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from registry.core import DEMO_REGISTRY, EmbedderFactory, Shortlister, default_embedder
-from registry.depth.policies import TunableDepthPolicy
-from registry.engine import RegistryChange, ShortlistEngine
 from registry.feedback import FeedbackRecorder
+from registry.serving.depth_policies import TunableDepthPolicy
 from registry.settings import Settings
 from registry.store.base import Store
+from registry.writes.engine import RegistryChange, ShortlistEngine
 from service.feedback_metrics import FeedbackMetrics
 from service.metrics import Metrics, QueryCacheCollector
 

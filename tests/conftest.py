@@ -47,7 +47,7 @@ def hashing_embedder():
 
 @pytest.fixture(scope="session")
 def bor_policy():
-    from registry.depth.policies import OnnxDepthPolicy
+    from registry.serving.depth_policies import OnnxDepthPolicy
 
     return OnnxDepthPolicy.from_dir(POLICY_DIR)
 
@@ -122,8 +122,8 @@ def tools_payload() -> list[dict]:
 
 @pytest.fixture
 def engine(settings, hashing_embedder, bor_policy) -> Iterator:
-    from registry.engine import ShortlistEngine
     from registry.store.local import LocalStore
+    from registry.writes.engine import ShortlistEngine
 
     yield ShortlistEngine(settings, LocalStore(settings.data_dir), hashing_embedder, bor_policy)
 

@@ -17,7 +17,7 @@ import redis
 from tests.server import free_port
 
 REDIS_SERVER = shutil.which("redis-server")
-INSTALL_HINT = "redis-server is not installed: apt-get install redis-server (.ci/run does this)"
+INSTALL_HINT = "redis-server is not installed: apt-get install redis-server (make test does this as root)"
 
 
 class RedisServer:

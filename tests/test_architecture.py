@@ -27,7 +27,7 @@ def test_the_checker_sees_every_import_form():
     source = (
         "import os\nimport fastapi.routing as r\nfrom service.app import create_app\n"
         "def f():\n    from prometheus_client import Counter\n    import starlette, uvicorn\n"
-        "from registry.engine import ShortlistEngine\nfrom servicex import y\n"
+        "from registry.writes.engine import ShortlistEngine\nfrom servicex import y\n"
     )
     assert forbidden_imports(source) == [
         "fastapi.routing", "service.app", "prometheus_client", "starlette", "uvicorn"

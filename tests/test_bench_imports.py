@@ -40,7 +40,7 @@ def test_bench_script_imports_resolve(script: Path) -> None:
     for module_name, name, line in _project_imports(script):
         module = importlib.import_module(module_name)
         if name != "*" and not hasattr(module, name):
-            try:  # a submodule imported by name (from registry.depth import train)
+            try:  # a submodule imported by name (from registry.offline import train)
                 importlib.import_module(f"{module_name}.{name}")
             except ModuleNotFoundError:
                 missing.append(f"{script.name}:{line}: {module_name}.{name}")

@@ -1,11 +1,12 @@
-"""Sub-registry carving (registry/depth/carve.py) on a tiny synthetic score table."""
+"""Sub-registry carving (registry/offline/carve.py) on a tiny synthetic score table."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from registry.depth.carve import (
+from registry.index.lexical import LexicalIndex, tokenize
+from registry.offline.carve import (
     FILL_KINDS,
     build_source,
     carve_grid,
@@ -15,8 +16,7 @@ from registry.depth.carve import (
     service_groups,
     training_plan,
 )
-from registry.evaluate import ScoreTable
-from registry.index.lexical import LexicalIndex, tokenize
+from registry.offline.evaluate import ScoreTable
 
 SERVICES = ["weather", "stocks", "mail", "calendar", "maps", "music", "news", "files"]
 N_TOOLS = 8 * 8  # 8 services x 8 tools
@@ -84,7 +84,7 @@ def test_groups_by_service_suffix_else_by_clusters(source) -> None:
 
 @pytest.mark.parametrize("kind", FILL_KINDS)
 def test_carved_episode_holds_the_gold_and_ranks_it_right(source, kind: str) -> None:
-    from registry.depth.carve import _fill
+    from registry.offline.carve import _fill
 
     table, _, _, src = source
     ep = carve_one(src, 2, 12, kind, np.random.default_rng(1))
@@ -102,7 +102,7 @@ def test_carved_episode_holds_the_gold_and_ranks_it_right(source, kind: str) -> 
 def test_fill_kinds(source) -> None:
     _, _, _, src = source
     rng = np.random.default_rng(0)
-    from registry.depth.carve import _fill
+    from registry.offline.carve import _fill
 
     gold = np.array([3])
     group = _fill(src, gold, 10, "group", rng)

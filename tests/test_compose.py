@@ -6,14 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from registry.compose import (
+from registry.feedback import EquivalenceClasses
+from registry.serving.compose import (
     INTENT_CONFIDENT_DEPTH,
     MAX_EXTRA_PER_INTENT,
     Folded,
     fold_duplicates,
     interleave,
 )
-from registry.feedback import EquivalenceClasses
 
 
 def unit(*rows: list[float]) -> np.ndarray:

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from registry.depth.policies import first_stop
+from registry.serving.depth_policies import first_stop
 from registry.settings import Settings
 from service.routes.console import CONSOLE_DIR
 

@@ -1,6 +1,6 @@
 """The console and the API docs in a real headless Chromium against a real server (MiniLM).
 
-Needs Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs them). One browser
+Needs Debian's ``chromium`` and ``chromium-driver`` (``make test`` installs them as root). One browser
 and one server are shared by the module. With ``CONSOLE_SCREENSHOTS=1`` the test also writes
 the README's screenshots to ``docs/img/console/``.
 """
@@ -50,7 +50,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, minilm_cache: Path) -> Iter
 def browser() -> Iterator[webdriver.Chrome]:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     driver_path = shutil.which("chromedriver")
-    assert chromium and driver_path, "install Debian's chromium and chromium-driver (.ci/run does)"
+    assert chromium and driver_path, "install Debian's chromium and chromium-driver (make test does as root)"
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",

@@ -41,7 +41,7 @@ def test_not_ready_until_started(make_core):
 
 
 def test_shortlist_then_feedback_shows_in_counts_and_report(make_core):
-    from registry.engine import RegistryChange
+    from registry.writes.engine import RegistryChange
 
     core = make_core()
     changes: list[RegistryChange] = []

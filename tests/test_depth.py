@@ -17,22 +17,22 @@ import numpy as np
 import pytest
 
 from registry.bor import bor_max_bits
-from registry.depth.env import CONTINUE, STOP, DepthEnv, build_replay, stop_rewards
-from registry.depth.episodes import Episode, load_episodes, save_episodes
-from registry.depth.features import (
-    FEATURE_NAMES,
-    FEATURE_SCHEMA_VERSION,
-    FEATURE_WINDOW,
-    depth_features,
-)
-from registry.depth.policies import (
+from registry.errors import ArtifactError, PolicySchemaMismatch
+from registry.offline.env import CONTINUE, STOP, DepthEnv, build_replay, stop_rewards
+from registry.offline.episodes import Episode, load_episodes, save_episodes
+from registry.serving.depth_policies import (
     DepthPolicy,
     FixedPolicy,
     GapPolicy,
     OnnxDepthPolicy,
     ThresholdPolicy,
 )
-from registry.errors import ArtifactError, PolicySchemaMismatch
+from registry.serving.features import (
+    FEATURE_NAMES,
+    FEATURE_SCHEMA_VERSION,
+    FEATURE_WINDOW,
+    depth_features,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 F = len(FEATURE_NAMES)
@@ -135,8 +135,8 @@ def test_feature_argument_errors(n_tools: int, max_depth: int) -> None:
 def test_serving_modules_do_not_import_torch_or_scipy() -> None:
     code = (
         "import sys\n"
-        "import registry.bor, registry.depth.features, registry.depth.policies\n"
-        "import registry.depth.episodes, registry.depth.env\n"
+        "import registry.bor, registry.serving.features, registry.serving.depth_policies\n"
+        "import registry.offline.episodes, registry.offline.env\n"
         "bad = [m for m in ('torch', 'scipy') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )
@@ -344,14 +344,14 @@ def _synthetic(n: int, seed: int) -> list[Episode]:
 @pytest.fixture(scope="module")
 def trained():
     pytest.importorskip("torch")
-    from registry.depth.train import train_dqn
+    from registry.offline.train import train_dqn
 
     return train_dqn(_synthetic(200, seed=0), seed=0, steps=1500, batch_size=256, max_depth=20)
 
 
 @pytest.fixture(scope="module")
 def exported(trained, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from registry.depth.export import export_onnx
+    from registry.offline.export import export_onnx
 
     out = tmp_path_factory.mktemp("policy")
     return export_onnx(
@@ -364,7 +364,7 @@ def exported(trained, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_dqn_learns_adaptive_depth_and_beats_fixed_k(trained) -> None:
-    from registry.depth.train import compare_with_fixed, evaluate_policy
+    from registry.offline.train import compare_with_fixed, evaluate_policy
 
     held_out = _synthetic(100, seed=1)
     cmp = compare_with_fixed(trained.choose_depth, held_out, max_depth=20)
@@ -384,8 +384,8 @@ def test_dqn_learns_adaptive_depth_and_beats_fixed_k(trained) -> None:
 
 
 def test_evaluate_policy_bits() -> None:
-    from registry.depth.train import evaluate_policy
     from registry.offline.metrics import fixed_curve, fixed_found_at
+    from registry.offline.train import evaluate_policy
 
     eps = [
         Episode(scores=np.linspace(1, 0, 10), gold_ranks=np.array([0]), n_tools=200),
@@ -400,7 +400,7 @@ def test_evaluate_policy_bits() -> None:
 
 def test_training_is_deterministic() -> None:
     pytest.importorskip("torch")
-    from registry.depth.train import train_dqn
+    from registry.offline.train import train_dqn
 
     eps = _synthetic(20, seed=3)
     a = train_dqn(eps, seed=7, steps=50, batch_size=64, max_depth=10)
@@ -541,7 +541,7 @@ def test_onnx_policy_refuses_tampered_artifacts(exported: Path, tmp_path: Path) 
 
 def test_cli_trains_and_exports(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from registry.depth.train import main
+    from registry.offline.train import main
 
     save_episodes(tmp_path / "a.npz", _synthetic(60, seed=4), {"scorer": "synthetic"})
     save_episodes(tmp_path / "b.npz", _synthetic(40, seed=5), {"scorer": "synthetic"})
@@ -563,8 +563,8 @@ def test_seed_ensemble_averages_members_and_exports(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     import onnxruntime as ort
 
-    from registry.depth.export import export_onnx
-    from registry.depth.train import QEnsemble, train_dqn, train_ensemble
+    from registry.offline.export import export_onnx
+    from registry.offline.train import QEnsemble, train_dqn, train_ensemble
 
     eps = _synthetic(40, seed=6)
     ens = train_ensemble(eps, [1, 2], steps=60, batch_size=64, max_depth=10)
@@ -587,7 +587,7 @@ def test_seed_ensemble_averages_members_and_exports(tmp_path: Path) -> None:
 
 
 def test_first_stop_rule_and_its_bias() -> None:
-    from registry.depth.policies import first_stop
+    from registry.serving.depth_policies import first_stop
 
     adv = np.array([-0.3, 0.1, -0.2, 0.6, 0.2])  # Q_stop - Q_continue per depth
     q = np.stack([adv, np.zeros_like(adv)], axis=1)
@@ -621,7 +621,7 @@ def test_bias_never_shortens_a_list_and_zero_is_the_trained_rule(bor_policy) -> 
 
 
 def test_policy_depth_limit_is_half_the_registry_from_eight_tools() -> None:
-    from registry.depth.policies import policy_depth_limit
+    from registry.serving.depth_policies import policy_depth_limit
 
     assert [policy_depth_limit(n) for n in (0, 1, 5, 7)] == [0, 1, 5, 7]
     assert [policy_depth_limit(n) for n in (8, 9, 20, 50, 2479)] == [4, 4, 10, 25, 1239]
@@ -665,7 +665,7 @@ def test_whole_registry_guarantee_is_in_the_served_policy(exported: Path) -> Non
 
 
 def test_bor_reward_floor_prices_small_registries_like_larger_ones() -> None:
-    from registry.depth.env import bor_reward, bor_reward_floor
+    from registry.offline.env import bor_reward, bor_reward_floor
 
     k = np.arange(1, 5)
     floored = bor_reward_floor(64)
@@ -682,9 +682,9 @@ def test_bor_reward_floor_prices_small_registries_like_larger_ones() -> None:
 def test_size_gate_serves_each_expert_in_its_range_and_exports(tmp_path: Path) -> None:
     import torch
 
-    from registry.depth.export import export_onnx
-    from registry.depth.policies import policy_depth_limit
-    from registry.depth.train import QNetwork, SizeGatedQ, TrainedPolicy
+    from registry.offline.export import export_onnx
+    from registry.offline.train import QNetwork, SizeGatedQ, TrainedPolicy
+    from registry.serving.depth_policies import policy_depth_limit
 
     torch.manual_seed(0)
     small, large = QNetwork(F, (8,)), QNetwork(F, (8,))

@@ -41,7 +41,7 @@ def minilm_int8(int8_cache: Path):
 
 
 def _fixture_texts(name: str) -> tuple[list[str], list[str]]:
-    from registry.datasets import load_dataset
+    from registry.offline.datasets import load_dataset
 
     data = load_dataset(FIXTURES / name)
     return [t.text() for t in data.tools], [q.query for q in data.queries]
@@ -111,7 +111,7 @@ def test_int8_rankings_match_fp32_within_tolerance(minilm, minilm_int8) -> None:
 
 
 def test_int8_found_at_1_within_tolerance_of_fp32(minilm, minilm_int8) -> None:
-    from registry.evaluate import evaluate_ranked
+    from registry.offline.evaluate import evaluate_ranked
     from registry.offline.tables import rank_table, score_table
 
     for name in PARITY_SETS:
@@ -177,7 +177,7 @@ def test_a_new_version_never_reuses_another_embedders_vectors(
     hashing_embedder, tmp_path: Path
 ) -> None:
     from registry.index.embed import HashingEmbedder
-    from registry.snapshot import build_snapshot
+    from registry.index.snapshot import build_snapshot
     from registry.store.local import LocalStore
     from registry.tools import parse_tools
     from tests.conftest import weather_tools

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from registry.engine import ShortlistEngine
 from registry.errors import (
     InvalidRegistryName,
     InvalidToolDefinition,
@@ -14,6 +13,7 @@ from registry.errors import (
     ValidationFailed,
 )
 from registry.store.local import LocalStore
+from registry.writes.engine import ShortlistEngine
 
 
 def test_put_creates_and_versions_increase(engine, tools_payload):

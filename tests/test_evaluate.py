@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from registry.bor import p_rand_all
-from registry.datasets import LabelledQuery, needed_groups
-from registry.depth.episodes import Episode
-from registry.evaluate import (
+from registry.offline.datasets import LabelledQuery, needed_groups
+from registry.offline.episodes import Episode
+from registry.offline.evaluate import (
     DEFAULT_BUCKETS,
     RankedSet,
     candidate_episodes,
@@ -263,7 +263,7 @@ def test_score_table_reads_gold_and_alternatives() -> None:
 def test_rankings_match_the_serving_scorer(hashing_embedder) -> None:
     """The evaluation ranks as the service does: same scores, same fusion, same tie-breaking
     (except the dense scorer's exact ties, which FAISS orders its own way)."""
-    from registry.datasets import index_dataset, load_dataset, rank_queries
+    from registry.offline.datasets import index_dataset, load_dataset, rank_queries
 
     table = score_table(OFFICE, hashing_embedder)
     data = load_dataset(OFFICE)
@@ -333,7 +333,7 @@ def trained_cli_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_cli_train_on_data_directories(trained_cli_policy: Path) -> None:
-    from registry.depth.policies import OnnxDepthPolicy
+    from registry.serving.depth_policies import OnnxDepthPolicy
 
     policy = OnnxDepthPolicy.from_dir(trained_cli_policy)
     m = policy.manifest
@@ -376,7 +376,7 @@ def test_cli_evaluate_writes_tables_and_plots(trained_cli_policy: Path, tmp_path
 
 
 def test_cli_evaluate_candidate_sets(trained_cli_policy: Path, tmp_path: Path) -> None:
-    from registry.evaluate import main
+    from registry.offline.evaluate import main
 
     rc = main([
         "--data", str(OFFICE), "--policy", str(trained_cli_policy), "--scorer", "bm25",
@@ -390,7 +390,7 @@ def test_cli_evaluate_candidate_sets(trained_cli_policy: Path, tmp_path: Path) -
 
 
 def test_cli_evaluate_sweeps_the_operating_knob(trained_cli_policy: Path, tmp_path: Path) -> None:
-    from registry.evaluate import main
+    from registry.offline.evaluate import main
 
     rc = main([
         "--data", str(OFFICE), "--policy", str(trained_cli_policy), "--scorer", "bm25", "--cap", "10",
@@ -402,7 +402,7 @@ def test_cli_evaluate_sweeps_the_operating_knob(trained_cli_policy: Path, tmp_pa
     assert {"bor:policy@-10", "bor:policy", "bor:policy@+0.5", "bor:policy@+10"} <= set(by)
     ks = [by[n]["mean_k"] for n in ("bor:policy@-10", "bor:policy", "bor:policy@+0.5", "bor:policy@+10")]
     # +10 bits walks to the cap, or to half the registry (policy_depth_limit) when that is lower
-    from registry.depth.policies import policy_depth_limit
+    from registry.serving.depth_policies import policy_depth_limit
 
     deepest = min(10, policy_depth_limit(int(rep["n_tools"])))
     assert ks == sorted(ks) and ks[0] == 1.0 and ks[-1] == deepest
@@ -437,7 +437,7 @@ def test_cli_evaluate_prints_and_writes_any_and_all_found(
 
 
 def test_markdown_reads_reports_written_before_all_found() -> None:
-    from registry.evaluate import markdown_tables
+    from registry.offline.evaluate import markdown_tables
 
     ranked = RankedSet("old", "test", [_ep(0), _ep(3)], [_ep(0), _ep(3)])
     rep = evaluate_ranked(ranked, {}, cap=5, fixed_ks=(1,))

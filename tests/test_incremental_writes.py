@@ -8,17 +8,17 @@ import random
 import numpy as np
 import pytest
 
-from registry.engine import ShortlistEngine
 from registry.errors import InvalidToolDefinition, PayloadTooLarge
 from registry.index.dense import DenseIndex
 from registry.index.hybrid import Query, rank
 from registry.index.lexical import LexicalIndex, tokenize
+from registry.index.snapshot import build_snapshot
 from registry.jobs import LocalJobRecords
-from registry.snapshot import build_snapshot
 from registry.store.local import LocalStore
 from registry.tools import ToolLimits, parse_tools
-from registry.write_jobs import WriteJobs
-from registry.writes import stored_tools
+from registry.writes.engine import ShortlistEngine
+from registry.writes.jobs import stored_tools
+from registry.writes.write_jobs import WriteJobs
 
 WORDS = "invoice order flight hotel payment report user zebra weather stock ticket email calendar".split()
 QUERIES = ["book a flight and hotel", "zebra weather report", "send an email about the invoice",
@@ -243,7 +243,7 @@ def test_queued_writes_commit_together_and_keep_their_own_errors(settings, hashi
 
 
 def test_name_index_extended_finds_appended_names_and_leaves_the_original():
-    from registry.query import NameIndex
+    from registry.index.names import NameIndex
 
     names = ["get_weather", "search", "yahoo.get_ticker_info"]
     base = NameIndex(names)

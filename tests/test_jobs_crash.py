@@ -42,9 +42,9 @@ class Driver:
         target = len(self.acked) + self.rng.randint(3, 8)
         timer = threading.Timer(self.rng.uniform(0.0, 0.5), kill)
         try:
-            for r in range(self.next_refit, REFITS):  # small registries, written synchronously
-                if client.get(f"/registries/rf{r}").status_code == 404:
-                    assert client.put(f"/registries/rf{r}", json=upload_tools(100 + r)[:3]).status_code == 200
+            for n in range(self.next_refit, REFITS):  # small registries, written synchronously
+                if client.get(f"/registries/rf{n}").status_code == 404:
+                    assert client.put(f"/registries/rf{n}", json=upload_tools(100 + n)[:3]).status_code == 200
             while self.next_upload < UPLOADS or self.next_refit < REFITS:
                 if self.next_refit < REFITS and (self.next_upload >= UPLOADS or self.rng.random() < 0.25):
                     registry = f"rf{self.next_refit}"

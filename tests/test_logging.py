@@ -147,7 +147,7 @@ def test_importing_and_starting_emit_no_faiss_or_bm25s_noise(tmp_path, fmt):
 def test_progress_step_logs_start_heartbeat_and_end(caplog):
     import time
 
-    from registry.cli_support import progress_step
+    from registry.offline.cli_support import progress_step
 
     log = logging.getLogger("registry.test_progress")
     with (
@@ -167,8 +167,8 @@ def test_progress_step_logs_start_heartbeat_and_end(caplog):
 def test_progress_embedder_returns_the_same_vectors_and_estimates_the_next_call(caplog):
     import numpy as np
 
-    from registry.cli_support import ProgressEmbedder
     from registry.index.embed import HashingEmbedder
+    from registry.offline.cli_support import ProgressEmbedder
 
     inner = HashingEmbedder()
     texts = [f"query number {i} about weather and email" for i in range(1200)]

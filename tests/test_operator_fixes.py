@@ -132,9 +132,9 @@ def _options(parser_help: str) -> dict[str, str]:
 @pytest.mark.parametrize("command", ["train", "episodes", "evaluate"])
 def test_every_option_has_help_and_its_default(command, monkeypatch):
     if command == "train":
-        from registry.depth.train import main as entry
+        from registry.offline.train import main as entry
     elif command == "evaluate":
-        from registry.evaluate import main as entry
+        from registry.offline.evaluate import main as entry
     text = _help(command)
     options = _options(text)
     assert len(options) > 5

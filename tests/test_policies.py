@@ -47,7 +47,7 @@ def spread_events(n: int = 400):
 
 
 def test_propensities_are_a_distribution_and_the_share_is_respected():
-    from registry.learning.explore import Explorer, propensity
+    from registry.serving.explore import Explorer, propensity
 
     for chosen, limit in ((3, 20), (18, 20), (20, 20)):
         total = sum(propensity(chosen, shown, limit, 0.05) for shown in range(chosen, limit + 1))
@@ -115,8 +115,8 @@ def test_explored_shortlists_log_depth_chosen_and_propensity(make_core):
 
 
 def test_refit_ships_a_better_rule():
-    from registry.learning.policies import StopRule
     from registry.learning.refit import refit
+    from registry.serving.stop_rules import StopRule
 
     outcome = refit(easy_events(), "r", StopRule())
     assert outcome.state == "done", outcome.reason
@@ -127,8 +127,8 @@ def test_refit_ships_a_better_rule():
 
 
 def test_refit_refuses_a_candidate_that_is_not_better():
-    from registry.learning.policies import StopRule
     from registry.learning.refit import refit
+    from registry.serving.stop_rules import StopRule
 
     outcome = refit(spread_events(), "r", StopRule())  # only as deep as now keeps the found rate
     assert outcome.state == "refused"
@@ -139,7 +139,7 @@ def test_refit_never_ships_a_lower_found_rate(monkeypatch):
     """Even a candidate far more efficient on the fitting part is refused when its held-out
     found rate is below the current one's."""
     from registry.learning import refit as refit_module
-    from registry.learning.policies import StopRule
+    from registry.serving.stop_rules import StopRule
 
     shallow = StopRule(bias_offset=-3.0)  # stops at 1: much shorter lists, fewer found
     monkeypatch.setattr(refit_module, "candidates", lambda fit, current: [shallow])
@@ -161,7 +161,7 @@ def _fill_log(core, events):
 
 
 def test_versions_listing_activation_and_rollback(make_client):
-    from registry.learning.policies import StopRule
+    from registry.serving.stop_rules import StopRule
 
     with make_client() as client:
         client.put("/registries/w", json={"tools": weather_tools()})

@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from registry.query import (
-    MAX_INTENTS,
-    MAX_QUERY_WINDOWS,
-    WINDOW_WORDS,
-    NameIndex,
-    query_windows,
-    split_intents,
-)
-from registry.query.names import identifier_like
+from registry.index.names import NameIndex, identifier_like
+from registry.serving.intents import MAX_INTENTS, split_intents
+from registry.serving.windows import MAX_QUERY_WINDOWS, WINDOW_WORDS, query_windows
 
 
 @pytest.mark.parametrize(
@@ -111,7 +105,7 @@ def test_query_windows_follow_paragraphs_and_stay_bounded():
 
 
 def test_split_request_marks_steps_apart_from_further_questions():
-    from registry.query import split_request
+    from registry.serving.intents import split_request
 
     steps = split_request("search the web for X, then save a summary to a file and email it")
     assert [i.step for i in steps[1:]] == [True, True]

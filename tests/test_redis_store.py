@@ -10,7 +10,6 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from registry.engine import ShortlistEngine
 from registry.errors import ShortlistNotFound, StoreUnavailable, VersionConflict
 from registry.feedback import (
     EquivalenceClasses,
@@ -31,7 +30,8 @@ from registry.store.redis import (
     StoreHealth,
     connect,
 )
-from registry.sync import StoreSync
+from registry.writes.engine import ShortlistEngine
+from registry.writes.sync import StoreSync
 from tests.conftest import CountingEmbedder, weather_tools
 from tests.redis_server import RedisServer
 

@@ -14,11 +14,11 @@ from itertools import pairwise
 import pytest
 from pydantic import SecretStr
 
-from registry.engine import ShortlistEngine
 from registry.errors import RegistryNotFound, StoreUnavailable
 from registry.index.embed import HashingEmbedder
 from registry.store.redis import RedisStore, connect
-from registry.sync import StoreSync
+from registry.writes.engine import ShortlistEngine
+from registry.writes.sync import StoreSync
 from tests.conftest import weather_tools
 from tests.redis_server import RedisServer
 

@@ -5,7 +5,7 @@
 * folds every feedback event this process accepts (a feedback listener), and in shared mode
   every event other replicas append to the shared log (its own reader, on its own thread), so
   replicas agree; events are deduplicated by shortlist id, so overlaps are harmless;
-* lifts the query path's ranking (:meth:`rerank`, called by ``registry.shortlist.QueryRunner``)
+* lifts the query path's ranking (:meth:`rerank`, called by ``registry.serving.shortlist.QueryRunner``)
   unless learning is off for the registry;
 * saves each changed registry's memory every ``save_interval`` seconds and at close, restores
   it at start and then folds the logged events received after it;
@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 
 from registry.errors import ShortlistError
+from registry.index.snapshot import Snapshot
 from registry.learning.persist import Control, LearningStore
 from registry.learning.usage import UsageConfig, UsageEvent, UsageMemory
 from registry.settings import Settings
-from registry.snapshot import Snapshot
 
 __all__ = ["UsageLearner", "usage_config"]
 

@@ -21,14 +21,14 @@ from typing import Any
 from registry.errors import NotFound
 from registry.feedback import FeedbackLog
 from registry.jobs import OPEN_STATES, JobQueue, JobRecords, LocalJobRecords, RedisJobRecords, Task
-from registry.learning.policies import (
+from registry.learning.refit import refit
+from registry.learning.refit_events import RefitEvents
+from registry.serving.stop_rules import (
     LocalPolicyStore,
     PolicyBook,
     PolicyStore,
     RedisPolicyStore,
 )
-from registry.learning.refit import refit
-from registry.learning.refit_events import RefitEvents
 from registry.settings import Settings
 
 __all__ = ["JOB_STATES", "PolicyManager", "RefitJob", "refit_from_settings"]

@@ -40,10 +40,10 @@ from typing import Any
 
 import numpy as np
 
-from registry.depth.features import depth_features
 from registry.feedback import FeedbackEvent
-from registry.learning.policies import StopRule
 from registry.offline.metrics import k_equivalent
+from registry.serving.features import depth_features
+from registry.serving.stop_rules import StopRule
 
 __all__ = ["HOLDOUT_SHARE", "Estimate", "LoggedEvents", "RefitOutcome", "evaluate_rule", "refit"]
 

@@ -1,8 +1,8 @@
 """Metrics over ranked episodes: found-at-K curves (any / all), K_eq, depth efficiency, BoR.
 
-One copy of each, imported by evaluation (:mod:`registry.evaluate`), training
-(:mod:`registry.depth.train`) and the benches.
-An :class:`~registry.depth.episodes.Episode` holds every gold rank of its query (ranks may lie
+One copy of each, imported by evaluation (:mod:`registry.offline.evaluate`), training
+(:mod:`registry.offline.train`) and the benches.
+An :class:`~registry.offline.episodes.Episode` holds every gold rank of its query (ranks may lie
 beyond the kept scores), so a list of depth ``K`` (a prefix of the ranking) shows
 
 * at least one gold tool ("any") iff the best gold rank is ``< K``;
@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from registry.bor import log_p_rand_all, p_rand
-from registry.depth.env import DEFAULT_MAX_DEPTH
-from registry.depth.episodes import Episode
-from registry.depth.policies import FixedPolicy
+from registry.offline.env import DEFAULT_MAX_DEPTH
+from registry.offline.episodes import Episode
+from registry.serving.depth_policies import FixedPolicy
 from registry.settings import Settings
 
 __all__ = [

@@ -24,12 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from registry.datasets import LabelledQuery, load_dataset, needed_groups
-from registry.depth.episodes import Episode
-from registry.depth.features import FEATURE_WINDOW
 from registry.index.embed import Embedder
 from registry.index.hybrid import HYBRID_ALPHA, SCORERS, fuse
 from registry.index.lexical import LexicalIndex, tokenize
+from registry.offline.datasets import LabelledQuery, load_dataset, needed_groups
+from registry.offline.episodes import Episode
+from registry.serving.features import FEATURE_WINDOW
 
 __all__ = [
     "TABLE_FORMAT_VERSION",
@@ -372,7 +372,7 @@ def rank_table(
     """Rank a table's queries over the full registry (top ``depth`` scores kept per query).
 
     ``depth`` must cover the largest evaluated cap plus the feature lookahead; the default 60
-    covers caps up to 50 and the :data:`~registry.depth.features.FEATURE_WINDOW` of 51.
+    covers caps up to 50 and the :data:`~registry.serving.features.FEATURE_WINDOW` of 51.
     """
     depth = max(depth, FEATURE_WINDOW)
     all_scores = table.scores(scorer, alpha)

@@ -11,10 +11,10 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from registry.core import Shortlister
-from registry.engine import RegistryInfo
 from registry.errors import NotFound
 from registry.tools import MAX_REGISTRY_NAME_CHARS, REGISTRY_NAME_PATTERN, validate_registry_name
-from registry.write_jobs import WriteJob
+from registry.writes.engine import RegistryInfo
+from registry.writes.write_jobs import WriteJob
 from service.deps import CoreDep, require_json
 from service.errors import invalid_body
 from service.schemas import (

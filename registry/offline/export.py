@@ -1,13 +1,13 @@
 """Export a trained depth policy to ONNX + manifest, the artifact pair serving loads.
 
 ``out_dir/policy.onnx``: opset 17, input ``features`` float32 ``(batch, F)`` (raw
-:func:`~registry.depth.features.depth_features` rows), output ``q_values`` float32
+:func:`~registry.serving.features.depth_features` rows), output ``q_values`` float32
 ``(batch, 2)`` = ``[Q_stop, Q_continue]``.
 
 ``out_dir/manifest.json``: name, feature schema version and names, ONNX file name and its
 sha256, opset, reward, step cost, gamma, max depth, seed, scorer, the range each feature is
 clamped to inside the graph (``feature_range``, the range seen in training), training data,
-metrics and the creation time. :class:`~registry.depth.policies.OnnxDepthPolicy` checks the schema and
+metrics and the creation time. :class:`~registry.serving.depth_policies.OnnxDepthPolicy` checks the schema and
 the hash before serving.
 
 Both files are written atomically (temp file in the same directory, fsync, ``os.replace``),
@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from registry.depth.model import TrainedPolicy
-from registry.depth.policies import INPUT_NAME, MANIFEST_NAME, OUTPUT_NAME
 from registry.fsio import atomic_write_bytes, json_safe
+from registry.offline.model import TrainedPolicy
+from registry.serving.depth_policies import INPUT_NAME, MANIFEST_NAME, OUTPUT_NAME
 
 __all__ = ["ONNX_FILE", "OPSET", "export_onnx", "onnx_bytes"]
 
@@ -89,7 +89,7 @@ def export_onnx(
     """Write ``out_dir/policy.onnx`` and ``out_dir/manifest.json``.
 
     Args:
-        trained: the policy from :func:`~registry.depth.train.train_dqn`.
+        trained: the policy from :func:`~registry.offline.train.train_dqn`.
         out_dir: artifact directory (created if needed).
         training_data: provenance of the training episodes (files, hashes, counts, ...).
         metrics: evaluation results to record (e.g. held-out comparison with fixed K).

@@ -15,8 +15,8 @@ Callers should therefore pass at least ``FEATURE_WINDOW`` scores whenever the re
 that many tools, in serving exactly as in training. On a registry of fewer tools the window
 is the whole registry (5 scores on a 5-tool registry), and ``log2_n`` / ``bor_ceiling`` are
 read as they are: the shipped policy is trained on registries of 5 to 2,479 tools (carved
-sub-registries, :mod:`registry.depth.carve`), so these inputs lie inside its training range
-and the in-graph clamp (:mod:`registry.depth.train`) is only a safety net for larger
+sub-registries, :mod:`registry.offline.carve`), so these inputs lie inside its training range
+and the in-graph clamp (:mod:`registry.offline.train`) is only a safety net for larger
 registries or unusual scorers.
 
 Changing a feature, its order or its definition requires bumping

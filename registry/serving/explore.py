@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from registry.learning.policies import DEFAULT_RULE, StopRule
+from registry.serving.stop_rules import DEFAULT_RULE, StopRule
 
 __all__ = ["MAX_EXTRA", "DepthTrace", "Explorer", "propensity"]
 

@@ -23,8 +23,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from registry.depth.policies import first_stop
 from registry.errors import NotFound, StoreUnavailable, ValidationFailed
+from registry.serving.depth_policies import first_stop
 from registry.tools import validate_registry_name
 
 __all__ = [

@@ -29,10 +29,10 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
-from registry.engine import ShortlistEngine
 from registry.errors import StoreUnavailable
 from registry.feedback import FeedbackRecorder
 from registry.store.base import RegistryRecord, SharedStore, Store
+from registry.writes.engine import ShortlistEngine
 
 log = logging.getLogger(__name__)
 

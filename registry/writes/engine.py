@@ -8,8 +8,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from registry.commits import CommitPath, RegistryChange, RegistryInfo, RegistryListener
-from registry.depth.policies import TunableDepthPolicy
 from registry.errors import (
     PayloadTooLarge,
     RegistryNotFound,
@@ -19,13 +17,15 @@ from registry.errors import (
 )
 from registry.feedback import validate_equivalents
 from registry.index.embed import Embedder
-from registry.relevance import RelevanceModel
+from registry.index.snapshot import Snapshot
+from registry.serving.depth_policies import TunableDepthPolicy
+from registry.serving.relevance import RelevanceModel
+from registry.serving.shortlist import MAX_K, POLICIES, QueryRunner, Shortlist, ShortlistItem
 from registry.settings import Settings
-from registry.shortlist import MAX_K, POLICIES, QueryRunner, Shortlist, ShortlistItem
-from registry.snapshot import Snapshot
 from registry.store.base import SharedStore, Store
 from registry.tools import Tool, ToolLimits, parse_tools, validate_registry_name
-from registry.writes import (
+from registry.writes.commits import CommitPath, RegistryChange, RegistryInfo, RegistryListener
+from registry.writes.jobs import (
     GroupCommit,
     PreparedWrite,
     RegistryState,
@@ -58,9 +58,9 @@ class ShortlistEngine(CommitPath):
     With a :class:`~registry.store.base.SharedStore` several engines (replicas) share the
     registries: a write first catches up with the store's current version, and a write that
     loses a version race resynchronises and retries; :meth:`refresh` (called by
-    :class:`registry.sync.StoreSync`) installs what other replicas wrote. The commit path
-    (sync, derive, persist, install) is :class:`registry.commits.CommitPath`; prepared writes,
-    group commit and write jobs are in :mod:`registry.writes`.
+    :class:`registry.writes.sync.StoreSync`) installs what other replicas wrote. The commit path
+    (sync, derive, persist, install) is :class:`registry.writes.commits.CommitPath`; prepared writes,
+    group commit and write jobs are in :mod:`registry.writes.jobs`.
     """
 
     def __init__(
@@ -296,7 +296,7 @@ class ShortlistEngine(CommitPath):
         """Rank the registry's tools for ``query`` and cut the list where the policy says.
 
         A request holding several intents gets each of them covered, tools it names verbatim
-        come first, near-duplicates share one slot (:mod:`registry.shortlist`).
+        come first, near-duplicates share one slot (:mod:`registry.serving.shortlist`).
         ``depth_bias`` (bits, ``|bias| <= 10``) tunes the ``bor`` policy for this request: it
         stops only where STOP beats CONTINUE by at least that much (default: the
         ``depth_bias`` setting). It is refused with ``k`` or another policy. ``allow_empty``

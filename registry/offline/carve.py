@@ -44,9 +44,9 @@ from typing import Any
 
 import numpy as np
 
-from registry.depth.episodes import Episode
 from registry.index.hybrid import HYBRID_ALPHA, fuse
 from registry.index.lexical import tokenize
+from registry.offline.episodes import Episode
 
 __all__ = [
     "ANCHOR_SIZES",
@@ -209,7 +209,7 @@ def build_source(
 def load_source(table: Any, embedder: Any, *, cache_dir: Path | None = None, seed: int = 0) -> CarveSource:
     """:func:`build_source` for a table built from a data directory (``table.meta["path"]``);
     tool embeddings cached in ``cache_dir``."""
-    from registry.datasets import load_dataset
+    from registry.offline.datasets import load_dataset
 
     directory = Path(table.meta["path"])
     data = load_dataset(directory)

@@ -7,7 +7,6 @@ import logging
 from collections.abc import Collection, Iterable
 from typing import Any
 
-from registry.engine import ShortlistEngine
 from registry.feedback import FeedbackLog, LogCompacted
 from registry.index.embed import Embedder
 from registry.learning.learner import UsageLearner
@@ -15,6 +14,7 @@ from registry.learning.persist import LearningStore, LocalLearningStore, RedisLe
 from registry.learning.usage import UsageEvent
 from registry.settings import Settings
 from registry.store.base import SharedStore, Store
+from registry.writes.engine import ShortlistEngine
 
 __all__ = ["build_learner", "start_learner"]
 

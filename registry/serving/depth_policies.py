@@ -16,9 +16,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from registry.depth.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, depth_features
 from registry.errors import ArtifactError, PolicySchemaMismatch
 from registry.onnx import make_session
+from registry.serving.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, depth_features
 
 __all__ = [
     "INPUT_NAME",
@@ -70,7 +70,7 @@ def policy_depth_limit(n_tools: int) -> int:
     same length would contain a given tool at least half the time, so the list no longer
     selects anything. Only an explicit ``k`` from the caller may ask for more. On registries of
     2-7 tools half is 1-3 tools, a list callers may legitimately need whole, so no cap applies.
-    Training (:func:`registry.depth.env.depth_cap`), offline evaluation and serving
+    Training (:func:`registry.offline.env.depth_cap`), offline evaluation and serving
     (:meth:`OnnxDepthPolicy.choose_depth`) all apply this bound, so they agree.
     """
     n = int(n_tools)

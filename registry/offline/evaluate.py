@@ -18,7 +18,7 @@ Both found rates are reported side by side; BoR uses ``R_q`` = the size of the h
 **Any and all.** A query with several gold tools is a multi-tool task. *Found* (any) means at
 least one gold tool is shown; *all found* means every gold tool is shown, i.e. at depth ``K``
 every gold rank is ``< K``. Equivalence-aware "all" counts a gold tool as shown when it or one
-of its equivalents is (:func:`registry.datasets.needed_groups`); equivalence-aware "any" keeps
+of its equivalents is (:func:`registry.offline.datasets.needed_groups`); equivalence-aware "any" keeps
 the flat hit set. ``BoR_all`` uses ``P_rand_all(N, R_q, K) = C(N-R_q, K-R_q) / C(N, K)``.
 On single-gold queries the two coincide.
 
@@ -458,12 +458,12 @@ def load_policies(paths: Sequence[Path | str], biases: Sequence[float] = (0.0,))
     """ONNX depth policies by display name ``<manifest name>:<directory name>``.
 
     Each policy is run at every operating-knob value in ``biases`` (bits, see
-    :func:`registry.depth.policies.first_stop`); a non-zero bias is appended to the name,
+    :func:`registry.serving.depth_policies.first_stop`); a non-zero bias is appended to the name,
     e.g. ``bor:default@+0.25``.
     """
     import functools
 
-    from registry.depth.policies import OnnxDepthPolicy
+    from registry.serving.depth_policies import OnnxDepthPolicy
 
     out: dict[str, PolicyFn] = {}
     for path in paths:
@@ -502,8 +502,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     import logging
     import sys
 
-    from registry.cli_support import HelpFormatter, ProgressEmbedder, plain, progress_step
-    from registry.depth.policies import MAX_DEPTH_BIAS, GapPolicy, ThresholdPolicy
+    from registry.offline.cli_support import HelpFormatter, ProgressEmbedder, plain, progress_step
+    from registry.serving.depth_policies import MAX_DEPTH_BIAS, GapPolicy, ThresholdPolicy
 
     log = logging.getLogger(__name__)
     ap = argparse.ArgumentParser(

@@ -12,7 +12,7 @@ from registry.feedback import EquivalenceClasses
 from registry.index.dense import DenseIndex
 from registry.index.embed import Embedder
 from registry.index.lexical import LexicalIndex
-from registry.query import NameIndex
+from registry.index.names import NameIndex
 from registry.runtime import trim_heap
 from registry.store.base import Store
 from registry.tools import Tool

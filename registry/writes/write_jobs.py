@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from registry.errors import ShortlistError
+from registry.index.snapshot import Snapshot
 from registry.jobs import JobQueue, JobRecords, Task
-from registry.snapshot import Snapshot
 from registry.tools import ToolLimits, parse_tools
-from registry.writes import JobState, PreparedWrite
+from registry.writes.jobs import JobState, PreparedWrite
 
 __all__ = ["WriteJob", "WriteJobs"]
 
@@ -45,13 +45,13 @@ class WriteJob:
     state: JobState = "queued"
     created_at: float = 0.0
     finished_at: float | None = None
-    info: Any = None  # registry.commits.RegistryInfo
+    info: Any = None  # registry.writes.commits.RegistryInfo
     error: ShortlistError | None = None
     resumed: bool = field(default=False)
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> WriteJob:
-        from registry.commits import RegistryInfo
+        from registry.writes.commits import RegistryInfo
 
         result, error = record.get("result"), record.get("error")
         return cls(
@@ -191,7 +191,7 @@ class WriteJobs:
 
 
 def _snap_info(snap: Snapshot | None) -> Any:
-    from registry.commits import RegistryInfo
+    from registry.writes.commits import RegistryInfo
 
     assert snap is not None
     return RegistryInfo(snap.registry, snap.version, snap.n_tools, snap.written_at)

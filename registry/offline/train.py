@@ -1,6 +1,6 @@
 """Train the BoR depth policy: DQN with exhaustive replay, plus its evaluation.
 
-Each episode of the depth MDP (:mod:`registry.depth.env`) is a deterministic finite chain,
+Each episode of the depth MDP (:mod:`registry.offline.env`) is a deterministic finite chain,
 so the replay buffer simply holds every transition of every training episode: for each
 state ``s_k`` a STOP transition (terminal reward) and, below the depth cap, a CONTINUE
 transition ``(s_k, CONTINUE, -step_cost, s_{k+1})``. Minibatches are drawn uniformly from
@@ -11,18 +11,18 @@ a Huber loss and Adam with cosine learning-rate decay.
 The Q-network is a small ReLU MLP. A clamp of every feature to the range it spanned in
 training, input standardisation (training mean/std) and a clamp to +-``INPUT_CLIP`` standard
 deviations live inside the network, so the exported ONNX takes raw
-:func:`~registry.depth.features.depth_features` rows. The range clamp is a safety net for a
+:func:`~registry.serving.features.depth_features` rows. The range clamp is a safety net for a
 registry unlike the training data: a registry of 100,000 tools is read as one of the largest
 training size instead of being extrapolated (which made a policy trained on registries of a
 few hundred tools stop at depth 1 on a registry of 2,479; docs/results.md). Small registries
 must not depend on it: ``--carve-per-query`` adds sub-registries of 5-200 tools
-(:mod:`registry.depth.carve`) so the training range covers N = 5..2,479.
+(:mod:`registry.offline.carve`) so the training range covers N = 5..2,479.
 
 CLI::
 
-    python -m registry.depth.train --episodes a.npz b.npz --holdout-fraction 0.3 --seed 0 --out models/
+    python -m registry.offline.train --episodes a.npz b.npz --holdout-fraction 0.3 --seed 0 --out models/
 
-This module and :mod:`registry.depth.export` are the only depth modules importing torch.
+This module and :mod:`registry.offline.export` are the only depth modules importing torch.
 """
 
 from __future__ import annotations
@@ -42,9 +42,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from registry.cli_support import HelpFormatter, ProgressEmbedder, plain, progress_step
-from registry.depth.carve import ANCHOR_SIZES, FILL_KINDS, SIZE_RANGE, carve_training, load_source
-from registry.depth.env import (
+from registry.fsio import json_safe
+from registry.index.embed import sha256_file
+from registry.index.hybrid import SCORERS
+from registry.offline.carve import ANCHOR_SIZES, FILL_KINDS, SIZE_RANGE, carve_training, load_source
+from registry.offline.cli_support import HelpFormatter, ProgressEmbedder, plain, progress_step
+from registry.offline.env import (
     DEFAULT_GAMMA,
     DEFAULT_MAX_DEPTH,
     DEFAULT_STEP_COST,
@@ -53,17 +56,14 @@ from registry.depth.env import (
     bor_reward_floor,
     build_replay,
 )
-from registry.depth.episodes import Episode, load_episodes
-from registry.depth.model import QEnsemble, QNetwork, SizeGatedQ, TrainedPolicy
-from registry.fsio import json_safe
-from registry.index.embed import sha256_file
-from registry.index.hybrid import SCORERS
+from registry.offline.episodes import Episode, load_episodes
 from registry.offline.metrics import (
     DEFAULT_SCORER,
     compare_with_fixed,
     evaluate_policy,
     fixed_k_baselines,
 )
+from registry.offline.model import QEnsemble, QNetwork, SizeGatedQ, TrainedPolicy
 from registry.offline.tables import candidate_episodes, load_or_build_table, rank_table
 
 log = logging.getLogger(__name__)
@@ -117,9 +117,9 @@ def train_dqn(
 
     Args:
         episodes: training episodes.
-        reward: ``"bor"`` (paper), ``"f1"`` (ablation) or a :data:`~registry.depth.env.RewardFn`.
+        reward: ``"bor"`` (paper), ``"f1"`` (ablation) or a :data:`~registry.offline.env.RewardFn`.
         reward_min_n: with ``"bor"``, floor the registry size of the reward at this many tools
-            (:func:`~registry.depth.env.bor_reward_floor`; 1: plain BoR).
+            (:func:`~registry.offline.env.bor_reward_floor`; 1: plain BoR).
         step_cost: cost of each CONTINUE.
         gamma: discount factor.
         max_depth: depth cap ``D`` of the MDP (and of the policy at inference).
@@ -379,7 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--hard-fraction", type=float, default=0.25, help="share of hard distractors in a candidate set")
     ap.add_argument(
         "--carve-per-query", type=int, default=0,
-        help="--data: also train on this many sub-registries per query (registry/depth/carve.py: gold + "
+        help="--data: also train on this many sub-registries per query (registry/offline/carve.py: gold + "
         "random / same-group / nearest-neighbour fill, BM25 recomputed on the sub-corpus)",
     )
     ap.add_argument(
@@ -408,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument(
         "--reward-min-n", type=int, default=1,
-        help="bor: price depth as on a registry of at least this many tools (registry.depth.env."
+        help="bor: price depth as on a registry of at least this many tools (registry.offline.env."
         "bor_reward_floor; matters for carved sub-registries only)",
     )
     ap.add_argument("--step-cost", type=float, default=DEFAULT_STEP_COST, help="cost of each CONTINUE (bits)")
@@ -530,7 +530,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(json.dumps(metrics, indent=2))
 
     if args.out is not None:
-        from registry.depth.export import export_onnx
+        from registry.offline.export import export_onnx
 
         if args.refit_all:
             log.info("refitting on all %d episodes", len(all_eps))

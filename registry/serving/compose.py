@@ -2,7 +2,7 @@
 coverage of every intent of the request, and the tools it names pinned first.
 
 The engine ranks the whole request (the *main* ranking) and, when the request holds several
-intents (:func:`registry.query.split_intents`), each intent on its own. This module turns
+intents (:func:`registry.serving.intents.split_intents`), each intent on its own. This module turns
 those rankings into the list shown:
 
 1. **Near-duplicates fold.** Walking a ranking, a tool in the same group as one already kept
@@ -26,7 +26,7 @@ those rankings into the list shown:
 4. **Named tools first.** Tools the request names verbatim lead the list, in the order named.
 
 The depth never exceeds the caller's cap; the engine also bounds it by
-:func:`~registry.depth.policies.policy_depth_limit` (never the whole registry of 8+ tools).
+:func:`~registry.serving.depth_policies.policy_depth_limit` (never the whole registry of 8+ tools).
 """
 
 from __future__ import annotations

@@ -2,12 +2,12 @@
 
 Steps (timed in ``Shortlist.timings``):
 
-* **embed**: the request, cut into windows when long (:func:`registry.query.query_windows`),
-  and each of its intents when it holds several (:func:`registry.query.split_request`);
+* **embed**: the request, cut into windows when long (:func:`registry.serving.windows.query_windows`),
+  and each of its intents when it holds several (:func:`registry.serving.intents.split_request`);
 * **search**: rank the registry for the request and for each intent;
 * **policy**: fold near-duplicates, choose depths, interleave the intents, pin the tools the
-  request names (:mod:`registry.compose`), and with ``allow_empty`` decide whether anything
-  fits at all (:mod:`registry.relevance`).
+  request names (:mod:`registry.serving.compose`), and with ``allow_empty`` decide whether anything
+  fits at all (:mod:`registry.serving.relevance`).
 
 With ``k`` (a fixed depth) the request's own ranking is cut at ``k``, named tools first, and
 intents are not split: ``k`` means exactly that many tools.
@@ -24,9 +24,16 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 import numpy as np
 
 from registry import bor
-from registry.compose import Pick, fold_duplicates, interleave
-from registry.depth.features import FEATURE_WINDOW, depth_features
-from registry.depth.policies import (
+from registry.errors import ValidationFailed
+from registry.feedback import ShownShortlist
+from registry.feedback.events import MAX_LOGGED_QUERY_CHARS, RANKING_TAIL
+from registry.feedback.served import new_shortlist_id
+from registry.index.embed import Embedder
+from registry.index.hybrid import SCORERS, Query, best_scores, rank_windows
+from registry.index.lexical import tokenize
+from registry.index.snapshot import Snapshot
+from registry.serving.compose import Pick, fold_duplicates, interleave
+from registry.serving.depth_policies import (
     MAX_DEPTH_BIAS,
     DepthPolicy,
     FixedPolicy,
@@ -35,19 +42,13 @@ from registry.depth.policies import (
     TunableDepthPolicy,
     policy_depth_limit,
 )
-from registry.errors import ValidationFailed
-from registry.feedback import ShownShortlist
-from registry.feedback.events import MAX_LOGGED_QUERY_CHARS, RANKING_TAIL
-from registry.feedback.served import new_shortlist_id
-from registry.index.embed import Embedder
-from registry.index.hybrid import SCORERS, Query, best_scores, rank_windows
-from registry.index.lexical import tokenize
-from registry.learning.explore import DepthTrace, Explorer
-from registry.learning.policies import PolicyBook
-from registry.query import Intent, query_windows, split_request
-from registry.relevance import RelevanceModel
+from registry.serving.explore import DepthTrace, Explorer
+from registry.serving.features import FEATURE_WINDOW, depth_features
+from registry.serving.intents import Intent, split_request
+from registry.serving.relevance import RelevanceModel
+from registry.serving.stop_rules import PolicyBook
+from registry.serving.windows import query_windows
 from registry.settings import Settings
-from registry.snapshot import Snapshot
 
 if TYPE_CHECKING:
     from registry.learning.learner import UsageLearner

@@ -1,7 +1,7 @@
 """The commit half of the engine's write path: sync with the store, derive, persist, install.
 
-:class:`CommitPath` is mixed into :class:`registry.engine.ShortlistEngine`; the prepared
-writes, group commit and write jobs it uses live in :mod:`registry.writes`.
+:class:`CommitPath` is mixed into :class:`registry.writes.engine.ShortlistEngine`; the prepared
+writes, group commit and write jobs it uses live in :mod:`registry.writes.jobs`.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from typing import Any
 
 from registry.errors import ShortlistError, ValidationFailed, VersionConflict
 from registry.index.embed import Embedder
+from registry.index.snapshot import Snapshot, build_snapshot
 from registry.runtime import trim_heap
 from registry.settings import Settings
-from registry.snapshot import Snapshot, build_snapshot
 from registry.store.base import RegistryRecord, SharedStore, Store
 from registry.tools import Tool, ToolLimits, validate_registry_name
-from registry.writes import (
+from registry.writes.jobs import (
     Change,
     GroupCommit,
     PendingWrite,
@@ -30,7 +30,7 @@ from registry.writes import (
     stored_tools,
 )
 
-log = logging.getLogger("registry.engine")
+log = logging.getLogger("registry.writes.engine")
 
 # A write that loses a version race resynchronises and tries again, this many times in all,
 # after a random pause that grows with each attempt up to a cap (so racing replicas spread
@@ -139,7 +139,7 @@ class CommitPath:
         ``change`` returning ``None`` means "nothing to write" (checked against the synced
         state): nothing is committed and ``None`` is returned. Writes to one registry that
         queue behind each other are applied in arrival order and committed together as one
-        version (:class:`registry.writes.GroupCommit`); each still gets its own errors.
+        version (:class:`registry.writes.jobs.GroupCommit`); each still gets its own errors.
         """
         info: RegistryInfo | None = self._group.write(registry, change, self._commit_group)
         return info

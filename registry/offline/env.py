@@ -23,7 +23,7 @@ Rewards:
     * CONTINUE: ``-step_cost``.
 
 The depth cap is ``D = min(max_depth, len(scores), policy_depth_limit(n_tools))`` (half the
-registry from 8 tools on, see :func:`registry.depth.policies.policy_depth_limit`, the bound
+registry from 8 tools on, see :func:`registry.serving.depth_policies.policy_depth_limit`, the bound
 serving applies): in state ``D`` only STOP is allowed. Returns are discounted by ``gamma``.
 """
 
@@ -35,9 +35,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from registry.bor import log_p_rand_curve
-from registry.depth.episodes import Episode
-from registry.depth.features import depth_features
-from registry.depth.policies import policy_depth_limit
+from registry.offline.episodes import Episode
+from registry.serving.depth_policies import policy_depth_limit
+from registry.serving.features import depth_features
 
 __all__ = [
     "CONTINUE",

@@ -1,6 +1,6 @@
 """The depth policy's networks (torch): a Q-network, an ensemble, a size-gated pair, the trained policy.
 
-Shared by training (:mod:`registry.depth.train`) and export (:mod:`registry.depth.export`),
+Shared by training (:mod:`registry.offline.train`) and export (:mod:`registry.offline.export`),
 so neither imports the other at module level.
 """
 
@@ -15,8 +15,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from registry.depth.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, depth_features
-from registry.depth.policies import first_stop, policy_depth_limit
+from registry.serving.depth_policies import first_stop, policy_depth_limit
+from registry.serving.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, depth_features
 
 __all__ = ["INPUT_CLIP", "QEnsemble", "QNetwork", "SizeGatedQ", "TrainedPolicy"]
 
@@ -110,7 +110,7 @@ class SizeGatedQ(nn.Module):
     ``n_hi`` tools on, linear in ``log2 N`` between. ``shortlist train --size-gate`` trains the
     large expert on the full registries alone with the plain reward (the previous recipe, so
     registries of ``n_hi``+ tools keep exactly its behaviour) and the small expert with carved
-    sub-registries (:mod:`registry.depth.carve`). One network fitted to both regimes lost up to
+    sub-registries (:mod:`registry.offline.carve`). One network fitted to both regimes lost up to
     0.27 of depth efficiency on the unseen BFCL-live registry (docs/results.md, "Registry size").
     """
 
@@ -155,8 +155,8 @@ class TrainedPolicy:
     """A trained Q-network plus everything needed to export and describe it.
 
     ``choose_depth`` applies the same rule as the served
-    :class:`~registry.depth.policies.OnnxDepthPolicy`: first ``k`` with
-    ``Q_stop - Q_continue >= bias`` (:func:`~registry.depth.policies.first_stop`), else the cap.
+    :class:`~registry.serving.depth_policies.OnnxDepthPolicy`: first ``k`` with
+    ``Q_stop - Q_continue >= bias`` (:func:`~registry.serving.depth_policies.first_stop`), else the cap.
     """
 
     network: QNetwork | QEnsemble | SizeGatedQ

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-from registry.depth.episodes import Episode
 from registry.index.embed import Embedder
 from registry.index.hybrid import HYBRID_ALPHA, Query, rank
 from registry.index.lexical import tokenize
-from registry.snapshot import Snapshot, build_snapshot
+from registry.index.snapshot import Snapshot, build_snapshot
+from registry.offline.episodes import Episode
 from registry.store.memory import MemoryStore
 from registry.tools import Tool, ToolLimits, parse_tools
 

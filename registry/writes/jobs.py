@@ -4,9 +4,9 @@ A write is *prepared* first (payload parsed and validated: a bad tool is refused
 anything is accepted), then *run*. Between the two, :meth:`PreparedWrite.embed` embeds the
 texts the registry has never seen, in batches written to the store's embedding cache, outside
 the registry's write lock: the commit that follows finds every vector cached and only derives
-the new snapshot from the current one (:func:`registry.snapshot.build_snapshot`). A prepared
-write with many new texts can run as a durable background job (:mod:`registry.write_jobs`;
-HTTP: 202 and a job to poll).
+the new snapshot from the current one (:func:`registry.index.snapshot.build_snapshot`). A
+prepared write with many new texts can run as a durable background job
+(:mod:`registry.writes.write_jobs`; HTTP: 202 and a job to poll).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol
 
 from registry.errors import ShortlistError
 from registry.index.embed import Embedder
-from registry.snapshot import Snapshot, embed_tools
+from registry.index.snapshot import Snapshot, embed_tools
 from registry.store.base import Store
 from registry.tools import Tool, ToolLimits, parse_tools
 

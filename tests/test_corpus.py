@@ -1,0 +1,125 @@
+"""The training corpus loader, LOSO folds and the one tool text (small fixtures, never ../shared)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from registry.index.lexical import LexicalIndex, tokenize
+from registry.offline.corpus import (
+    DEV_SOURCES,
+    corpus_dirs,
+    load_corpus,
+    loso_folds,
+    subsample,
+    tool_texts,
+    training_pairs,
+)
+
+
+def _write_source(directory: Path, tools: list[dict], queries: list[dict]) -> None:
+    directory.mkdir(parents=True)
+    (directory / "tools.json").write_text(json.dumps(tools))
+    (directory / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
+
+
+def _tool(name: str, description: str, **params: str) -> dict:
+    props = {k: {"type": "string", "description": v} for k, v in params.items()}
+    return {"name": name, "description": description, "parameters": {"type": "object", "properties": props}}
+
+
+@pytest.fixture()
+def root(tmp_path: Path) -> Path:
+    _write_source(
+        tmp_path / "train" / "alpha",
+        [_tool("calendar.CreateEvent", "Add an event", start_time="when"), _tool("mail/send_mail", "Send")],
+        [
+            {"id": "a0", "query": "book a meeting", "gold": ["calendar.CreateEvent"]},
+            {"id": "a1", "query": "meet and mail", "gold": ["calendar.CreateEvent", "mail/send_mail"]},
+            {"id": "a2", "query": "unknown gold only", "gold": ["not_a_tool"]},
+        ],
+    )
+    _write_source(
+        tmp_path / "train" / "beta",
+        [_tool("getWeatherForecast", "Weather for days ahead", city="a city")],
+        [{"id": f"b{i}", "query": f"weather {i}", "gold": ["getWeatherForecast"]} for i in range(5)],
+    )
+    (tmp_path / "train" / "not_a_set").mkdir()  # no files: ignored
+    _write_source(
+        tmp_path / DEV_SOURCES[1],
+        [_tool("ResearchHelper", "Find papers")],
+        [{"id": "m0", "query": "papers please", "gold": ["ResearchHelper"]}],
+    )
+    return tmp_path
+
+
+def test_corpus_dirs_lists_train_sets_then_dev_sets(root: Path) -> None:
+    assert [p.name for p in corpus_dirs(root)] == ["alpha", "beta", DEV_SOURCES[1]]
+
+
+def test_corpus_dirs_without_any_set_names_the_root(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=str(tmp_path)):
+        corpus_dirs(tmp_path)
+
+
+def test_load_corpus_drops_unknown_gold_and_subsamples(root: Path) -> None:
+    data = {d.name: d for d in load_corpus(root)}
+    assert [q.id for q in data["alpha"].queries] == ["a0", "a1"]
+    assert data["alpha"].queries[1].gold == ("calendar.CreateEvent", "mail/send_mail")
+    small = {d.name: d for d in load_corpus(root, max_queries=2, seed=3)}
+    assert len(small["beta"].queries) == 2
+    ids = [q.id for q in small["beta"].queries]
+    assert ids == sorted(ids)  # original order kept
+    assert ids == [q.id for q in load_corpus(root, max_queries=2, seed=3)[1].queries]  # seeded
+    assert [d.name for d in load_corpus(root, only=["beta"])] == ["beta"]
+
+
+def test_subsample_is_seeded_and_bounded() -> None:
+    items = list(range(100))
+    a = subsample(items, 10, seed=1)
+    assert len(a) == 10 and a == sorted(a) and a == subsample(items, 10, seed=1)
+    assert a != subsample(items, 10, seed=2)
+    assert subsample(items, None, seed=0) == items
+
+
+def test_loso_folds_partition_sources_and_balance_sizes() -> None:
+    sizes = {"a": 100, "b": 90, "c": 50, "d": 40, "e": 10}
+    folds = loso_folds(sizes, 2)
+    tested = sorted(n for fold in folds for n in fold.test)
+    assert tested == sorted(sizes)  # every source held out exactly once
+    for fold in folds:
+        assert not set(fold.test) & set(fold.train)
+        assert set(fold.test) | set(fold.train) == set(sizes)
+    loads = [sum(sizes[n] for n in fold.test) for fold in folds]
+    assert max(loads) - min(loads) <= 10
+    plain = loso_folds(sizes)
+    assert [f.test for f in plain] == [(n,) for n in ("a", "b", "c", "d", "e")]
+    with pytest.raises(ValueError):
+        loso_folds({"a": 1})
+    with pytest.raises(ValueError):
+        loso_folds(sizes, 1)
+
+
+def test_tool_text_splits_every_name_form_and_bm25_matches_the_words(root: Path) -> None:
+    data = {d.name: d for d in load_corpus(root)}
+    texts = dict(zip([t.name for t in data["alpha"].tools], tool_texts(data["alpha"].tools)))
+    assert "calendar create event" in texts["calendar.CreateEvent"]
+    assert "start time: when" in texts["calendar.CreateEvent"]  # parameter name split, with its text
+    assert "mail send mail" in texts["mail/send_mail"]
+    (weather,) = tool_texts(data["beta"].tools)
+    assert "get weather forecast" in weather and "city: a city" in weather
+    # BM25 sees the same text: a query word that only appears inside the name still matches.
+    index = LexicalIndex(list(texts.values()))
+    scores = index.scores(tokenize("create an event on the calendar"))
+    assert scores[0] > 0 and scores[1] == 0
+
+
+def test_training_pairs_one_per_gold_tool(root: Path) -> None:
+    corpus = load_corpus(root)
+    pairs = training_pairs(corpus, seed=0)
+    assert len(pairs) == 2 + 1 + 5 + 1  # a1 has two gold tools
+    assert {p[0] for p in pairs} == {"alpha", "beta", DEV_SOURCES[1]}
+    assert pairs == training_pairs(corpus, seed=0)
+    assert len(training_pairs(corpus, max_pairs=3)) == 3
