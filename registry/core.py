@@ -269,7 +269,8 @@ class Shortlister:
         self.policies.close()
         self.write_jobs.close()
         self.learning.close()
-        self._save_pending()
+        if self.engine is not None:
+            self.feedback_recorder.save_pending(self._pending_path)
         if isinstance(self.store, SharedStore):
             self.store.close()
 
@@ -305,7 +306,7 @@ class Shortlister:
                 embedder = self.query_cache = CachedEmbedder(embedder, self.settings.query_cache_size)
             engine = ShortlistEngine(self.settings, self.store, embedder, self.bor_policy)
             # before the first store call: a store wiped from here on is refilled, not mirrored
-            republish_from(engine, self.store, self.feedback_recorder, self._write_back_learning)
+            republish_from(engine, self.store, self.feedback_recorder, self._write_back_after_wipe)
             count = self._until_store_answers(engine.load_all)
             log.info("loaded %d registries", count)
             self._until_store_answers(lambda: self._load_demo(engine))
@@ -329,6 +330,7 @@ class Shortlister:
                     interval=self.settings.sync_interval_seconds,
                     feedback=self.feedback_recorder,
                     on_tick=getattr(memory, "flush_pending", None),
+                    learned=self._write_back_after_wipe,
                 )
             engine.queries.policy_book = self.policies.book
             shared = isinstance(self.store, SharedStore)
@@ -354,13 +356,7 @@ class Shortlister:
     def _restore_pending(self, engine: ShortlistEngine) -> None:
         """Local mode: take back the shortlists a graceful shutdown saved; after any other
         stop, feedback for one served before this start gets 410 saying why."""
-        memory = self.feedback_recorder.memory
-        if not isinstance(memory, ShortlistMemory):
-            return
-        restored = memory.load(self._pending_path)
-        if restored is not None:
-            log.info("restored %d pending shortlists saved at the last shutdown", restored)
-        elif engine.list_registries():
+        if not self.feedback_recorder.restore_pending(self._pending_path) and engine.list_registries():
             self._losses.append(
                 (self._started, "the service restarted without a graceful shutdown (pending "
                  "shortlists are kept across a graceful one only)")
@@ -370,15 +366,6 @@ class Shortlister:
         epoch = getattr(self.store, "epoch", None)
         wipes = [(r.at, "the shared store (Redis) lost its data") for r in getattr(epoch, "recoveries", ())]
         return [*self._losses, *wipes]
-
-    def _save_pending(self) -> None:
-        memory = self.feedback_recorder.memory
-        if isinstance(memory, ShortlistMemory) and self.engine is not None:
-            try:
-                saved = memory.save(self._pending_path)
-                log.info("saved %d pending shortlists for the next start", saved)
-            except OSError as exc:
-                log.warning("pending shortlists not saved (feedback for them gets 410): %s", exc)
 
     def _load_demo(self, engine: ShortlistEngine) -> None:
         path: Path | None = self.settings.demo_registry
@@ -490,9 +477,15 @@ class Shortlister:
         self.require_engine().snapshot(registry)
         return self.learning.wipe(registry)
 
-    def _write_back_learning(self, won: bool) -> None:
-        """The shared store lost its data: the winner writes back what the learning loop holds
-        (policy versions, usage memories and switches), as it does the registries."""
+    def _write_back_after_wipe(self, won: bool) -> None:
+        """The shared store lost its data: every replica writes back the jobs it holds; the
+        winner what the learning loop holds (policy versions, usage memories and switches), as
+        it does the registries."""
+        try:  # every replica: the jobs it holds (so their polls keep answering)
+            self.write_jobs.queue.republish()
+            self.policies.queue.republish()
+        except ShortlistError as exc:
+            log.warning("background jobs not written back: %s", exc.message)
         if not won:
             return
         try:

@@ -135,3 +135,28 @@ def test_the_http_face_answers_410_shortlist_expired(make_client):
         assert r.status_code == 410, r.text
         assert r.json()["error"]["type"] == "shortlist_expired"
         assert client.post("/feedback", json={"shortlist_id": "f" * 32, "used": ["x"]}).status_code == 404
+
+
+def test_a_redis_wipe_keeps_the_jobs_a_replica_holds(settings, bor_policy, own_redis, redis_prefix, tmp_path):
+    s = settings.model_copy(update={"redis_url": SecretStr(own_redis.url), "redis_prefix": redis_prefix,
+                                    "data_dir": tmp_path / "a", "async_write_min_texts": 2, **KNOBS})
+    a = Shortlister.from_settings(s, embedder_factory=lambda _: HashingEmbedder(), bor_policy=bor_policy, start=True)
+    try:
+        job = a.submit_write("put", "j", TOOLS)
+        assert a.write_jobs.wait(job, 10) and job.state == "done"
+        refit = a.policies.refit("j")
+        key = f"{redis_prefix}job:write:{job.id}"
+        assert a.store.client.exists(key) == 1
+        a.store.client.flushall()
+        eventually(lambda: a.store.client.exists(key) == 1)
+        eventually(lambda: a.store.client.exists(f"{redis_prefix}job:refit:{refit.job}") == 1)
+        other = core(settings, bor_policy, own_redis.url, redis_prefix, tmp_path / "b")
+        try:  # another replica answers the poll from Redis
+            eventually(lambda: other.engine is not None)
+            found = other.write_job("j", job.id)
+            assert found is not None and found.state == "done" and found.info.version == 1
+            assert other.policies.job("j", refit.job).state == "refused"
+        finally:
+            other.close()
+    finally:
+        a.close()

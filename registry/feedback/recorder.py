@@ -7,6 +7,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable
+from pathlib import Path
 from typing import Any
 
 from registry.errors import ShortlistError, ShortlistExpired, ShortlistNotFound
@@ -24,7 +25,7 @@ from registry.feedback.log import (
     LogCompacted,
     SharedFeedbackLog,
 )
-from registry.feedback.served import served_at
+from registry.feedback.served import ShortlistMemory, served_at
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +87,25 @@ class FeedbackRecorder:
     def remember(self, shortlist: ShownShortlist) -> None:
         """Remember a served shortlist so feedback can quote its id."""
         self.memory.remember(shortlist)
+
+    def save_pending(self, path: Path) -> None:
+        """At a graceful shutdown (local memory only): save the shortlists still waiting for
+        feedback, so the next start takes feedback for them (:meth:`restore_pending`)."""
+        if isinstance(self.memory, ShortlistMemory):
+            try:
+                logger.info("saved %d pending shortlists for the next start", self.memory.save(path))
+            except OSError as exc:
+                logger.warning("pending shortlists not saved (feedback for them gets 410): %s", exc)
+
+    def restore_pending(self, path: Path) -> bool:
+        """Take back what :meth:`save_pending` saved; False when nothing was saved (a shared
+        memory keeps them itself: True)."""
+        if not isinstance(self.memory, ShortlistMemory):
+            return True
+        restored = self.memory.load(path)
+        if restored is not None:
+            logger.info("restored %d pending shortlists saved at the last shutdown", restored)
+        return restored is not None
 
     def _raise_lost(self, shortlist_id: str) -> None:
         """ShortlistExpired when ``shortlist_id`` was served, within its retention, before an

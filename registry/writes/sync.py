@@ -104,6 +104,7 @@ class StoreSync:
         store: the shared store.
         interval: poll period in seconds, and the pause after a failure.
         feedback: when given, its shared log is tailed on every tick.
+        learned: called after a re-publish with whether this replica won (learning state, jobs).
         on_status: called with True/False when the store comes back / goes away.
         on_tick: called after every successful tick (e.g. to retry deferred work).
         settle_seconds: after a wipe this replica claims, how long writes wait for every
@@ -120,6 +121,7 @@ class StoreSync:
         on_status: StatusListener | None = None,
         on_tick: Callable[[], None] | None = None,
         settle_seconds: float | None = None,
+        learned: Callable[[bool], None] | None = None,
     ) -> None:
         if not interval > 0:
             raise ValueError(f"interval must be > 0, got {interval}")
@@ -133,7 +135,7 @@ class StoreSync:
         self.ticks = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        republish_from(engine, store, feedback)
+        republish_from(engine, store, feedback, learned)
         epoch = getattr(store, "epoch", None)
         if epoch is not None:
             settle = settle_seconds if settle_seconds is not None else max(5.0, 3 * interval + 2)
