@@ -12,7 +12,7 @@ import hashlib
 import json
 import re
 import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 from registry.errors import InvalidRegistryName, InvalidToolDefinition, PayloadTooLarge
@@ -36,6 +36,8 @@ _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _SEPARATORS = re.compile(r"[\W_]+")
 _REGISTRY_NAME = re.compile(r"[A-Za-z0-9._-]+")
 _REGISTRY_BAD_CHAR = re.compile(r"[^A-Za-z0-9._-]")
+_PATH_SEPARATORS = re.compile(r"[/\\]")  # WHATWG reads a backslash as '/' in http(s) URLs
+_ENCODED_DOT = re.compile(r"%2e", re.IGNORECASE)  # WHATWG reads '%2e' as '.' in a dot segment
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,12 @@ class ToolLimits:
     max_description_chars: int = 32_768
     max_name_chars: int = 256
     max_depth: int = MAX_JSON_DEPTH
+    url_safe_names: bool = True  # refuse names no URL carries faithfully (url_name_problem)
+
+    def for_stored(self) -> ToolLimits:
+        """The limits for a version already in the store: it was checked by the rules of the
+        day it was written, and must stay readable (and repairable) under newer ones."""
+        return replace(self, url_safe_names=False)
 
 
 class _Problems:
@@ -378,7 +386,34 @@ def _check_name(
             f"at position {bad.start()}",
         )
         ok = False
+    problem = url_name_problem(name) if ok and limits.url_safe_names else None
+    if problem is not None:
+        problems.add(i, label, where, problem)
+        ok = False
     return name if ok else None
+
+
+def url_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be carried faithfully in a URL path, or ``None`` when it can.
+
+    Browsers, HTTP clients and proxies resolve ``.`` and ``..`` segments (``%2e`` spelt out,
+    ``\\`` read as ``/``) and some merge ``//``: a tool called ``../../victim`` put in a path
+    addresses registry ``victim``. Such names are refused at upload; the API takes tool names
+    out of the path anyway (``DELETE /registries/{r}/tools?name=``).
+    """
+    segments = _PATH_SEPARATORS.split(name)
+    for segment in segments:
+        if _ENCODED_DOT.sub(".", segment) in (".", ".."):
+            return (
+                f"must not have a '.' or '..' path segment, got {name!r}: URLs resolve it "
+                "and would address another resource"
+            )
+    if len(segments) > 1 and "" in segments:
+        return (
+            f"must not have an empty path segment (a leading, trailing or doubled '/'), "
+            f"got {name!r}: proxies merge or drop it"
+        )
+    return None
 
 
 def _check_description(

@@ -49,6 +49,24 @@ def test_open_by_default_with_a_startup_warning(make_client, tools_payload, capl
     assert all("security" not in op for path in spec["paths"].values() for op in path.values())
 
 
+def test_a_query_token_alone_says_at_start_up_that_writes_are_open(make_client, tools_payload, caplog):
+    """Issue 23: with only a query token the operator may believe the service is closed."""
+    with caplog.at_level(logging.WARNING, logger="service.auth"):
+        client = secure(make_client, query_token=[QUERY])
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    message = " ".join(r.getMessage() for r in warnings)
+    assert "only SHORTLIST_QUERY_TOKEN is set" in message and "every write is open" in message
+    for route in ("registry uploads and deletes", "refits", "activation", "wipes", "SHORTLIST_ADMIN_TOKEN"):
+        assert route in message
+    with client:  # what it says is true: queries are guarded, writes are not
+        assert_401(client.post("/shortlist", json={"registry": "r", "query": "q"}), "missing_token")
+        assert client.put("/registries/r", json=tools_payload).status_code == 200
+        r = client.post("/registries/r/policies/default/activate", json={})
+        assert r.status_code == 200
+        assert client.delete("/registries/r/learning").status_code == 200
+        assert client.delete("/registries/r").status_code == 204
+
+
 def test_admin_token_guards_every_write(make_client, tools_payload, caplog):
     with caplog.at_level(logging.WARNING, logger="service.auth"):
         client = secure(make_client, admin_token=[ADMIN, ADMIN_2])
@@ -58,6 +76,8 @@ def test_admin_token_guards_every_write(make_client, tools_payload, caplog):
             ("PUT", "/registries/r", tools_payload),
             ("POST", "/registries/r/tools", [{"name": "extra"}]),
             ("DELETE", "/registries/r/tools/extra", None),
+            ("POST", "/registries/r/tools", [{"name": "extra"}]),
+            ("DELETE", "/registries/r/tools?name=extra", None),
             ("DELETE", "/registries/r", None),
         ]
         for method, path, body in writes:
@@ -186,6 +206,7 @@ def test_openapi_shows_the_bearer_schemes(make_client):
         ("post", "/registries/{registry}/tools"),
         ("delete", "/registries/{registry}"),
         ("delete", "/registries/{registry}/tools/{name}"),
+        ("delete", "/registries/{registry}/tools"),
     ]:
         assert paths[path][method]["security"] == [{"AdminToken": []}], (method, path)
     for method, path in [

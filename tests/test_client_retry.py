@@ -126,7 +126,11 @@ def test_tokens_and_bodies_per_route(tmp_path):
 
     seen3, handler3 = scripted(httpx.Response(204))
     client_for(handler3, admin_token="a-token").delete_tool("r", "fs/read file")
-    assert seen3[-1].url.raw_path == b"/registries/r/tools/fs/read%20file"
+    assert seen3[-1].url.path == "/registries/r/tools"  # the name is in the query, never the path
+    assert seen3[-1].url.params["name"] == "fs/read file"
+    client_for(handler3, admin_token="a-token").delete_tool("r", "../../victim")
+    assert (seen3[-1].method, seen3[-1].url.path) == ("DELETE", "/registries/r/tools")
+    assert seen3[-1].url.params["name"] == "../../victim"
 
 
 def test_async_client_retries_503():

@@ -34,6 +34,33 @@ def test_root_redirects_to_the_console_and_the_page_and_assets_are_served(client
     assert client.get("/console/assets/missing.js").status_code == 404
 
 
+def test_the_console_refuses_framing_and_runs_only_its_own_script(client):
+    """Issue 23: no CSP, no frame headers (a clickjacked delete), and HEAD /console was 405."""
+    page = client.get("/console")
+    csp = dict(part.strip().split(" ", 1) for part in page.headers["content-security-policy"].split(";"))
+    assert csp["default-src"] == "'none'" and csp["frame-ancestors"] == "'none'"
+    assert csp["script-src"] == "'self'" and "unsafe" not in page.headers["content-security-policy"]
+    assert csp["connect-src"] == "'self'" and csp["base-uri"] == "'none'"
+    assert page.headers["x-frame-options"] == "DENY"
+    assert page.headers["x-content-type-options"] == "nosniff"
+    # the policy fits the page: no inline script, style or handler it would block
+    assert not re.search(r"<script(?![^>]*\bsrc=)|<style|\sstyle=|\son[a-z]+=", page.text)
+    for path in ("/docs", "/redoc"):
+        docs = client.get(path)
+        assert docs.headers["x-frame-options"] == "DENY"
+        assert "frame-ancestors 'none'" in docs.headers["content-security-policy"]
+
+
+@pytest.mark.parametrize("path", ["/console", "/docs", "/redoc", "/"])
+def test_head_answers_like_get_without_a_body(client, path):
+    got = client.get(path, follow_redirects=False)
+    head = client.head(path, follow_redirects=False)
+    assert head.status_code == got.status_code and head.status_code in (200, 307)
+    assert head.content == b""
+    for name in ("content-type", "content-security-policy", "x-frame-options", "location"):
+        assert head.headers.get(name) == got.headers.get(name), name
+
+
 @pytest.mark.parametrize(
     ("path", "assets"),
     [

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
@@ -134,6 +135,17 @@ def paste(driver: webdriver.Chrome, payload: Any, *, name: str, mode: str = "put
 
 def registry_row(driver: webdriver.Chrome, name: str) -> list[str]:
     return texts(driver, f'#registry-rows tr[data-registry="{name}"] td')
+
+
+def click(driver: webdriver.Chrome, selector: str) -> bool:
+    """Click the first match; False (to be retried) while it is missing or re-rendered away."""
+    try:
+        found = css(driver, selector)
+        if found:
+            found[0].click()
+        return bool(found)
+    except StaleElementReferenceException:
+        return False
 
 
 def tab(driver: webdriver.Chrome, name: str) -> None:
@@ -267,3 +279,50 @@ def test_console_upload_query_delete_report(browser, server):
         if e["level"] == "SEVERE" and not any(f"status of {s}" in e["message"] for s in (401, 422))
     ]
     assert not errors, errors
+
+
+def test_deleting_a_tool_never_deletes_another_registry(browser, tmp_path_factory, minilm_cache):
+    """Issue 23: a registry stored before names like ``../../victim2`` were refused at upload.
+    Clicking delete on that tool used to send ``DELETE /registries/victim2`` (the browser
+    resolves the dot segments) and delete registry ``victim2``."""
+    from registry.store.base import RegistryRecord
+    from registry.store.local import LocalStore
+    from tests.conftest import weather_tools
+
+    base = tmp_path_factory.mktemp("console-legacy")
+    bad = ["../../victim2", "..", "%2e%2e/%2e%2e/victim2"]
+    store = LocalStore(base / "data")
+    store.save(RegistryRecord("legacy", 1, [*weather_tools(), *({"name": n} for n in bad)]))
+    store.save(RegistryRecord("victim2", 1, weather_tools()))
+    servers = Servers(base, minilm_cache)
+    try:
+        legacy = servers.start(admin_token=TOKEN)
+        browser.get(legacy.url + "/console")
+        wait_for(browser, lambda d: d.find_element(By.ID, "flash").is_displayed(), "the 401")
+        browser.find_element(By.ID, "token").send_keys(TOKEN)
+        browser.find_element(By.CSS_SELECTOR, "#token-form button").click()
+        wait_for(browser, lambda d: registry_row(d, "victim2"), "the registries")
+        browser.find_element(By.CSS_SELECTOR, '#registry-rows tr[data-registry="legacy"] a').click()
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        for version, name in enumerate(bad, start=2):
+            row = f'#tool-rows tr[data-tool="{name}"]'
+            wait_for(browser, lambda d, row=row: click(d, row + " button"), f"a click on the row of {name}")
+            wait_for(browser, lambda d: d.switch_to.alert, "the confirmation").accept()
+            wait_for(browser, lambda d, v=version: registry_row(d, "legacy")[1:2] == [str(v)], f"version {version}")
+            assert f"Deleted {name} from legacy." in text_of(browser, "#flash")
+            listed = httpx.get(f"{legacy.url}/registries", headers=auth).json()["registries"]
+            assert {r["registry"]: r["version"] for r in listed} == {"legacy": version, "victim2": 1}
+        assert not css(browser, "#tool-rows tr[data-tool^='.']")
+        assert len(css(browser, "#tool-rows tr")) == len(weather_tools())
+
+        # The console's CSP is in force: markup that got onto the page could not run a script.
+        ran = browser.execute_script(
+            "const s = document.createElement('script'); s.textContent = 'window.__injected = 1';"
+            "document.body.append(s); return window.__injected === 1;"
+        )
+        assert ran is False
+        head = httpx.head(f"{legacy.url}/console")
+        assert head.status_code == 200 and head.content == b""
+        assert head.headers["x-frame-options"] == "DENY"
+    finally:
+        servers.close()

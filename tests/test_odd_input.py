@@ -94,7 +94,7 @@ def test_bodies_that_are_not_utf8_are_a_422(client, tools_payload, encoding):
     [
         ("PATCH", "/registries/r", {"GET", "PUT", "DELETE"}),
         ("POST", "/registries/r", {"GET", "PUT", "DELETE"}),
-        ("PUT", "/registries/r/tools", {"POST"}),
+        ("PUT", "/registries/r/tools", {"POST", "DELETE"}),
         ("GET", "/shortlist", {"POST"}),
         ("GET", "/registries/r/tools/fs/read_file", {"DELETE"}),
     ],

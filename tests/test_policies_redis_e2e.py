@@ -72,7 +72,7 @@ def test_refit_is_activated_on_both_replicas(replicas):
         )
         events += r.status_code == 200
     assert events == 90
-    job = httpx.post(f"{a.url}/registries/demo/policies/refit?async=true", timeout=10)
+    job = httpx.post(f"{a.url}/registries/demo/policies/refit?async=true", json={}, timeout=10)
     assert job.status_code == 202
     job_id = job.json()["job"]
     for _ in range(300):  # any replica answers the poll (jobs are kept in Redis)
@@ -93,7 +93,7 @@ def test_refit_is_activated_on_both_replicas(replicas):
     metrics = httpx.get(f"{b.url}/metrics", timeout=10).text
     assert 'shortlist_policy_requests_total{policy_version="refit-1",registry="demo"}' in metrics
     # roll back from the other replica: both serve the default again
-    r = httpx.post(f"{b.url}/registries/demo/policies/default/activate", timeout=10)
+    r = httpx.post(f"{b.url}/registries/demo/policies/default/activate", json={}, timeout=10)
     assert r.status_code == 200 and r.json()["active"] == "default"
     _wait_serving(a, query, "default")
     assert _serving(b, query) == "default"

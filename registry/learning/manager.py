@@ -6,8 +6,9 @@ a durable *job* (:mod:`registry.jobs`) run by one worker thread per process, nev
 path: one refit at a time, at most ``refit_queue_max`` queued (then 429), and a job a restart
 interrupted runs again at the next start. It reads only the log lines appended since the
 previous refit (:class:`registry.learning.refit_events.RefitEvents`). Job states: ``queued``,
-``running``, then ``done`` (a new version is active), ``refused`` (the guard said no; nothing
-changed) or ``failed`` (an error; nothing changed).
+``running``, then ``done`` (a new version is active), ``candidate`` (a new version is stored
+but not active: it changes mean K so much that an admin activates it), ``refused`` (the guard
+said no; nothing changed) or ``failed`` (an error; nothing changed).
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from registry.errors import NotFound
-from registry.feedback import FeedbackLog
+from registry.feedback import FeedbackEvent, FeedbackLog
 from registry.jobs import OPEN_STATES, JobQueue, JobRecords, LocalJobRecords, RedisJobRecords, Task
+from registry.learning.evidence import evidence_config
 from registry.learning.refit import refit
 from registry.learning.refit_events import RefitEvents
 from registry.serving.stop_rules import (
@@ -35,7 +38,7 @@ __all__ = ["JOB_STATES", "PolicyManager", "RefitJob", "refit_from_settings"]
 
 log = logging.getLogger(__name__)
 
-JOB_STATES = ("queued", "running", "done", "refused", "failed")
+JOB_STATES = ("queued", "running", "done", "candidate", "refused", "failed")
 WAIT_SECONDS = 3600.0  # a synchronous refit (CLI, in-process) waits at most this long
 
 
@@ -103,6 +106,8 @@ class PolicyManager:
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self._poller: threading.Thread | None = None
+        #: a refit's first step, the usage profiles' weight (set by the core; None: none)
+        self.fit_profiles: Callable[[str, list[FeedbackEvent]], dict[str, Any] | None] | None = None
 
     @classmethod
     def for_settings(
@@ -230,26 +235,30 @@ class PolicyManager:
     def _run(self, registry: str) -> dict[str, Any]:
         try:
             current = self.book.history(registry).active_rule
+            events = self.events.of(registry)
+            profile = self.fit_profiles(registry, events) if self.fit_profiles is not None else None
             outcome = refit(
-                self.events.of(registry),
+                events,
                 registry,
                 current,
                 min_events=self.settings.refit_min_events,
                 margin=self.settings.refit_margin,
                 confidence=self.settings.refit_confidence,
-                caller_share=self.settings.learning_caller_share,
+                evidence=evidence_config(self.settings),
+                max_mean_k=self.settings.refit_max_mean_k,
+                review_factor=self.settings.refit_review_factor,
             )
             version = None
-            if outcome.state == "done" and outcome.rule is not None:
-                history = self.book.add(outcome.rule, registry, activate=True)
-                version = history.active
+            if outcome.state in ("done", "candidate") and outcome.rule is not None:
+                history = self.book.add(outcome.rule, registry, activate=outcome.state == "done")
+                version = history.versions[-1].version
             log.info("refit of %r: %s (%s)", registry, outcome.state, outcome.reason)
             return {
                 "state": outcome.state,
                 "reason": outcome.reason,
                 "version": version,
                 "active": self.book.history(registry).active,
-                "estimate": outcome.estimate,
+                "estimate": {**outcome.estimate, "profile": profile} if profile else outcome.estimate,
             }
         except Exception as exc:
             log.exception("refit of %r failed", registry)

@@ -1,9 +1,8 @@
 """The feedback events refits read, kept per registry and read from the log incrementally.
 
 A refit used to replay the whole feedback log (every registry's events, parsed again) to find
-one registry's. This reader keeps the events a refit can use (those the learned policy served:
-with its margins and window scores) per registry, and each refit first reads only the lines
-appended since the previous one. A compaction that cut events (the log's replay no longer
+one registry's. This reader keeps the events per registry, and each refit first reads only
+the lines appended since the previous one. A compaction that cut events (the log's replay no longer
 yields them) makes it read the log again from its checkpoint, so a refit sees exactly what a
 full replay would.
 """
@@ -22,13 +21,8 @@ __all__ = ["RefitEvents"]
 log = logging.getLogger(__name__)
 
 
-def usable(event: FeedbackEvent) -> bool:
-    """Whether a refit can replay ``event`` (:class:`registry.learning.refit.LoggedEvents`)."""
-    return bool(event.margins) and bool(event.scores)
-
-
 class RefitEvents:
-    """Per-registry usable events of ``feedback_log`` (one reader per process).
+    """Per-registry events of ``feedback_log`` (one reader per process).
 
     ``reads`` counts the log lines parsed, ``rereads`` the full reads after a compaction.
     """
@@ -42,10 +36,10 @@ class RefitEvents:
         self.rereads = 0
 
     def of(self, registry: str) -> list[FeedbackEvent]:
-        """``registry``'s usable events, oldest first, up to what the log holds now."""
+        """``registry``'s events, oldest first, up to what the log holds now."""
         read_after = getattr(self.log, "read_after", None)
         if read_after is None:  # a log without positions: replay it (as refits always did)
-            return [e for e in self.log.replay() if e.registry == registry and usable(e)]
+            return [e for e in self.log.replay() if e.registry == registry]
         with self._lock:
             try:
                 events, position = read_after(self._position)
@@ -60,5 +54,4 @@ class RefitEvents:
     def _add(self, events: Iterable[FeedbackEvent]) -> None:
         for event in events:
             self.reads += 1
-            if usable(event):
-                self._by_registry.setdefault(event.registry, []).append(event)
+            self._by_registry.setdefault(event.registry, []).append(event)

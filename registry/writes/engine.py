@@ -98,7 +98,7 @@ class ShortlistEngine(CommitPath):
             record = self.store.load(name)
             if record is None:
                 continue
-            tools = parse_tools(record.tools, self.limits)
+            tools = parse_tools(record.tools, self.limits.for_stored())
             snap = self._build(name, record.version, tools, record.equivalents)
             self._install(replace(snap, written_at=record.written_at))
         return len(self._snapshots)

@@ -51,8 +51,10 @@ def _name_hint(definition: Any) -> Any:
 def stored_tools(definitions: list[Any], current: Snapshot | None, limits: ToolLimits) -> list[Tool]:
     """Parse a stored version's tools, reusing ``current``'s parsed tool for every definition
     equal to one it holds: a replica catching up with a one-tool change parses one tool, not
-    the registry (parsing 4,000 tools takes ~0.4 s). Same result as ``parse_tools``.
+    the registry (parsing 4,000 tools takes ~0.4 s). Same result as ``parse_tools``. Names
+    that newer rules refuse at upload stay readable (:meth:`ToolLimits.for_stored`).
     """
+    limits = limits.for_stored()
     if current is None or len(definitions) > limits.max_tools:
         return parse_tools(definitions, limits)
     out: list[Tool | None] = []

@@ -35,9 +35,14 @@ async function api(method, path, body) {
   return data;
 }
 
-const registryPath = (name) => `/registries/${encodeURIComponent(name)}`;
+// Every name is one encoded path segment, and "." or ".." never is (the URL would resolve to
+// another route). Tool names go in the query string, where no resolution happens.
+function registryPath(name) {
+  if (name === "" || name === "." || name === "..") throw new Error(`invalid registry name ${JSON.stringify(name)}`);
+  return `/registries/${encodeURIComponent(name)}`;
+}
 const toolPath = (registry, tool) =>
-  `${registryPath(registry)}/tools/${tool.split("/").map(encodeURIComponent).join("/")}`;
+  `${registryPath(registry)}/tools?${new URLSearchParams({ name: tool })}`;
 
 // -- small DOM helpers ----------------------------------------------------------------------------
 

@@ -38,6 +38,20 @@ REDOC_LOGO = b"https://cdn.redoc.ly/redoc/logo-mini.svg"
 
 live_router = APIRouter(prefix="/registries", tags=["registries"])
 
+NO_FRAMING: dict[str, str] = {
+    "X-Frame-Options": "DENY",  # no clickjacking: an admin's click on "delete" stays theirs
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+CONSOLE_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+)
+"""The console's only code is /console/assets/app.js: no inline script or style, no other origin."""
+CONSOLE_HEADERS: dict[str, str] = {**NO_FRAMING, "Content-Security-Policy": CONSOLE_CSP}
+DOCS_HEADERS: dict[str, str] = {**NO_FRAMING, "Content-Security-Policy": "frame-ancestors 'none'"}
+"""Swagger UI and ReDoc start from inline scripts: their pages only refuse to be framed."""
+
 
 class LiveMatch(BaseModel):
     events: int = Field(description="Feedback events in the window.")
@@ -110,17 +124,19 @@ def install_pages(app: FastAPI) -> None:
     title = app.title
     pages = APIRouter(include_in_schema=False)  # one per app: create_app may run many times
 
-    @pages.get("/")
+    @pages.api_route("/", methods=["GET", "HEAD"])
     def root() -> RedirectResponse:
         return RedirectResponse("/console", status_code=307)
 
-    @pages.get("/console")
+    @pages.api_route("/console", methods=["GET", "HEAD"])
     def console() -> FileResponse:
-        return FileResponse(CONSOLE_DIR / "index.html", media_type="text/html")
+        return FileResponse(
+            CONSOLE_DIR / "index.html", media_type="text/html", headers=CONSOLE_HEADERS
+        )
 
-    @pages.get("/docs")
+    @pages.api_route("/docs", methods=["GET", "HEAD"])
     def swagger() -> HTMLResponse:
-        return get_swagger_ui_html(
+        return _unframed(get_swagger_ui_html(
             openapi_url=openapi_url,
             title=f"{title} - Swagger UI",
             oauth2_redirect_url=oauth2_redirect,
@@ -128,21 +144,21 @@ def install_pages(app: FastAPI) -> None:
             swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
             swagger_favicon_url=f"{DOCS_ASSETS}/favicon.png",
             swagger_ui_parameters={"validatorUrl": None},  # the default badge calls out
-        )
+        ))
 
     @pages.get(oauth2_redirect)
     def swagger_redirect() -> HTMLResponse:
         return get_swagger_ui_oauth2_redirect_html()
 
-    @pages.get("/redoc")
+    @pages.api_route("/redoc", methods=["GET", "HEAD"])
     def redoc() -> HTMLResponse:
-        return get_redoc_html(
+        return _unframed(get_redoc_html(
             openapi_url=openapi_url,
             title=f"{title} - ReDoc",
             redoc_js_url=f"{DOCS_ASSETS}/redoc.js",
             redoc_favicon_url=f"{DOCS_ASSETS}/favicon.png",
             with_google_fonts=False,
-        )
+        ))
 
     @pages.get(f"{DOCS_ASSETS}/redoc.js")
     def redoc_js() -> Response:
@@ -151,6 +167,11 @@ def install_pages(app: FastAPI) -> None:
     app.include_router(pages)
     app.mount(CONSOLE_ASSETS, StaticFiles(directory=CONSOLE_DIR), name="console-assets")
     app.mount(DOCS_ASSETS, StaticFiles(directory=str(docs_static)), name="docs-assets")
+
+
+def _unframed(page: HTMLResponse) -> HTMLResponse:
+    page.headers.update(DOCS_HEADERS)
+    return page
 
 
 @functools.cache

@@ -10,19 +10,21 @@ import asyncio
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from registry.errors import ValidationFailed
 from registry.learning.manager import WAIT_SECONDS, RefitJob
-from service.deps import CoreDep
+from service.deps import CoreDep, require_json
 from service.routes.registries import RegistryPath
 from service.schemas import error_responses
 
 router = APIRouter(prefix="/registries", tags=["policies"])
-admin_router = APIRouter(prefix="/registries", tags=["policies"])  # no body: no JSON check
+# Refit and activate take no body, yet must say JSON like every write: a cross-site form POST
+# (text/plain, no preflight) must not start a refit or roll a policy back.
+admin_router = APIRouter(prefix="/registries", tags=["policies"], dependencies=[Depends(require_json)])
 
 
 class PolicyVersionOut(BaseModel):
@@ -49,10 +51,14 @@ class PolicyList(BaseModel):
 class RefitJobOut(BaseModel):
     job: str
     registry: str
-    state: str = Field(description="queued, running, done (a new version is active), refused "
-                       "(the guard said no) or failed.")
+    state: str = Field(description="queued, running, done (a new version is active), candidate "
+                       "(a new version is stored, not active: it changes mean K past "
+                       "SHORTLIST_REFIT_REVIEW_FACTOR; activate it by hand), refused (the guard "
+                       "said no) or failed. The estimate's 'profile' says what the usage-profile "
+                       "weight fit (its first step) concluded.")
     reason: str = ""
-    version: str | None = Field(None, description="The version a done refit activated.")
+    version: str | None = Field(None, description="The version a done refit activated (a "
+                                "candidate refit stored).")
     active: str | None = None
     estimate: dict[str, Any] = Field(default_factory=dict)
     created: float | None = None
@@ -89,7 +95,7 @@ def list_policies(registry: RegistryPath, core: CoreDep) -> PolicyList:
     "/{registry}/policies/refit",
     response_model=RefitJobOut,
     responses={202: {"description": "Queued (async=true): poll the job."},
-               **error_responses(404, 422, 429, 503)},
+               **error_responses(404, 415, 422, 429, 503)},
 )
 async def refit(
     registry: RegistryPath,
@@ -137,7 +143,7 @@ def refit_job(
 @admin_router.post(
     "/{registry}/policies/{version}/activate",
     response_model=PolicyList,
-    responses=error_responses(404, 422, 503),
+    responses=error_responses(404, 415, 422, 503),
 )
 def activate(
     registry: RegistryPath, version: Annotated[str, Path(max_length=64)], core: CoreDep

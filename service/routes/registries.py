@@ -5,14 +5,19 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from registry.core import Shortlister
-from registry.errors import NotFound
-from registry.tools import MAX_REGISTRY_NAME_CHARS, REGISTRY_NAME_PATTERN, validate_registry_name
+from registry.errors import NotFound, ValidationFailed
+from registry.tools import (
+    MAX_REGISTRY_NAME_CHARS,
+    REGISTRY_NAME_PATTERN,
+    url_name_problem,
+    validate_registry_name,
+)
 from registry.writes.engine import RegistryInfo
 from registry.writes.write_jobs import WriteJob
 from service.deps import CoreDep, require_json
@@ -61,6 +66,15 @@ ToolPath = Annotated[
         description="Tool name as uploaded; it may contain slashes.",
         min_length=1,
         max_length=MAX_TOOL_NAME_CHARS,
+    ),
+]
+ToolQuery = Annotated[
+    str,
+    Query(
+        description="Tool name exactly as uploaded, percent-encoded (slashes and dots too).",
+        min_length=1,
+        max_length=MAX_TOOL_NAME_CHARS,
+        examples=["fs/read_file"],
     ),
 ]
 
@@ -221,13 +235,35 @@ def delete_registry(registry: RegistryPath, core: CoreDep) -> Response:
 
 
 @admin_router.delete(
-    "/{registry}/tools/{name:path}",
+    "/{registry}/tools",
     status_code=204,
     responses=error_responses(404, 409, 422, 503),
 )
-def delete_tool(registry: RegistryPath, name: ToolPath, core: CoreDep) -> Response:
-    """Remove one tool (the name may contain slashes); the version increases."""
+def delete_tool(registry: RegistryPath, name: ToolQuery, request: Request, core: CoreDep) -> Response:
+    """Remove one tool, named in the query string (``?name=fs/read_file``): no name, whatever
+    it holds, can be resolved by a browser or a client into another route. The version increases."""
+    if len(request.query_params.getlist("name")) > 1 or set(request.query_params) != {"name"}:
+        problem = "send exactly one query parameter, name=<tool name>"
+        raise ValidationFailed(problem, [{"field": "query", "message": problem}])
     core.delete_tool(registry, name)
     return Response(status_code=204)
 
 
+@admin_router.delete(
+    "/{registry}/tools/{name:path}",
+    status_code=204,
+    responses=error_responses(404, 409, 422, 503),
+    deprecated=True,
+)
+def delete_tool_in_path(registry: RegistryPath, name: ToolPath, core: CoreDep) -> Response:
+    """Remove one tool named in the path (deprecated: use ``DELETE .../tools?name=``). Only a
+    name that URLs carry unchanged is accepted here; others get 422 pointing to the query form."""
+    problem = url_name_problem(name)
+    if problem is not None:
+        message = (
+            f"tool name {problem}; name it in the query string instead: "
+            f"DELETE /registries/{registry}/tools?name=<percent-encoded name>"
+        )
+        raise ValidationFailed(message, [{"field": "name", "message": message, "tool": name}])
+    core.delete_tool(registry, name)
+    return Response(status_code=204)

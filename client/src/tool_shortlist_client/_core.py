@@ -34,6 +34,7 @@ class Call:
     access: Access
     idempotent: bool
     body: Any = None
+    params: Mapping[str, str] | None = None  # the query string (httpx encodes every value)
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,18 @@ class Tokens:
 
 
 def registry_path(registry: str, *rest: str) -> str:
-    parts = [quote(registry, safe="")] + [quote(part, safe="/") for part in rest]
-    return "/registries/" + "/".join(parts)
+    """``/registries/<registry>/<rest>...``, each part one percent-encoded segment (``/`` too).
+
+    Raises:
+        ValueError: a part is empty, ``.`` or ``..``: URL resolution would turn the path into
+            another route (``/registries/..`` is ``/``). Tool names never go in the path: they
+            travel in the query string (:meth:`ShortlistClient.delete_tool`).
+    """
+    parts = [registry, *rest]
+    for part in parts:
+        if part in ("", ".", ".."):
+            raise ValueError(f"{part!r} cannot be a URL path segment (registry {registry!r})")
+    return "/registries/" + "/".join(quote(part, safe="") for part in parts)
 
 
 def tools_body(
@@ -138,6 +149,7 @@ def shortlist_body(
     scorer: str | None,
     depth_bias: float | None,
     allow_empty: bool,
+    explain: bool = False,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"registry": registry, "query": query}
     optional = {
@@ -150,6 +162,8 @@ def shortlist_body(
     body.update({key: value for key, value in optional.items() if value is not None})
     if allow_empty:
         body["allow_empty"] = True
+    if explain:
+        body["explain"] = True
     return body
 
 

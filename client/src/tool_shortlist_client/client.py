@@ -81,6 +81,8 @@ class _Base:
         }
         if call.body is not None:
             request["json"] = call.body
+        if call.params is not None:
+            request["params"] = dict(call.params)
         return request
 
     def _registry(self, registry: str | None) -> str:
@@ -111,6 +113,11 @@ class _Base:
         # Not idempotent for retries after a lost answer: each write bumps the version.
         body = tools_body(tools, equivalents)
         return Call("POST", registry_path(registry, "tools"), "admin", idempotent=False, body=body)
+
+    @staticmethod
+    def _delete_tool_call(registry: str, name: str) -> Call:
+        path = registry_path(registry, "tools")
+        return Call("DELETE", path, "admin", idempotent=True, params={"name": name})
 
 
 _Equivalents = Iterable[Sequence[str]] | None
@@ -197,11 +204,12 @@ class ShortlistClient(_Base):
         scorer: str | None = None,
         depth_bias: float | None = None,
         allow_empty: bool = False,
+        explain: bool = False,
     ) -> Shortlist:
         """The tools to show for ``query`` (``POST /shortlist``); see the README for each option."""
         call = self._shortlist_call(
             query, registry, k=k, max_k=max_k, policy=policy, scorer=scorer,
-            depth_bias=depth_bias, allow_empty=allow_empty,
+            depth_bias=depth_bias, allow_empty=allow_empty, explain=explain,
         )  # fmt: skip
         return Shortlist.model_validate(self._json(call))
 
@@ -267,7 +275,9 @@ class ShortlistClient(_Base):
         self._send(Call("DELETE", registry_path(registry), "admin", idempotent=True))
 
     def delete_tool(self, registry: str, name: str) -> None:
-        self._send(Call("DELETE", registry_path(registry, "tools", name), "admin", idempotent=True))
+        """Remove one tool; its name travels in the query string, so no name (``..``,
+        ``a/../b``) can be resolved into another route."""
+        self._send(self._delete_tool_call(registry, name))
 
     # -- operations --------------------------------------------------------------------------------
 
@@ -343,10 +353,11 @@ class AsyncShortlistClient(_Base):
         scorer: str | None = None,
         depth_bias: float | None = None,
         allow_empty: bool = False,
+        explain: bool = False,
     ) -> Shortlist:
         call = self._shortlist_call(
             query, registry, k=k, max_k=max_k, policy=policy, scorer=scorer,
-            depth_bias=depth_bias, allow_empty=allow_empty,
+            depth_bias=depth_bias, allow_empty=allow_empty, explain=explain,
         )  # fmt: skip
         return Shortlist.model_validate(await self._json(call))
 
@@ -402,8 +413,7 @@ class AsyncShortlistClient(_Base):
         await self._send(Call("DELETE", registry_path(registry), "admin", idempotent=True))
 
     async def delete_tool(self, registry: str, name: str) -> None:
-        call = Call("DELETE", registry_path(registry, "tools", name), "admin", idempotent=True)
-        await self._send(call)
+        await self._send(self._delete_tool_call(registry, name))
 
     async def ready(self) -> bool:
         try:
