@@ -34,6 +34,8 @@ from common import DEFAULT_EMBEDDER_CACHE, ROOT, Server, rss_mib, worktree
 QUERIES = ("weather in Lisbon this weekend", "send an email to my boss", "convert 20 euros to dollars",
            "read the config file", "book a table for two", "what is the time in Tokyo")
 
+JSON = {"content-type": "application/json"}  # refits are writes: JSON only
+
 
 def tools() -> list[dict]:
     words = ("weather", "email", "currency", "file", "calendar", "restaurant", "flight", "music",
@@ -107,7 +109,7 @@ def measure(root: Path, data_dir: Path, cache: Path, registries: int, log: Path)
         jobs = []
         with httpx.Client(base_url=server.url, timeout=300) as admin:
             for i in range(registries):
-                r = admin.post(f"/registries/r{i}/policies/refit?async=true")
+                r = admin.post(f"/registries/r{i}/policies/refit?async=true", headers=JSON)
                 jobs.append((f"r{i}", r.json().get("job")) if r.status_code == 202 else (f"r{i}", None))
             stop = threading.Event()
             peak = {"threads": threads(server.pid), "rss": rss_mib(server.pid)}

@@ -14,6 +14,8 @@ from fastapi.testclient import TestClient
 from tests.conftest import weather_tools
 from tests.test_policies import easy_events
 
+JSON = {"content-type": "application/json"}  # refits are writes: JSON only
+
 
 class GatedEmbedder:
     """The fast fake embedder, whose document embedding waits for ``gate`` (a slow upload)."""
@@ -93,15 +95,15 @@ def test_refits_run_one_at_a_time_and_a_full_queue_answers_429(settings, bor_pol
     with _app(settings, bor_policy, refit_queue_max=3) as client:
         for name in ("a", "b", "c", "d"):
             assert client.put(f"/registries/{name}", json=weather_tools()).status_code == 200
-        jobs = [client.post(f"/registries/{n}/policies/refit?async=true") for n in ("a", "b", "c")]
+        jobs = [client.post(f"/registries/{n}/policies/refit?async=true", headers=JSON) for n in ("a", "b", "c")]
         assert [r.status_code for r in jobs] == [202, 202, 202]
-        full = client.post("/registries/d/policies/refit?async=true")
+        full = client.post("/registries/d/policies/refit?async=true", headers=JSON)
         assert full.status_code == 429, full.text
         assert int(full.headers["retry-after"]) >= 1
         assert full.json()["error"]["type"] == "too_many_requests"
-        assert client.post("/registries/d/policies/refit").status_code == 429  # synchronous too
+        assert client.post("/registries/d/policies/refit", headers=JSON).status_code == 429  # synchronous too
         # the same registry again: its queued job, not a new one
-        again = client.post("/registries/c/policies/refit?async=true")
+        again = client.post("/registries/c/policies/refit?async=true", headers=JSON)
         assert again.status_code == 202 and again.json()["job"] == jobs[2].json()["job"]
         time.sleep(0.3)
         states = [client.get(f"/registries/{n}/policies/refit/{r.json()['job']}").json()["state"]
@@ -113,7 +115,7 @@ def test_refits_run_one_at_a_time_and_a_full_queue_answers_429(settings, bor_pol
         finals = [_poll(client, f"/registries/{n}/policies/refit/{r.json()['job']}") for n, r in zip("abc", jobs)]
         assert [f["state"] for f in finals] == ["refused"] * 3
         assert running[1] == 1  # never two at once
-        assert client.post("/registries/d/policies/refit?async=true").status_code == 202
+        assert client.post("/registries/d/policies/refit?async=true", headers=JSON).status_code == 202
 
 
 def test_refits_read_only_the_new_lines_of_the_log(settings):
@@ -228,7 +230,7 @@ def test_refit_jobs_survive_a_restart(settings, bor_policy, blocked_refits):
     gate, _ = blocked_refits
     with _app(settings, bor_policy) as client:
         client.put("/registries/w", json=weather_tools())
-        job = client.post("/registries/w/policies/refit?async=true").json()["job"]
+        job = client.post("/registries/w/policies/refit?async=true", headers=JSON).json()["job"]
         time.sleep(0.2)
     gate.set()  # the old process's worker ends; the new process runs the job again
     with _app(settings, bor_policy) as client:

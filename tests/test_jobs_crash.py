@@ -18,6 +18,8 @@ UPLOADS = 20
 REFITS = 5
 FINAL = ("done", "failed", "refused")
 
+JSON = {"content-type": "application/json"}  # refits are writes: JSON only
+
 
 def upload_tools(i: int) -> list[dict[str, Any]]:
     """24 tools of new text per upload: a few hundred ms of real embedding each."""
@@ -48,7 +50,7 @@ class Driver:
             while self.next_upload < UPLOADS or self.next_refit < REFITS:
                 if self.next_refit < REFITS and (self.next_upload >= UPLOADS or self.rng.random() < 0.25):
                     registry = f"rf{self.next_refit}"
-                    r = client.post(f"/registries/{registry}/policies/refit?async=true")
+                    r = client.post(f"/registries/{registry}/policies/refit?async=true", headers=JSON)
                     if r.status_code == 202:
                         self.acked[f"/registries/{registry}/policies/refit/{r.json()['job']}"] = ("refit", registry)
                         self.next_refit += 1
