@@ -116,14 +116,16 @@ class PolicyManager:
         feedback_log: FeedbackLog,
         *,
         shared: bool,
+        client: Any = None,
         jobs: JobRecords | None = None,
     ) -> PolicyManager:
-        """Redis-backed when the settings name a Redis and the registry store is shared."""
+        """Redis-backed when the settings name a Redis and the registry store is shared; on
+        ``client`` when given (the connection :func:`registry.backends.build_backends` shares)."""
         store: PolicyStore
         if shared and settings.redis_url is not None:
             from registry.store.redis import connect
 
-            client = connect(settings.redis_url.get_secret_value())
+            client = client or connect(settings.redis_url.get_secret_value())
             store = RedisPolicyStore(client, settings.redis_prefix)
             jobs = jobs or RedisJobRecords(client, settings.redis_prefix)
         else:
