@@ -14,6 +14,7 @@ from pydantic import SecretStr
 from registry.core import Shortlister
 from registry.errors import ShortlistExpired, ShortlistNotFound
 from registry.index.embed import HashingEmbedder
+from registry.request import ShortlistRequest
 from registry.serving.stop_rules import StopRule
 from tests.redis_server import RedisServer
 from tests.test_learning_api import CITIES, TOOLS
@@ -42,12 +43,12 @@ def test_a_redis_wipe_keeps_policy_versions_usage_memory_and_says_410(
         a.put_registry("w", TOOLS)
         eventually(lambda: b.engine is not None and b.engine.has_registry("w"))
         a.policies.book.add(StopRule(bias_offset=1.0), "w", activate=True)
-        eventually(lambda: b.shortlist("w", QUERY).policy_version == "refit-1")
+        eventually(lambda: b.shortlist(ShortlistRequest("w", QUERY)).policy_version == "refit-1")
         for i in range(10):
-            sl = a.shortlist("w", f"weather today in {CITIES[i]} city")
+            sl = a.shortlist(ShortlistRequest("w", f"weather today in {CITIES[i]} city"))
             a.feedback(sl.shortlist_id, ["weather_forecast"], success=True)
         eventually(lambda: b.learning_report("w")["events"] == 10)
-        before_wipe = a.shortlist("w", QUERY)  # no feedback for it yet
+        before_wipe = a.shortlist(ShortlistRequest("w", QUERY))  # no feedback for it yet
         eventually(lambda: a.store.client.exists(f"{redis_prefix}usage:w") == 1)
 
         a.store.client.flushall()
@@ -56,7 +57,7 @@ def test_a_redis_wipe_keeps_policy_versions_usage_memory_and_says_410(
         eventually(lambda: a.store.client.exists(f"{redis_prefix}usage:w") == 1)
         for replica in (a, b):
             for _ in range(20):
-                assert replica.shortlist("w", QUERY).policy_version == "refit-1"
+                assert replica.shortlist(ShortlistRequest("w", QUERY)).policy_version == "refit-1"
                 time.sleep(0.02)
         assert [v["version"] for v in a.policies.listing("w")["versions"]] == ["default", "refit-1"]
 
@@ -70,9 +71,9 @@ def test_a_redis_wipe_keeps_policy_versions_usage_memory_and_says_410(
         # a replica started after the wipe finds the policy and the usage memory
         late = core(settings, bor_policy, own_redis.url, redis_prefix, tmp_path / "late")
         eventually(lambda: late.engine is not None)
-        assert late.shortlist("w", QUERY).policy_version == "refit-1"
+        assert late.shortlist(ShortlistRequest("w", QUERY)).policy_version == "refit-1"
         assert late.learning_report("w")["events"] == 10
-        assert late.shortlist("w", QUERY, k=4).tools[0].name == a.shortlist("w", QUERY, k=4).tools[0].name
+        assert late.shortlist(ShortlistRequest("w", QUERY, k=4)).tools[0].name == a.shortlist(ShortlistRequest("w", QUERY, k=4)).tools[0].name
     finally:
         for c in (a, b, late):
             if c is not None:
@@ -86,7 +87,7 @@ def test_every_usage_memory_is_checkpointed_at_a_graceful_shutdown(
     try:
         a.put_registry("w", TOOLS)
         for i in range(5):
-            sl = a.shortlist("w", f"weather today in {CITIES[i]} city")
+            sl = a.shortlist(ShortlistRequest("w", f"weather today in {CITIES[i]} city"))
             a.feedback(sl.shortlist_id, ["weather_forecast"], success=True)
         eventually(lambda: a.store.client.exists(f"{redis_prefix}usage:w") == 1)
         a.store.client.delete(f"{redis_prefix}usage:w")  # lost, and nothing new to save
@@ -105,15 +106,15 @@ def test_pending_shortlists_survive_a_graceful_local_restart_and_a_crash_says_41
 
     first = local()
     first.put_registry("w", TOOLS)
-    kept = first.shortlist("w", QUERY)
-    answered = first.shortlist("w", "send an email")
+    kept = first.shortlist(ShortlistRequest("w", QUERY))
+    answered = first.shortlist(ShortlistRequest("w", "send an email"))
     first.feedback(answered.shortlist_id, ["send_email"])
     first.close()  # graceful: the pending shortlists are saved with the feedback log
 
     second = local()
     assert second.feedback(kept.shortlist_id, ["get_weather"]).duplicate is False
     assert second.feedback(answered.shortlist_id, ["send_email"]).duplicate is True  # still a resend
-    lost = second.shortlist("w", QUERY)
+    lost = second.shortlist(ShortlistRequest("w", QUERY))
     # a crash: nothing saved (close() not called, the pending file never written)
     third = local()
     with pytest.raises(ShortlistExpired) as expired:
