@@ -261,6 +261,19 @@ class Settings(BaseSettings):
         description="Open connections per process; one more gets 503 and is closed at once "
         "(lowered to fit the open-file limit, whose soft value is raised to the hard one).",
     )
+    mcp_max_streams: int = Field(
+        64,
+        ge=1,
+        description="Open GET /mcp event streams per process, counted apart from "
+        "max_connections (an idle stream never takes a request's slot); one more gets 503 "
+        "too_many_streams with Retry-After.",
+    )
+    mcp_stream_idle_seconds: float = Field(
+        300.0,
+        gt=0,
+        description="A GET /mcp event stream that has sent no event (keep-alive comments aside) "
+        "for this long is closed; the client may open another.",
+    )
 
     # -- logging (service.logging_setup) --------------------------------------------------------
     log_format: Literal["text", "json"] = Field(

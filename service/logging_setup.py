@@ -33,7 +33,10 @@ QUIET_LOGGERS: Final[tuple[str, ...]] = (
     "faiss.loader",
     "faiss",
     "bm25s",
-    "mcp.server.streamable_http_manager",
+    # The MCP SDK logs per request at INFO (2.x: "Terminating session: None" for every
+    # stateless POST; 1.x: "Processing request of type ..."), and its session manager's start
+    # and stop: per-call chatter. Its warnings still pass.
+    "mcp",
 )
 UVICORN_LOGGERS: Final[tuple[str, ...]] = ("uvicorn", "uvicorn.error", "uvicorn.access")
 # uvicorn's lifecycle chatter at INFO ("Uvicorn running on ..." and "Shutting down" stay).

@@ -1,7 +1,9 @@
-"""The MCP face: ``/mcp`` (streamable HTTP) with two tools over the same core as the HTTP routes.
+"""The MCP face: ``/mcp`` (streamable HTTP, MCP Python SDK 2.x) with two tools over the same core
+as the HTTP routes.
 
-``find_tools`` returns a shortlist (structured content shaped like ``POST /shortlist``'s body,
-plus a readable text block); ``report_tool_use`` records feedback like ``POST /feedback``.
+``find_tools`` returns a shortlist: structured content shaped like ``POST /shortlist``'s body,
+the same JSON serialised in a text block (as the spec asks of a tool with structured content),
+and a readable summary; ``report_tool_use`` records feedback like ``POST /feedback``.
 The tool list is fixed: per-query shortlists travel in ``tools/call`` results, never in
 ``tools/list``. Stateless: any replica answers any request. Query tokens guard the endpoint as
 they guard /shortlist and /feedback; failures come back as MCP tool errors (``isError``) whose
@@ -10,20 +12,23 @@ text starts with the service's error type and whose structured content is the HT
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
+import mcp_types as types
 from anyio import to_thread
-from mcp import types
+from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.json_schema import JsonSchemaMode
 from starlette.routing import Match, Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from registry.core import Shortlister
 from registry.errors import ShortlistError
@@ -42,6 +47,7 @@ INSTRUCTIONS = """Before acting on a request, call find_tools with the user's re
 current step) to get the few tools worth considering, with their full definitions. After the
 task, call report_tool_use with the shortlist_id and the tools you used."""
 _DESCRIPTION_CHARS = 160  # per tool in the text block; the full definition is structured
+STREAM_RETRY_AFTER_SECONDS = 30  # told to a client refused a stream (all slots are taken)
 
 
 class FindToolsArgs(BaseModel):
@@ -61,6 +67,20 @@ class FindToolsArgs(BaseModel):
         le=MAX_K,
         strict=True,
         description="Force a fixed number of tools (default: the learned depth policy chooses).",
+    )
+    max_k: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_K,
+        strict=True,
+        description="At most this many tools; the depth policy still chooses below it.",
+    )
+    limit: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_K,
+        strict=True,
+        description="Same as max_k (the name models often use): a cap, never a fixed count.",
     )
     depth_bias: float | None = Field(
         None,
@@ -85,9 +105,9 @@ TOOLS = [
         description="Shortlist the tools of a registry for a request: as many as a learned "
         "Bits-over-Random depth policy judges it needs, each with its full definition. Quote "
         "the shortlist_id in report_tool_use afterwards.",
-        inputSchema=_schema(FindToolsArgs),
-        outputSchema=_schema(ShortlistResponse, "serialization"),
-        annotations=types.ToolAnnotations(readOnlyHint=True, openWorldHint=False),
+        input_schema=_schema(FindToolsArgs),
+        output_schema=_schema(ShortlistResponse, "serialization"),
+        annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
     ),
     types.Tool(
         name="report_tool_use",
@@ -95,9 +115,9 @@ TOOLS = [
         description="Record which tools the agent used for a shortlist from find_tools (and "
         "optionally each call with whether it helped, and whether the task succeeded). A resend "
         "is not counted twice.",
-        inputSchema=_schema(FeedbackRequest),
-        outputSchema=_schema(FeedbackResponse, "serialization"),
-        annotations=types.ToolAnnotations(idempotentHint=True, openWorldHint=False),
+        input_schema=_schema(FeedbackRequest),
+        output_schema=_schema(FeedbackResponse, "serialization"),
+        annotations=types.ToolAnnotations(idempotent_hint=True, open_world_hint=False),
     ),
 ]
 
@@ -132,8 +152,19 @@ def _error(error_type: str, message: str, details: Any = None) -> types.CallTool
     body = error_body(error_type, message, details)
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=f"{error_type}: {message}")],
-        structuredContent=body,
-        isError=True,
+        structured_content=body,
+        is_error=True,
+    )
+
+
+def _structured(data: dict[str, Any], summary: str) -> types.CallToolResult:
+    """Structured content, its JSON as the first text block, then the readable summary."""
+    return types.CallToolResult(
+        content=[
+            types.TextContent(type="text", text=json.dumps(data, ensure_ascii=False)),
+            types.TextContent(type="text", text=summary),
+        ],
+        structured_content=data,
     )
 
 
@@ -162,12 +193,15 @@ class McpFace:
     def __init__(self, core: Shortlister, settings: Settings) -> None:
         self.core = core
         self.settings = settings
-        self.server: Server[Any, Any] = Server(
-            "tool-shortlist", version="0.1.0", instructions=INSTRUCTIONS
+        # Arguments are validated here (pydantic), not by the SDK (no get_tool_input_schema), so
+        # errors carry the service's error type.
+        self.server: Server[Any] = Server(
+            "tool-shortlist",
+            version="0.1.0",
+            instructions=INSTRUCTIONS,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._on_call_tool,
         )
-        self.server.list_tools()(self._list_tools)
-        # Arguments are validated here (pydantic), so errors carry the service's error type.
-        self.server.call_tool(validate_input=False)(self._call_tool)
         loopback = settings.host in ("127.0.0.1", "localhost", "::1")
         security = TransportSecuritySettings(
             # As the SDK does for local servers: refuse other Host/Origin headers (DNS rebinding).
@@ -177,6 +211,7 @@ class McpFace:
         )
         self._security = security
         self.sessions = self._session_manager()
+        self.open_streams = 0  # GET /mcp event streams being served (bound: mcp_max_streams)
 
     def _session_manager(self) -> StreamableHTTPSessionManager:
         return StreamableHTTPSessionManager(
@@ -211,17 +246,82 @@ class McpFace:
                 response.headers["WWW-Authenticate"] = exc.challenge
                 await response(scope, receive, send)
                 return
+        if scope.get("method") == "GET":
+            await self._stream(scope, receive, send)
+            return
         await self.sessions.handle_request(scope, receive, send)
 
-    async def _list_tools(self) -> list[types.Tool]:
-        return TOOLS
+    async def _stream(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A ``GET /mcp`` event stream: at most ``mcp_max_streams`` at once (503 with
+        Retry-After past it), closed after ``mcp_stream_idle_seconds`` without an event.
+        The HTTP server does not count these connections against ``max_connections``."""
+        bound = self.settings.mcp_max_streams
+        if self.open_streams >= bound:
+            response = error_response(
+                503, "too_many_streams",
+                f"{self.open_streams} MCP event streams are open, the limit "
+                "(SHORTLIST_MCP_MAX_STREAMS); retry later",
+                {"limit": bound},
+            )  # fmt: skip
+            response.headers["Retry-After"] = str(STREAM_RETRY_AFTER_SECONDS)
+            await response(scope, receive, send)
+            return
+        idle = self.settings.mcp_stream_idle_seconds
+        last_event = anyio.current_time()
+        state = {"started": False, "ended": False, "timed_out": False}
 
-    async def _call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        async def tracked(message: Message) -> None:
+            nonlocal last_event
+            if message["type"] == "http.response.start":
+                state["started"] = True
+            elif message["type"] == "http.response.body":
+                body = message.get("body", b"")
+                if body.strip() and not body.lstrip().startswith(b":"):  # comments: keep-alive
+                    last_event = anyio.current_time()
+                state["ended"] = not message.get("more_body", False)
+            await send(message)
+
+        self.open_streams += 1
+        try:
+            async with anyio.create_task_group() as group:
+
+                async def watch() -> None:
+                    while True:
+                        left = last_event + idle - anyio.current_time()
+                        if left <= 0:
+                            state["timed_out"] = True
+                            group.cancel_scope.cancel()
+                            return
+                        await anyio.sleep(left)
+
+                group.start_soon(watch)
+                await self.sessions.handle_request(scope, receive, tracked)
+                group.cancel_scope.cancel()
+            if state["timed_out"] and state["started"] and not state["ended"]:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            self.open_streams -= 1
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=TOOLS)
+
+    async def _on_call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        return await self._call_tool(params.name, params.arguments or {}, _caller_headers(ctx))
+
+    async def _call_tool(
+        self, name: str, arguments: dict[str, Any], headers: Any = None
+    ) -> types.CallToolResult:
+        """One tool call; ``headers``: the HTTP request's (for the caller's token hash)."""
+        caller = self._caller(headers)
         try:
             if name == "find_tools":
-                return await self._find_tools(FindToolsArgs.model_validate(arguments))
+                return await self._find_tools(FindToolsArgs.model_validate(arguments), caller)
             if name == "report_tool_use":
-                return await self._report(FeedbackRequest.model_validate(arguments))
+                return await self._report(FeedbackRequest.model_validate(arguments), caller)
             return _error("not_found", f"unknown tool {name!r}", {"tool": name})
         except ValidationError as exc:
             return _invalid(exc)
@@ -231,39 +331,31 @@ class McpFace:
             log.exception("MCP tool %s failed", name)
             return _error("internal", "internal server error")
 
-    def _caller(self) -> str | None:
+    def _caller(self, headers: Any) -> str | None:
         """Hash of the bearer token on the MCP request being handled (as on HTTP), so the
         learning loop counts MCP feedback per caller; None without tokens or a request."""
-        try:
-            request = self.server.request_context.request
-        except LookupError:  # not inside a request (a direct call)
-            return None
-        headers = getattr(request, "headers", None)
         authorization = headers.get("authorization") if headers is not None else None
         return caller_hash(authorization, self.settings)
 
-    async def _find_tools(self, args: FindToolsArgs) -> types.CallToolResult:
-        caller = self._caller()
+    async def _find_tools(self, args: FindToolsArgs, caller: str | None) -> types.CallToolResult:
+        caps = [cap for cap in (args.max_k, args.limit) if cap is not None]
 
         def run() -> Shortlist:
             return self.core.shortlist(
                 args.registry or self.settings.default_registry,
                 args.query,
                 k=args.k,
+                max_k=min(caps) if caps else None,
                 depth_bias=args.depth_bias,
                 allow_empty=args.allow_empty,
                 caller=caller,
             )
 
         result = await to_thread.run_sync(run)
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=shortlist_text(result))],
-            structuredContent=result.to_json(),
-        )
+        return _structured(result.to_json(), shortlist_text(result))
 
-    async def _report(self, body: FeedbackRequest) -> types.CallToolResult:
+    async def _report(self, body: FeedbackRequest, caller: str | None) -> types.CallToolResult:
         calls = [call.model_dump() for call in body.calls] if body.calls is not None else None
-        caller = self._caller()
 
         def run() -> FeedbackResponse:
             return FeedbackResponse.of(
@@ -277,6 +369,14 @@ class McpFace:
             f"recorded for shortlist {response.shortlist_id} ({verdict}"
             f"{'; a resend, not counted again' if response.duplicate else ''})"
         )
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=text)], structuredContent=data
-        )
+        return _structured(data, text)
+
+
+def _caller_headers(ctx: ServerRequestContext[Any]) -> Any:
+    """The HTTP request headers behind a tool call: the request the handshake-era transport
+    attaches, or the headers the 2026-era transport carries."""
+    headers = getattr(ctx.request, "headers", None)
+    if headers is None:
+        transport = getattr(ctx.request, "transport", None) or getattr(ctx, "transport", None)
+        headers = getattr(transport, "headers", None)
+    return headers

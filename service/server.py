@@ -15,7 +15,9 @@ whose parser has no head-size limit) with:
   response has started) and is closed;
 - a connection cap: a connection beyond ``max_connections`` gets 503 and is closed at once,
   so descriptors stay bounded (uvicorn's ``limit_concurrency`` also answers 503 to requests
-  made while the process is at the cap).
+  made while the process is at the cap). A connection holding an open ``GET /mcp`` event
+  stream is not counted: streams have their own bound (``mcp_max_streams``, enforced and
+  timed out by :mod:`service.mcp`), so idle streams can never starve requests.
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ class ConnectionLimits:
     header_timeout: float = 30.0
     body_timeout: float = 30.0
     max_connections: int = 2048
+    max_streams: int = 64
+    stream_path: str = "/mcp"
 
     @classmethod
     def of(cls, settings: Settings) -> ConnectionLimits:
@@ -61,6 +65,7 @@ class ConnectionLimits:
             header_timeout=settings.header_timeout_seconds,
             body_timeout=settings.body_timeout_seconds,
             max_connections=settings.max_connections,
+            max_streams=settings.mcp_max_streams,
         )
 
 
@@ -110,6 +115,13 @@ class _LimitedConnection(h11.Connection):
         return event
 
 
+class StreamCount:
+    """Connections of one server serving an event stream (``GET /mcp``) right now."""
+
+    def __init__(self) -> None:
+        self.open = 0
+
+
 class GuardedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with head/body read timeouts, header limits and a connection cap.
 
@@ -117,6 +129,7 @@ class GuardedH11Protocol(H11Protocol):
     """
 
     limits: ClassVar[ConnectionLimits] = ConnectionLimits()
+    streams: ClassVar[StreamCount] = StreamCount()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -126,18 +139,37 @@ class GuardedH11Protocol(H11Protocol):
         self._body_timer: asyncio.TimerHandle | None = None
         self._head_started = False  # bytes of the current request head have arrived
         self._refused = False
+        self._stream_counted = False
 
     # -- connection ----------------------------------------------------------------------------
 
+    @property
+    def streaming(self) -> bool:
+        """This connection is serving an event stream (``GET /mcp``) that has not ended."""
+        cycle = self.cycle
+        return (
+            cycle is not None
+            and not cycle.response_complete
+            and cycle.scope.get("method") == "GET"
+            and cycle.scope.get("path") == self.limits.stream_path
+        )
+
+    def _count_stream(self, streaming: bool) -> None:
+        """Keep :attr:`streams` (this server's open streams) in step with this connection."""
+        if streaming != self._stream_counted:
+            self._stream_counted = streaming
+            self.streams.open += 1 if streaming else -1
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        if len(self.connections) >= self.limits.max_connections:
+        busy = len(self.connections) - self.streams.open
+        if busy >= self.limits.max_connections:
             self._refused = True
             self.transport = transport
-            log.warning("connection refused: %d open (SHORTLIST_MAX_CONNECTIONS)", len(self.connections))
+            log.warning("connection refused: %d open (SHORTLIST_MAX_CONNECTIONS)", busy)
             transport.write(
                 raw_error(
                     503, "Service Unavailable", "too_many_connections",
-                    f"the server has {len(self.connections)} open connections, its limit "
+                    f"the server has {busy} open connections, its limit "
                     "(SHORTLIST_MAX_CONNECTIONS); retry later",
                     {"limit": self.limits.max_connections},
                 )
@@ -149,6 +181,7 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()
+        self._count_stream(False)
         if self._refused:
             return
         super().connection_lost(exc)
@@ -164,6 +197,7 @@ class GuardedH11Protocol(H11Protocol):
 
     def handle_events(self) -> None:
         super().handle_events()
+        self._count_stream(self.streaming)
         state = self.conn.their_state
         if state is not h11.IDLE:
             self._cancel(self._head_timer)
@@ -175,6 +209,7 @@ class GuardedH11Protocol(H11Protocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        self._count_stream(False)
         if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
             self._arm_head_timer()  # the next request's head has its own deadline
 
@@ -260,7 +295,9 @@ class GuardedH11Protocol(H11Protocol):
 
 def protocol_class(limits: ConnectionLimits) -> type[GuardedH11Protocol]:
     """A :class:`GuardedH11Protocol` subclass bound to ``limits`` (uvicorn builds one per connection)."""
-    return type("GuardedH11Protocol", (GuardedH11Protocol,), {"limits": limits})
+    return type(
+        "GuardedH11Protocol", (GuardedH11Protocol,), {"limits": limits, "streams": StreamCount()}
+    )
 
 
 # -- access log ------------------------------------------------------------------------------
@@ -308,9 +345,11 @@ def raise_fd_limit() -> int:
 
 
 def connection_cap(settings: Settings, fd_limit: int) -> int:
-    """``max_connections``, lowered (with a warning) to what the descriptor limit allows."""
+    """``max_connections``, lowered (with a warning) to what the descriptor limit allows once
+    the MCP streams' own bound is kept free."""
     cap = settings.max_connections
-    room = fd_limit - FD_RESERVE if fd_limit != resource.RLIM_INFINITY else cap
+    reserve = FD_RESERVE + settings.mcp_max_streams
+    room = fd_limit - reserve if fd_limit != resource.RLIM_INFINITY else cap
     if room < cap:
         log.warning(
             "SHORTLIST_MAX_CONNECTIONS=%d does not fit the open-file limit %d: capped at %d",
@@ -333,10 +372,11 @@ def uvicorn_config(app: Any, settings: Settings, *, log_level: str = "info") -> 
         ws="none",  # no WebSocket routes: no upgrade path to guard
         log_level=log_level,
         log_config=None,  # no handlers of uvicorn's own: service.logging_setup formats its lines
-        # Connections never exceed the cap (refused at connect); uvicorn's check, which counts
-        # the asking connection, then answers 503 while `cap` requests are still running (a
-        # request outlives a client that hung up).
-        limit_concurrency=cap + 1,
+        # Connections never exceed the cap plus the open streams (refused at connect); uvicorn's
+        # check, which counts the asking connection and every running task (a stream is one),
+        # then answers 503 while `cap` requests are still running (a request outlives a client
+        # that hung up).
+        limit_concurrency=cap + settings.mcp_max_streams + 1,
         timeout_keep_alive=settings.keep_alive_seconds,
         h11_max_incomplete_event_size=settings.max_header_bytes,
     )

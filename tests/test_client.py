@@ -98,6 +98,17 @@ def test_shortlist_fields_of_real_workloads(client, uploaded):
     assert empty_ok.k == len(empty_ok.tools) <= 3
     fixed = client.shortlist("weather", k=3, scorer="bm25")
     assert (fixed.k, fixed.policy, fixed.scorer) == (3, "fixed", "bm25")
+    assert fixed.policy_version == "fixed" and fixed.explain is None
+
+
+def test_explain_and_policy_version(client, uploaded):
+    explained = client.shortlist("what's the weather in Paris tomorrow?", explain=True)
+    assert explained.policy_version == "default"
+    assert explained.explain is not None
+    assert explained.explain.chosen >= 1 and explained.explain.shown >= explained.explain.chosen
+    assert len(explained.explain.margins) >= explained.explain.chosen
+    plain = client.shortlist("what's the weather in Paris tomorrow?")
+    assert plain.explain is None and plain.policy_version == "default"
 
 
 def test_registry_admin_helpers(client, server):

@@ -1,15 +1,17 @@
-"""The MCP face at /mcp: the official SDK client over real HTTP against a real server (real
-MiniLM, real ONNX policy), plus the face's error and text paths in-process."""
+"""The MCP face at /mcp: the official SDK client (mcp 2.x) over real HTTP against a real server
+(real MiniLM, real ONNX policy), plus the face's error and text paths in-process."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
 import httpx
+import httpx2
 import pytest
 
 QUERY_TOKEN = "query-token-for-mcp-tests-0123"
@@ -25,12 +27,12 @@ def with_session(url: str, token: str | None, use: Callable[[Any], Awaitable[T]]
     async def main() -> T:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         async with (
-            httpx.AsyncClient(headers=headers, timeout=60) as http,
-            streamable_http_client(f"{url}/mcp", http_client=http) as (read, write, _),
+            httpx2.AsyncClient(headers=headers, timeout=60) as http,
+            streamable_http_client(f"{url}/mcp", http_client=http) as (read, write),
             ClientSession(read, write) as session,
         ):
             info = await session.initialize()
-            assert info.serverInfo.name == "tool-shortlist"
+            assert info.server_info.name == "tool-shortlist"
             return await use(session)
 
     return anyio.run(main)
@@ -67,8 +69,8 @@ def test_find_tools_then_report_tool_use(server):
         fixed = await session.call_tool(
             "find_tools", {"query": "convert 20 euros to yen", "registry": "demo", "k": 3}
         )
-        shortlist_id = find.structuredContent["shortlist_id"]
-        used = find.structuredContent["tools"][0]["name"]
+        shortlist_id = find.structured_content["shortlist_id"]
+        used = find.structured_content["tools"][0]["name"]
         report = await session.call_tool(
             "report_tool_use",
             {"shortlist_id": shortlist_id, "used": [used], "success": True,
@@ -85,18 +87,18 @@ def test_find_tools_then_report_tool_use(server):
 
     tools = {tool.name: tool for tool in out["listed"].tools}
     assert set(tools) == {"find_tools", "report_tool_use"}
-    assert tools["find_tools"].inputSchema["required"] == ["query"]
-    assert {"query", "registry", "k", "depth_bias", "allow_empty"} <= set(
-        tools["find_tools"].inputSchema["properties"]
+    assert tools["find_tools"].input_schema["required"] == ["query"]
+    assert {"query", "registry", "k", "max_k", "limit", "depth_bias", "allow_empty"} <= set(
+        tools["find_tools"].input_schema["properties"]
     )
-    assert "shortlist_id" in tools["find_tools"].outputSchema["properties"]
-    assert set(tools["report_tool_use"].inputSchema["required"]) == {"shortlist_id", "used"}
+    assert "shortlist_id" in tools["find_tools"].output_schema["properties"]
+    assert set(tools["report_tool_use"].input_schema["required"]) == {"shortlist_id", "used"}
     # tools/list never varies per request: shortlists travel in tools/call results
     assert out["listed_again"].model_dump() == out["listed"].model_dump()
 
     find = out["find"]
-    assert not find.isError
-    body = find.structuredContent
+    assert not find.is_error
+    body = find.structured_content
     assert body["registry"] == "demo" and body["policy"] == "bor" and body["n_tools"] == 30
     names = [tool["name"] for tool in body["tools"]]
     assert 1 <= body["k"] == len(names) <= 15
@@ -107,19 +109,22 @@ def test_find_tools_then_report_tool_use(server):
     }
     assert all(tool["definition"] == uploaded[tool["name"]] for tool in body["tools"])
     assert 0 < body["p_rand"] <= 1 and isinstance(body["intents"], list)
-    text = find.content[0].text
+    # the spec's SHOULD: structured content is also serialised as JSON in a text block
+    assert json.loads(find.content[0].text) == body
+    text = find.content[1].text
     assert body["shortlist_id"] in text and all(name in text for name in names)
+    assert json.loads(out["report"].content[0].text) == out["report"].structured_content
 
-    fixed = out["fixed"].structuredContent
+    fixed = out["fixed"].structured_content
     assert fixed["k"] == 3 and fixed["policy"] == "fixed"
     assert fixed["tools"][0]["name"] == "convert_currency"
 
     report = out["report"]
-    assert not report.isError, report.content
-    assert report.structuredContent["presented"] == {"exact": True, "equivalent": True}
-    assert report.structuredContent["duplicate"] is False
-    assert report.structuredContent["p_rand"]["exact"] == pytest.approx(body["k"] / 30)
-    assert out["resent"].structuredContent["duplicate"] is True
+    assert not report.is_error, report.content
+    assert report.structured_content["presented"] == {"exact": True, "equivalent": True}
+    assert report.structured_content["duplicate"] is False
+    assert report.structured_content["p_rand"]["exact"] == pytest.approx(body["k"] / 30)
+    assert out["resent"].structured_content["duplicate"] is True
 
     # One core behind both faces: HTTP sees the MCP feedback and the same ranking.
     auth = {"Authorization": f"Bearer {QUERY_TOKEN}"}
@@ -160,11 +165,11 @@ def test_errors_are_tool_errors_with_the_service_error_type(server):
         (missing, "not_found"), (bad_k, "validation"), (bias_with_k, "validation"),
         (blank, "validation"), (unknown_id, "not_found"), (no_tool, "not_found"),
     ):
-        assert result.isError, result
+        assert result.is_error, result
         assert result.content[0].text.startswith(f"{error_type}: "), result.content[0].text
-        assert result.structuredContent["error"]["type"] == error_type
+        assert result.structured_content["error"]["type"] == error_type
     assert "registry 'nope' does not exist" in missing.content[0].text
-    assert missing.structuredContent["error"]["details"] == {"registry": "nope"}
+    assert missing.structured_content["error"]["details"] == {"registry": "nope"}
     assert "k" in bad_k.content[0].text
 
 
@@ -189,7 +194,8 @@ def test_tokens_apply_as_on_http(server):
 
     with pytest.raises(BaseException) as failure:  # the SDK surfaces the 401 as an error
         with_session(server.url, "wrong", names)
-    assert "401" in repr(failure.value) or "Unauthorized" in repr(failure.value)
+    # mcp 2.x reports an HTTP error answer as MCPError "Server returned an error response"
+    assert any(s in repr(failure.value) for s in ("401", "Unauthorized", "error response"))
     assert with_session(server.url, QUERY_TOKEN, names) == ["find_tools", "report_tool_use"]
 
 
@@ -200,9 +206,9 @@ def test_find_tools_before_the_core_is_ready_is_an_unhealthy_tool_error(settings
     core = Shortlister.from_settings(settings, bor_policy=bor_policy)  # never started
     face = McpFace(core, settings)
     result = anyio.run(face._call_tool, "find_tools", {"query": "weather in Paris"})
-    assert result.isError
+    assert result.is_error
     assert result.content[0].text.startswith("unhealthy: service not ready")
-    assert result.structuredContent["error"]["type"] == "unhealthy"
+    assert result.structured_content["error"]["type"] == "unhealthy"
 
 
 def test_the_text_block_says_when_no_tool_fits():
@@ -216,3 +222,55 @@ def test_the_text_block_says_when_no_tool_fits():
         "no tool fits this request (confidence 0.12)",
         "shortlist_id: abc (quote it in report_tool_use)",
     ]
+
+
+@pytest.mark.e2e
+def test_find_tools_caps_and_depth_bias(server):
+    """``max_k`` and ``limit`` (what models often send) cap the list; the policy still chooses
+    below the cap; ``depth_bias`` moves the depth."""
+    query = "find something useful for my trip"
+
+    async def use(session) -> list[Any]:
+        return [
+            await session.call_tool("find_tools", {"query": query, "depth_bias": 3.0}),
+            await session.call_tool("find_tools", {"query": query, "depth_bias": 3.0, "limit": 2}),
+            await session.call_tool(
+                "find_tools", {"query": query, "depth_bias": 3.0, "max_k": 3, "limit": 1}
+            ),
+            await session.call_tool("find_tools", {"query": query, "depth_bias": -3.0}),
+            await session.call_tool("find_tools", {"query": query, "limit": 0}),
+        ]
+
+    deep, limited, both, shallow, bad = with_session(server.url, QUERY_TOKEN, use)
+    assert not any(r.is_error for r in (deep, limited, both, shallow))
+    deep_k = deep.structured_content["k"]
+    assert deep_k > 2, deep.structured_content  # so that the caps below bind
+    assert limited.structured_content["k"] == 2
+    assert both.structured_content["k"] == 1
+    assert shallow.structured_content["k"] < deep_k
+    assert deep.structured_content["depth_bias"] == 3.0
+    assert bad.is_error and bad.structured_content["error"]["type"] == "validation"
+    assert "limit" in bad.content[0].text
+
+
+@pytest.mark.e2e
+def test_mcp_calls_are_quiet_at_info(server_factory):
+    """At INFO an MCP call logs its access line like any HTTP request, and nothing else (the
+    SDK's per-request chatter is dropped)."""
+    server = server_factory(log_level="info")
+
+    async def use(session) -> None:
+        for _ in range(3):
+            await session.list_tools()
+            await session.call_tool("find_tools", {"query": "weather in Paris"})
+
+    deadline = time.monotonic() + 60  # the start-up's own INFO lines end with "ready in"
+    while "ready in" not in server.log_path.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    before = server.log_path.read_text().splitlines()
+    with_session(server.url, None, use)
+    after = server.log_path.read_text().splitlines()[len(before):]
+    noisy = [line for line in after if (" INFO " in line or " DEBUG " in line)
+             and " uvicorn.access: " not in line]
+    assert noisy == [], noisy
+    assert sum('"POST /mcp HTTP/1.1" 200' in line for line in after) >= 6

@@ -241,7 +241,7 @@ def main() -> None:
         path = args.out / f"{server.stem}.json"
         path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
         print(f"ok   {server.package}@{server.version}: {len(record['tools'])} tools "
-              f"({time.monotonic() - started:.0f} s) -> {path.relative_to(ROOT)}", flush=True)
+              f"({time.monotonic() - started:.0f} s) -> {path}", flush=True)
     if failed:
         print(f"failed: {', '.join(failed)}")
         sys.exit(1)

@@ -26,8 +26,15 @@ from tool_shortlist_client.models import (
     ToolReport,
     ToolUsage,
 )
+from tool_shortlist_client.names import (
+    PROVIDER_NAMES,
+    ProviderNames,
+    UnknownProviderName,
+    provider_name,
+)
 
 __all__ = [
+    "PROVIDER_NAMES",
     "APIError",
     "AsyncShortlistClient",
     "ConflictError",
@@ -35,6 +42,7 @@ __all__ = [
     "InvalidRequestError",
     "NotFoundError",
     "PayloadTooLargeError",
+    "ProviderNames",
     "Registry",
     "RegistryInfo",
     "ServerError",
@@ -48,5 +56,7 @@ __all__ = [
     "ToolUsage",
     "TransportError",
     "UnauthorizedError",
+    "UnknownProviderName",
     "UnsupportedMediaTypeError",
+    "provider_name",
 ]

@@ -149,6 +149,7 @@ def shortlist_body(
     scorer: str | None,
     depth_bias: float | None,
     allow_empty: bool,
+    explain: bool = False,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"registry": registry, "query": query}
     optional = {
@@ -161,6 +162,8 @@ def shortlist_body(
     body.update({key: value for key, value in optional.items() if value is not None})
     if allow_empty:
         body["allow_empty"] = True
+    if explain:
+        body["explain"] = True
     return body
 
 

@@ -204,11 +204,12 @@ class ShortlistClient(_Base):
         scorer: str | None = None,
         depth_bias: float | None = None,
         allow_empty: bool = False,
+        explain: bool = False,
     ) -> Shortlist:
         """The tools to show for ``query`` (``POST /shortlist``); see the README for each option."""
         call = self._shortlist_call(
             query, registry, k=k, max_k=max_k, policy=policy, scorer=scorer,
-            depth_bias=depth_bias, allow_empty=allow_empty,
+            depth_bias=depth_bias, allow_empty=allow_empty, explain=explain,
         )  # fmt: skip
         return Shortlist.model_validate(self._json(call))
 
@@ -352,10 +353,11 @@ class AsyncShortlistClient(_Base):
         scorer: str | None = None,
         depth_bias: float | None = None,
         allow_empty: bool = False,
+        explain: bool = False,
     ) -> Shortlist:
         call = self._shortlist_call(
             query, registry, k=k, max_k=max_k, policy=policy, scorer=scorer,
-            depth_bias=depth_bias, allow_empty=allow_empty,
+            depth_bias=depth_bias, allow_empty=allow_empty, explain=explain,
         )  # fmt: skip
         return Shortlist.model_validate(await self._json(call))
 

@@ -27,6 +27,17 @@ class ShortlistTool(_Model):
     named: bool = False
 
 
+class DepthExplanation(_Model):
+    """How the bor policy chose the depth (``explain=True``): the STOP - CONTINUE margin (bits)
+    at each depth of the request's own ranking, the bias a margin must reach, the depth chosen
+    and the depth shown (deeper only when exploring)."""
+
+    margins: list[float] = Field(default_factory=list)
+    bias: float = 0.0
+    chosen: int = 0
+    shown: int = 0
+
+
 class Shortlist(_Model):
     """The response of ``POST /shortlist``."""
 
@@ -42,6 +53,10 @@ class Shortlist(_Model):
     depth_bias: float | None = None
     intents: list[str] = Field(default_factory=list)
     confidence: float | None = None
+    policy_version: str = ""
+    """The depth policy version that served it ('default', a refit such as 'refit-3', or the
+    policy name for 'fixed'/'gap'); empty from a server that predates it."""
+    explain: DepthExplanation | None = None
     tools: list[ShortlistTool] = Field(default_factory=list)
 
     @property

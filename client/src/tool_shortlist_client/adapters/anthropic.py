@@ -4,6 +4,10 @@ Send every tool with ``defer_loading: true`` (:func:`deferred_tools`) plus :func
 When Claude calls the search tool, answer its ``tool_use`` with :func:`tool_search_result`: a
 ``tool_result`` whose content is one ``{"type": "tool_reference", "tool_name": ...}`` block per
 shortlisted tool; the API then loads those deferred definitions into Claude's context.
+
+Tool names go out provider-safe (:mod:`tool_shortlist_client.names`) in both the deferred
+definitions and the references, and :func:`used_tools` turns Claude's ``tool_use`` blocks back
+into registry names for ``feedback(used=...)``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from tool_shortlist_client.adapters._shapes import (
 )
 from tool_shortlist_client.client import AsyncShortlistClient, ShortlistClient
 from tool_shortlist_client.models import Shortlist
+from tool_shortlist_client.names import PROVIDER_NAMES, ProviderNames
 
 SEARCH_TOOL_NAME = "search_tools"
 NO_MATCH = "No tool in the catalogue fits this request."
@@ -37,14 +42,17 @@ def search_tool(name: str = SEARCH_TOOL_NAME, description: str = SEARCH_DESCRIPT
     return {"name": name, "description": description, "input_schema": dict(QUERY_SCHEMA)}
 
 
-def deferred_tools(definitions: Iterable[Mapping[str, Any]]) -> list[ToolParam]:
-    """Anthropic tool definitions with ``defer_loading: true``, from any accepted shape."""
+def deferred_tools(
+    definitions: Iterable[Mapping[str, Any]], names: ProviderNames = PROVIDER_NAMES
+) -> list[ToolParam]:
+    """Anthropic tool definitions with ``defer_loading: true`` and provider-safe names, from any
+    accepted shape."""
     tools: list[ToolParam] = []
     for definition in definitions:
         spec = tool_spec(definition)
         tools.append(
             {
-                "name": spec.name,
+                "name": names.to_provider(spec.name),
                 "description": spec.description,
                 "input_schema": spec.parameters,
                 "defer_loading": True,
@@ -53,14 +61,21 @@ def deferred_tools(definitions: Iterable[Mapping[str, Any]]) -> list[ToolParam]:
     return tools
 
 
-def tool_references(shortlist: Shortlist) -> list[ToolReferenceBlockParam]:
+def tool_references(
+    shortlist: Shortlist, names: ProviderNames = PROVIDER_NAMES
+) -> list[ToolReferenceBlockParam]:
     """One ``tool_reference`` block per shortlisted tool, in shortlist order."""
-    return [{"type": "tool_reference", "tool_name": name} for name in shortlist.names]
+    return [
+        {"type": "tool_reference", "tool_name": names.to_provider(name)}
+        for name in shortlist.names
+    ]
 
 
-def result_block(shortlist: Shortlist, tool_use_id: str) -> ToolResultBlockParam:
+def result_block(
+    shortlist: Shortlist, tool_use_id: str, names: ProviderNames = PROVIDER_NAMES
+) -> ToolResultBlockParam:
     """The ``tool_result`` answering a search ``tool_use`` (a text block when nothing fits)."""
-    content: list[ToolReferenceBlockParam | TextBlockParam] = [*tool_references(shortlist)]
+    content: list[ToolReferenceBlockParam | TextBlockParam] = [*tool_references(shortlist, names)]
     if not content:
         content = [{"type": "text", "text": NO_MATCH}]
     return {"type": "tool_result", "tool_use_id": tool_use_id, "content": content}
@@ -77,12 +92,13 @@ def tool_search_result(
     tool_use: ToolUseLike,
     *,
     registry: str | None = None,
+    names: ProviderNames = PROVIDER_NAMES,
     **options: Any,
 ) -> ToolResultBlockParam:
     """Run the search ``tool_use`` through ``/shortlist`` and return its ``tool_result``."""
     use_id, arguments = _use(tool_use)
     shortlist = client.shortlist(query_of(arguments), registry=registry, **options)
-    return result_block(shortlist, use_id)
+    return result_block(shortlist, use_id, names)
 
 
 async def atool_search_result(
@@ -90,17 +106,32 @@ async def atool_search_result(
     tool_use: ToolUseLike,
     *,
     registry: str | None = None,
+    names: ProviderNames = PROVIDER_NAMES,
     **options: Any,
 ) -> ToolResultBlockParam:
     use_id, arguments = _use(tool_use)
     shortlist = await client.shortlist(query_of(arguments), registry=registry, **options)
-    return result_block(shortlist, use_id)
+    return result_block(shortlist, use_id, names)
+
+
+def _field(block: Any, key: str) -> Any:
+    return block.get(key) if isinstance(block, Mapping) else getattr(block, key, None)
 
 
 def search_uses(content: Iterable[Any], name: str = SEARCH_TOOL_NAME) -> list[ToolUseLike]:
     """The ``tool_use`` blocks of a message's content that call the search tool."""
+    return [b for b in content if _field(b, "type") == "tool_use" and _field(b, "name") == name]
 
-    def field(block: Any, key: str) -> Any:
-        return block.get(key) if isinstance(block, Mapping) else getattr(block, key, None)
 
-    return [b for b in content if field(b, "type") == "tool_use" and field(b, "name") == name]
+def used_tools(
+    content: Iterable[Any],
+    names: ProviderNames = PROVIDER_NAMES,
+    search_name: str = SEARCH_TOOL_NAME,
+) -> list[str]:
+    """Registry names of the registry tools Claude called in a message's content (search calls
+    left out), in order: what the agent used, for ``feedback``."""
+    return [
+        names.to_registry(str(_field(b, "name")))
+        for b in content
+        if _field(b, "type") == "tool_use" and _field(b, "name") != search_name
+    ]

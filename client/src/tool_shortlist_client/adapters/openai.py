@@ -6,6 +6,10 @@ a ``tool_search_call`` with ``execution: "client"``, :func:`tool_search_outputs`
 ``tool_search_output`` input item (``call_id`` echoed, the shortlisted tools as Responses
 function tools) to append to the next request's ``input``.
 
+Tool names go out provider-safe (:mod:`tool_shortlist_client.names`: ``filesystem/read_file`` is
+sent as ``filesystem__read_file``) and come back as registry names through :func:`called_tools`
+(a response's function calls, ready for ``feedback(used=...)``) or ``names.to_registry``.
+
 The Agents SDK runner does not execute client tool search itself (it raises and asks the caller
 to return a matching ``tool_search_output``), so with the SDK this is a manual Responses loop.
 """
@@ -30,6 +34,7 @@ from tool_shortlist_client.adapters._shapes import (
 )
 from tool_shortlist_client.client import AsyncShortlistClient, ShortlistClient
 from tool_shortlist_client.models import Shortlist
+from tool_shortlist_client.names import PROVIDER_NAMES, ProviderNames
 
 if TYPE_CHECKING:
     from agents import ToolSearchTool
@@ -60,12 +65,14 @@ def agents_tool_search_tool(
     )
 
 
-def function_tool(definition: Mapping[str, Any], *, strict: bool = False) -> FunctionToolParam:
-    """A Responses function tool from a definition of any accepted shape."""
+def function_tool(
+    definition: Mapping[str, Any], *, strict: bool = False, names: ProviderNames = PROVIDER_NAMES
+) -> FunctionToolParam:
+    """A Responses function tool (provider-safe name) from a definition of any accepted shape."""
     spec = tool_spec(definition)
     return {
         "type": "function",
-        "name": spec.name,
+        "name": names.to_provider(spec.name),
         "description": spec.description,
         "parameters": spec.parameters,
         "strict": strict,
@@ -73,7 +80,11 @@ def function_tool(definition: Mapping[str, Any], *, strict: bool = False) -> Fun
 
 
 def output_item(
-    shortlist: Shortlist, call_id: str | None, *, strict: bool = False
+    shortlist: Shortlist,
+    call_id: str | None,
+    *,
+    strict: bool = False,
+    names: ProviderNames = PROVIDER_NAMES,
 ) -> ResponseToolSearchOutputItemParamParam:
     """The ``tool_search_output`` input item loading a shortlist's tools."""
     return {
@@ -81,8 +92,18 @@ def output_item(
         "call_id": call_id,
         "execution": "client",
         "status": "completed",
-        "tools": [function_tool(d, strict=strict) for d in shortlist.definitions],
+        "tools": [function_tool(d, strict=strict, names=names) for d in shortlist.definitions],
     }
+
+
+def called_tools(output: Iterable[Any], names: ProviderNames = PROVIDER_NAMES) -> list[str]:
+    """Registry names of the ``function_call`` items in a response's ``output``, in order (what
+    the agent used, for ``feedback``)."""
+    return [
+        names.to_registry(str(_field(item, "name")))
+        for item in output
+        if _field(item, "type") == "function_call"
+    ]
 
 
 def _field(call: ToolSearchCallLike, name: str) -> Any:
@@ -104,11 +125,12 @@ def tool_search_output(
     *,
     registry: str | None = None,
     strict: bool = False,
+    names: ProviderNames = PROVIDER_NAMES,
     **options: Any,
 ) -> ResponseToolSearchOutputItemParamParam:
     """Answer one ``tool_search_call`` with the shortlist for its query."""
     shortlist = client.shortlist(query_of(_field(call, "arguments")), registry=registry, **options)
-    return output_item(shortlist, _field(call, "call_id"), strict=strict)
+    return output_item(shortlist, _field(call, "call_id"), strict=strict, names=names)
 
 
 async def atool_search_output(
@@ -117,11 +139,12 @@ async def atool_search_output(
     *,
     registry: str | None = None,
     strict: bool = False,
+    names: ProviderNames = PROVIDER_NAMES,
     **options: Any,
 ) -> ResponseToolSearchOutputItemParamParam:
     query = query_of(_field(call, "arguments"))
     shortlist = await client.shortlist(query, registry=registry, **options)
-    return output_item(shortlist, _field(call, "call_id"), strict=strict)
+    return output_item(shortlist, _field(call, "call_id"), strict=strict, names=names)
 
 
 def tool_search_outputs(
