@@ -248,6 +248,13 @@ class Shortlister:
             self._thread.join(timeout)
         return self.ready
 
+    def _fit_profiles(self, registry: str, events: list[FeedbackEvent]) -> dict[str, Any] | None:
+        """A refit's first step: the registry's usage-profile weight (None: learning is off)."""
+        snap = self._loading.current(registry) if self._loading is not None else None
+        if snap is None or not self.learning.enabled(registry):
+            return None
+        return self.learning.fit_profile_weight(snap, events)
+
     def close(self) -> None:
         """Stop the sync thread and release store connections (at shutdown)."""
         self._closing.set()
@@ -302,6 +309,7 @@ class Shortlister:
                 lambda: start_learner(self.learning, engine, embedder, self.feedback_recorder.log, self.store)
             )
             engine.queries.usage = self.learning
+            self.policies.fit_profiles = self._fit_profiles
             for info in engine.list_registries():
                 self._changed(info)
             if isinstance(self.store, SharedStore):

@@ -141,6 +141,19 @@ class Settings(BaseSettings):
     refit_confidence: float = Field(
         0.95, gt=0.5, lt=1.0, description="Confidence of that one-sided bootstrap bound."
     )
+    refit_max_mean_k: float = Field(
+        2.0,
+        ge=1.0,
+        description="A candidate whose held-out mean K exceeds the current one's times this is "
+        "refused unless its extra found rate beats what fixed top-K buys for the same extra "
+        "depth (feedback alone cannot push lists long).",
+    )
+    refit_review_factor: float = Field(
+        1.5,
+        gt=1.0,
+        description="A refit that would change mean K by more than this factor (either way) is "
+        "stored as a candidate version, not activated: an admin activates it.",
+    )
 
     hnsw_min_tools: int = Field(
         20_000, ge=1, description="Registries with at least this many tools use an HNSW index."
@@ -223,8 +236,20 @@ class Settings(BaseSettings):
         0.2,
         gt=0.0,
         le=1.0,
-        description="Most share of a registry's counted feedback one caller (token) may have; "
-        "its events beyond stop counting (its first 20 always count). 1 disables the cap.",
+        description="Share of a registry's counted evidence above which one caller's new events "
+        "weigh less (scaled by share * total / its own; soft, never locks learning; applies once "
+        "two callers have counted evidence). 1 disables it.",
+    )
+    learning_half_life: float = Field(
+        4.0,
+        gt=0.0,
+        description="Evidence decay: a caller's j-th event for one tool weighs 1 / (1 + j / this).",
+    )
+    learning_caller_events_per_minute: int = Field(
+        600,
+        ge=1,
+        description="Most feedback events one caller (token, or token + X-Caller-Id) counts for "
+        "learning per minute; more are logged but not learned from (rate_limited).",
     )
     learning_save_interval_seconds: float = Field(
         30.0, gt=0, description="How often changed usage memories are saved to the store."

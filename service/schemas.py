@@ -241,6 +241,12 @@ class CallerShare(BaseModel):
     share: float = Field(description="Its share of the registry's counted events.")
 
 
+class ToolProfile(BaseModel):
+    tool: str
+    evidence: float = Field(description="Weighted feedback events behind the tool's usage profile.")
+    shrink: float = Field(description="evidence / (evidence + n0): how far its profile counts.")
+
+
 class LearningReport(BaseModel):
     """What the usage memory learned for a registry (README "Learning from feedback")."""
 
@@ -249,9 +255,18 @@ class LearningReport(BaseModel):
     registry_enabled: bool = Field(description="This registry's switch (PUT .../learning).")
     events: int = Field(description="Feedback events counted as evidence.")
     skipped: dict[str, int] = Field(
-        description="Events not counted, by reason: untrusted (no token), capped (the caller's "
-        "share), stale, no_query, no_evidence."
+        description="Events not counted, by reason: untrusted (no token), rate_limited (the "
+        "caller's events this minute), stale, no_query, no_evidence."
     )
+    profile_weight: float = Field(
+        description="Fusion weight of the usage profiles in the ranking, fitted by the last refit "
+        "on this registry's logged feedback (0: profiles do not lift)."
+    )
+    profile_fit: dict[str, Any] | None = Field(
+        description="How that weight was chosen (held-out events, reciprocal rank per weight, gain)."
+    )
+    tools_with_profile: int
+    profiles: list[ToolProfile] = Field(description="Each tool's evidence (the 1000 with most).")
     tools_with_memory: int
     entries: int = Field(description="Remembered (query, tool) entries.")
     wiped_at: float | None = Field(description="Unix time of the last wipe; null if never.")

@@ -3,7 +3,8 @@
 A refit reads the feedback log, fits and evaluates a rule (:func:`registry.learning.refit.refit`)
 and, when it passes the guard, stores it as the registry's new active version. It runs on the
 caller's thread (synchronous) or on a background thread (a *job*, polled by id), never on the
-query path. Job states: ``running``, then ``done`` (a new version is active), ``refused`` (the
+query path. Job states: ``running``, then ``done`` (a new version is active), ``candidate`` (a new version is stored but
+not active: it changes mean K so much that an admin activates it), ``refused`` (the
 guard said no; nothing changed) or ``failed`` (an error; nothing changed).
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 
 from registry.errors import NotFound
 from registry.feedback import FeedbackEvent
+from registry.learning.evidence import evidence_config
 from registry.learning.refit import refit
 from registry.serving.stop_rules import (
     LocalPolicyStore,
@@ -33,7 +35,7 @@ __all__ = ["JOB_STATES", "PolicyManager", "RefitJob", "refit_from_settings"]
 
 log = logging.getLogger(__name__)
 
-JOB_STATES = ("running", "done", "refused", "failed")
+JOB_STATES = ("running", "done", "candidate", "refused", "failed")
 JOB_TTL_SECONDS = 86_400
 
 
@@ -118,6 +120,8 @@ class PolicyManager:
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self._poller: threading.Thread | None = None
+        #: a refit's first step, the usage profiles' weight (set by the core; None: none)
+        self.fit_profiles: Callable[[str, list[FeedbackEvent]], dict[str, Any] | None] | None = None
 
     @classmethod
     def for_settings(
@@ -216,19 +220,23 @@ class PolicyManager:
         registry = job.registry
         try:
             current = self.book.history(registry).active_rule
+            events = [e for e in self.events() if e.registry == registry]
+            profile = self.fit_profiles(registry, events) if self.fit_profiles is not None else None
             outcome = refit(
-                self.events(),
+                events,
                 registry,
                 current,
                 min_events=self.settings.refit_min_events,
                 margin=self.settings.refit_margin,
                 confidence=self.settings.refit_confidence,
-                caller_share=self.settings.learning_caller_share,
+                evidence=evidence_config(self.settings),
+                max_mean_k=self.settings.refit_max_mean_k,
+                review_factor=self.settings.refit_review_factor,
             )
             version = None
-            if outcome.state == "done" and outcome.rule is not None:
-                history = self.book.add(outcome.rule, registry, activate=True)
-                version = history.active
+            if outcome.state in ("done", "candidate") and outcome.rule is not None:
+                history = self.book.add(outcome.rule, registry, activate=outcome.state == "done")
+                version = history.versions[-1].version
             log.info("refit of %r: %s (%s)", registry, outcome.state, outcome.reason)
             finished = replace(
                 job,
@@ -236,7 +244,7 @@ class PolicyManager:
                 reason=outcome.reason,
                 version=version,
                 active=self.book.history(registry).active,
-                estimate=outcome.estimate,
+                estimate={**outcome.estimate, "profile": profile} if profile else outcome.estimate,
             )
         except Exception as exc:
             log.exception("refit of %r failed", registry)

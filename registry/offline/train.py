@@ -52,6 +52,8 @@ from registry.offline.env import (
     DEFAULT_MAX_DEPTH,
     DEFAULT_STEP_COST,
     REWARD_FUNCTIONS,
+    Featurize,
+    NeedsReward,
     RewardFn,
     bor_reward_floor,
     build_replay,
@@ -112,6 +114,7 @@ def train_dqn(
     huber_delta: float | None = None,
     log_every: int = 0,
     progress: bool = False,
+    featurize: Featurize | None = None,
 ) -> TrainedPolicy:
     """Train a DQN depth policy with exhaustive replay. Deterministic given ``seed``.
 
@@ -138,6 +141,8 @@ def train_dqn(
             (a delta of 1 bit makes every state with P(found) > 0.5 look certain).
         log_every: print the loss to stderr every this many steps (0: silent).
         progress: show a tqdm bar over the gradient steps.
+        featurize: state features of an episode (default: schema-1 ``depth_features``; the
+            needs-aware policy passes :func:`registry.serving.needs.needs_features`).
 
     Returns:
         The trained policy; ``history`` holds the loss every 100 steps.
@@ -147,9 +152,12 @@ def train_dqn(
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     reward_name = reward if isinstance(reward, str) else getattr(reward, "__name__", "custom")
+    resolved: str | RewardFn | NeedsReward = reward
     if reward == "bor" and reward_min_n > 1:
-        reward = bor_reward_floor(reward_min_n)
-    replay = build_replay(episodes, reward=reward, max_depth=max_depth)
+        resolved = bor_reward_floor(reward_min_n)
+    elif reward == "needs":
+        resolved = NeedsReward(reward_min_n)
+    replay = build_replay(episodes, reward=resolved, max_depth=max_depth, featurize=featurize)
     mean, std = _feature_stats(replay.states)
 
     states = torch.from_numpy(replay.states)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Literal, get_args
@@ -45,6 +46,7 @@ from registry.serving.depth_policies import (
 from registry.serving.explore import DepthTrace, Explorer
 from registry.serving.features import FEATURE_WINDOW, depth_features
 from registry.serving.intents import Intent, split_request
+from registry.serving.needs import request_signals
 from registry.serving.relevance import RelevanceModel
 from registry.serving.stop_rules import PolicyBook
 from registry.serving.windows import query_windows
@@ -292,7 +294,8 @@ class QueryRunner:
         elif request.k is not None:
             picks = self._fixed_picks(rankings[0], named, request.k)
         else:
-            picks = self._compose(snap, rankings, [i.step for i in intents], named, request, trace)
+            texts = [query, *(i.text for i in intents)]
+            picks = self._compose(snap, rankings, [i.step for i in intents], named, request, trace, texts)
         timings["policy"] = time.perf_counter() - t2
 
         items = [
@@ -395,6 +398,7 @@ class QueryRunner:
         named: list[tuple[int, float]],
         request: _Request,
         trace: DepthTrace | None = None,
+        texts: Sequence[str] = (),
     ) -> list[Pick]:
         n = snap.n_tools
         # names are only read to fold declared equivalents
@@ -406,11 +410,19 @@ class QueryRunner:
         ]
         cap = min(request.cap, policy_depth_limit(n))  # only k may ask for the whole registry
 
+        # a needs-aware (schema 2) policy reads each ranking's own text
+        reads_text = request.policy == "bor" and getattr(self.bor_policy, "needs_model", None) is not None
+        signals = [request_signals(t) for t in texts] if reads_text else []
+
         def choose(scores: np.ndarray) -> int:
-            return self._choose_depth(request, scores, n, cap, trace)
+            return self._choose_depth(request, scores, n, cap, trace, signals[0] if signals else None)
+
+        def choose_intent(index: int, scores: np.ndarray) -> int:
+            text_signals = signals[index + 1] if len(signals) > index + 1 else None
+            return self._choose_depth(request, scores, n, cap, trace, text_signals)
 
         intents = list(zip(folded[1:], steps, strict=True))
-        return interleave(folded[0], intents, choose, cap=cap, named=named)
+        return interleave(folded[0], intents, choose, cap=cap, named=named, intent_depth=choose_intent)
 
     @staticmethod
     def _ranking(snap: Snapshot, items: list[ShortlistItem], ids: np.ndarray) -> tuple[str, ...]:
@@ -422,14 +434,15 @@ class QueryRunner:
         return (*shown, *rest)
 
     def _choose_depth(
-        self, request: _Request, scores: np.ndarray, n: int, cap: int, trace: DepthTrace | None = None
+        self, request: _Request, scores: np.ndarray, n: int, cap: int, trace: DepthTrace | None = None,
+        signals: np.ndarray | None = None,
     ) -> int:
         available = int(scores.shape[0])
         if available == 0:
             return 0
         chosen: DepthPolicy
         if request.policy == "bor":
-            depth = self._bor_depth(request, scores, n, cap, trace)
+            depth = self._bor_depth(request, scores, n, cap, trace, signals)
         else:
             if request.policy == "gap":
                 chosen = self._gap
@@ -446,7 +459,8 @@ class QueryRunner:
         return shown
 
     def _bor_depth(
-        self, request: _Request, scores: np.ndarray, n: int, cap: int, trace: DepthTrace | None
+        self, request: _Request, scores: np.ndarray, n: int, cap: int, trace: DepthTrace | None,
+        signals: np.ndarray | None = None,
     ) -> int:
         """The learned policy's depth under the registry's stop rule (margins and scores of the
         request's own ranking kept in ``trace``, for a refit)."""
@@ -454,9 +468,10 @@ class QueryRunner:
         bias = request.bias or 0.0
         limit = min(cap, rule.max_depth or cap)
         q_values = getattr(self.bor_policy, "q_values", None)
+        extra = {"signals": signals} if signals is not None else {}  # only a schema-2 policy reads it
         if q_values is None or (rule.kind == "bias" and (trace is None or trace.done)):
-            return int(self.bor_policy.choose_depth(scores, n, limit, bias=bias + rule.bias_offset))
-        q = np.asarray(q_values(scores, n, cap))
+            return int(self.bor_policy.choose_depth(scores, n, limit, bias=bias + rule.bias_offset, **extra))
+        q = np.asarray(q_values(scores, n, cap, **extra))
         if trace is not None and not trace.done:
             margins = q[:, 0] - q[:, 1]
             trace.margins = tuple(round(float(m), 4) if math.isfinite(m) else 0.0 for m in margins)

@@ -47,10 +47,14 @@ class PolicyList(BaseModel):
 class RefitJobOut(BaseModel):
     job: str
     registry: str
-    state: str = Field(description="running, done (a new version is active), refused (the "
-                       "guard said no) or failed.")
+    state: str = Field(description="running, done (a new version is active), candidate (a new "
+                       "version is stored, not active: it changes mean K past "
+                       "SHORTLIST_REFIT_REVIEW_FACTOR; activate it by hand), refused (the guard "
+                       "said no) or failed. The estimate's 'profile' says what the usage-profile "
+                       "weight fit (its first step) concluded.")
     reason: str = ""
-    version: str | None = Field(None, description="The version a done refit activated.")
+    version: str | None = Field(None, description="The version a done refit activated (a "
+                                "candidate refit stored).")
     active: str | None = None
     estimate: dict[str, Any] = Field(default_factory=dict)
     created: float | None = None
