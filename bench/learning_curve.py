@@ -44,6 +44,8 @@ from typing import Any
 
 import numpy as np
 
+from registry.request import ShortlistRequest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import DEFAULT_EMBEDDER_CACHE, agent_uses, poisoned_uses, raw_dataset
 from registry.core import Shortlister
@@ -75,7 +77,7 @@ def fixed_curve(core: Shortlister, registry: str, held: list[dict[str, Any]]) ->
     """Found rate of fixed top-K, K = 0..FIXED_DEPTH, on the registry's current ranking."""
     hits = np.zeros(FIXED_DEPTH + 1)
     for q in held:
-        names = [t.name for t in core.shortlist(registry, q["query"], k=FIXED_DEPTH).tools]
+        names = [t.name for t in core.shortlist(ShortlistRequest(registry, q["query"], k=FIXED_DEPTH)).tools]
         rank = next((i for i, n in enumerate(names) if n in set(q["gold"])), None)
         if rank is not None:
             hits[rank + 1 :] += 1
@@ -96,7 +98,7 @@ def evaluate(
         at1 = found = depth = 0
         versions: set[str] = set()
         for q in held:
-            result = core.shortlist(registry, q["query"])
+            result = core.shortlist(ShortlistRequest(registry, q["query"]))
             names = [t.name for t in result.tools]
             gold = set(q["gold"])
             hit1 = bool(names) and names[0] in gold
@@ -151,7 +153,7 @@ def stream(
         caller = "attacker" if attack else HONEST[sent % len(HONEST)]
         if shared_token:
             caller = "shared-token"
-        result = core.shortlist(registry, q["query"], caller=caller)
+        result = core.shortlist(ShortlistRequest(registry, q["query"]), caller=caller)
         remembered = memory.get(result.shortlist_id)
         if remembered is not None:
             extra.append(remembered.k - remembered.depth_chosen)

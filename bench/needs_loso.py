@@ -273,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import torch
 
-    from registry.index.embed import load_minilm
+    from registry.index.minilm_export import load_minilm
     from registry.serving.depth_policies import OnnxDepthPolicy
     from registry.settings import Settings
 

@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from registry.request import ShortlistRequest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -95,8 +97,8 @@ def run_source(directory: Path, embedder: Any, policy_dir: Path, max_queries: in
         for q in queries:
             gold = set(q.gold)
             try:
-                answer = engine.shortlist(registry, q.query)
-                lists = {s: [t.name for t in engine.shortlist(registry, q.query, k=DEEP_K, scorer=s).tools]
+                answer = engine.shortlist(ShortlistRequest(registry, q.query))
+                lists = {s: [t.name for t in engine.shortlist(ShortlistRequest(registry, q.query, k=DEEP_K, scorer=s)).tools]
                          for s in SCORER_NAMES}
             except ValidationFailed:  # a request over max_query_chars: the service's 422
                 rejected += 1
@@ -202,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from bench.embed_cache import DiskCachedEmbedder
-    from registry.index.embed import load_minilm
+    from registry.index.minilm_export import load_minilm
     from registry.settings import Settings
 
     embedder: Any = load_minilm(args.embedder_cache or Settings().resolved_embedder_cache())

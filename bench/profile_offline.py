@@ -44,7 +44,7 @@ def embeddings(name: str, cache: Path, max_queries: int, root: Path = SHARED_DAT
     if path.exists():
         data = np.load(path)
         return names, data["tools"], queries, data["queries"]
-    from registry.index.embed import load_minilm
+    from registry.index.minilm_export import load_minilm
 
     embedder = load_minilm(cache / "embedder")
     texts = [tool_text(t["name"], t.get("description", ""), t.get("parameters")) for t in tools]

@@ -63,6 +63,7 @@ __all__ = [
     "bor_bits",
     "bor_ceiling_bits",
     "bor_max_bits",
+    "k_equivalent",
     "log_p_rand",
     "log_p_rand_all",
     "log_p_rand_all_curve",
@@ -336,6 +337,25 @@ def bor_all_max_bits(n: int, r: int, k: int) -> float:
     :func:`bor_max_bits` and :func:`bor_ceiling_bits`. Errors as :func:`log_p_rand_all`.
     """
     return -log_p_rand_all(n, r, k) / _LN2 + 0.0
+
+
+# Used by the offline metrics and by the per-registry refits (learning), hence here, at the bottom.
+def k_equivalent(curve: np.ndarray, found: float) -> float:
+    """Fixed depth with found rate ``found``, linear between integer depths (``inf``: none).
+
+    ``curve[K]`` is the found rate at fixed depth ``K`` (``curve[0] = 0``), non-decreasing.
+    On a flat stretch the smallest depth reaching ``found`` is used.
+    """
+    c = np.asarray(curve, dtype=np.float64)
+    if found <= 0.0:
+        return 0.0
+    if found > c[-1] + 1e-12:
+        return math.inf
+    i = int(np.argmax(c >= found - 1e-12))
+    if i == 0:
+        return 0.0
+    lo, hi = c[i - 1], c[i]
+    return float(i - 1 + (found - lo) / (hi - lo)) if hi > lo else float(i)
 
 
 def needs_bits_curve(n: int, r: int, hits: np.ndarray) -> np.ndarray:

@@ -26,30 +26,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from registry.backends import build_learner, start_learner
+from registry.backends import HoldsBackWrites, build_backends, build_learner, start_learner
 from registry.errors import NotReady, ShortlistError, StoreUnavailable
 from registry.feedback import (
     EquivalenceClasses,
     FeedbackEvent,
     FeedbackListener,
-    FeedbackLog,
     FeedbackRecorder,
     LiveWindow,
-    LocalFeedbackLog,
-    RememberedShortlists,
-    ShortlistMemory,
     ToolEfficiency,
 )
-from registry.index.embed import Embedder, load_minilm
+from registry.index.embed import Embedder
+from registry.index.minilm_export import load_minilm
 from registry.index.query_cache import CachedEmbedder
 from registry.index.snapshot import Snapshot
 from registry.learning.learner import UsageLearner
-from registry.learning.manager import PolicyManager
+from registry.request import ShortlistRequest
 from registry.serving.depth_policies import OnnxDepthPolicy, TunableDepthPolicy
 from registry.serving.shortlist import Shortlist
 from registry.settings import Settings
 from registry.store.base import SharedStore, Store
-from registry.store.local import LocalStore
 from registry.tools import ToolLimits, parse_tools
 from registry.writes.engine import RegistryChange, RegistryInfo, ShortlistEngine
 from registry.writes.jobs import PreparedWrite, WriteJob, WriteJobs
@@ -112,28 +108,21 @@ class Shortlister:
         self.engine: ShortlistEngine | None = None
         self.write_jobs = WriteJobs()  # large uploads answered 202 run here
         self.load_error: str | None = None
-        self.store_health: Any = None  # registry.store.redis.StoreHealth in Redis mode
         self._embedder_factory = embedder_factory
         self.bor_policy: TunableDepthPolicy = bor_policy or OnnxDepthPolicy.from_dir(
             settings.policy_dir
         )
-        memory: RememberedShortlists
-        feedback_log: FeedbackLog
-        if store is None and settings.redis_url is not None:
-            store, memory, feedback_log = self._redis_backends(settings)
-        else:
-            memory = ShortlistMemory(
-                settings.feedback_retention_seconds, settings.max_remembered_shortlists
-            )
-            feedback_log = LocalFeedbackLog.in_data_dir(
-                settings.data_dir, archive=settings.feedback_archive
-            )
-        self.store: Store = store or LocalStore(settings.data_dir)
+        backends = build_backends(settings, store)
+        self.store: Store = backends.store
+        self.store_health: Any = backends.store_health  # registry.store.redis.StoreHealth in Redis mode
         self.window = LiveWindow(settings.live_window_seconds)
         self.query_cache: CachedEmbedder | None = None  # set at load when the cache is on
+        self._loading: ShortlistEngine | None = None
+        # usage memory (registry.learning): fed by feedback, lifts rankings, attached at load
+        self.learning: UsageLearner = build_learner(settings, backends.learning_store, lambda: self._loading)
         self.feedback_recorder = FeedbackRecorder(
-            memory,
-            feedback_log,
+            backends.shortlists,
+            backends.feedback_log,
             self.window,
             ToolEfficiency(),
             compact_after_events=settings.feedback_compact_events,
@@ -141,22 +130,15 @@ class Shortlister:
             max_event_bytes=settings.max_feedback_event_bytes,
             min_compact_interval_seconds=settings.feedback_compact_interval_seconds,
             compact_margin_seconds=settings.feedback_compact_margin_seconds,
+            before_compact=self.learning.checkpoint,  # no learned evidence only in memory
         )
         # per-registry depth policies (registry.learning): versions, refits, hot swaps
-        self.policies = PolicyManager.for_settings(
-            settings,
-            lambda: self.feedback_recorder.log.replay(),
-            shared=isinstance(self.store, SharedStore),
-        )
+        self.policies = backends.policy_manager(settings, lambda: self.feedback_recorder.log.replay())
         self.sync: StoreSync | None = None
         self._registry_listeners: list[RegistryListener] = []
         self._shortlist_listeners: list[ShortlistListener] = []
         self._closing = threading.Event()
         self._thread: threading.Thread | None = None
-        # usage memory (registry.learning): fed by feedback, lifts rankings, attached at load
-        self.learning: UsageLearner = build_learner(self.settings, self.store, lambda: self._loading)
-        self.feedback_recorder.before_compact = self.learning.checkpoint  # no evidence only in memory
-        self._loading: ShortlistEngine | None = None
         self.add_feedback_listener(self._learn)
         self._registry_listeners.append(self._learning_registry_changed)
 
@@ -180,31 +162,6 @@ class Shortlister:
         if start:
             core.start(background=False)
         return core
-
-    def _redis_backends(
-        self, settings: Settings
-    ) -> tuple[Store, RememberedShortlists, FeedbackLog]:
-        """Registries, remembered shortlists and the feedback log in one shared Redis."""
-        from registry.store.redis import (
-            RedisFeedbackLog,
-            RedisShortlistMemory,
-            RedisStore,
-            StoreHealth,
-            connect,
-        )
-
-        assert settings.redis_url is not None
-        url = settings.redis_url.get_secret_value()
-        client = connect(url)
-        health = StoreHealth()  # every Redis call reports to it
-        self.store_health = health
-        prefix = settings.redis_prefix
-        # Each shortlist is remembered in Redis: a short timeout of its own bounds what a Redis
-        # that stops answering can add to a query before the outage is noticed.
-        memory = RedisShortlistMemory(
-            connect(url, timeout=0.5), settings.feedback_retention_seconds, prefix, health
-        )
-        return RedisStore(client, prefix, health), memory, RedisFeedbackLog(client, prefix, health)
 
     # -- listeners ------------------------------------------------------------------------------
 
@@ -295,7 +252,14 @@ class Shortlister:
             embedder = self._embedder_factory(self.settings)
             if self.settings.query_cache_size > 0:
                 embedder = self.query_cache = CachedEmbedder(embedder, self.settings.query_cache_size)
-            engine = ShortlistEngine(self.settings, self.store, embedder, self.bor_policy)
+            engine = ShortlistEngine(
+                self.settings,
+                self.store,
+                embedder,
+                self.bor_policy,
+                usage=self.learning,
+                policy_book=self.policies.book,
+            )
             # before the first store call: a store wiped from here on is refilled, not mirrored
             republish_from(engine, self.store, self.feedback_recorder)
             count = self._until_store_answers(engine.load_all)
@@ -308,7 +272,6 @@ class Shortlister:
             self._until_store_answers(
                 lambda: start_learner(self.learning, engine, embedder, self.feedback_recorder.log, self.store)
             )
-            engine.queries.usage = self.learning
             self.policies.fit_profiles = self._fit_profiles
             for info in engine.list_registries():
                 self._changed(info)
@@ -320,9 +283,8 @@ class Shortlister:
                     self.store,
                     interval=self.settings.sync_interval_seconds,
                     feedback=self.feedback_recorder,
-                    on_tick=getattr(memory, "flush_pending", None),
+                    on_tick=memory.flush_pending if isinstance(memory, HoldsBackWrites) else None,
                 )
-            engine.queries.policy_book = self.policies.book
             shared = isinstance(self.store, SharedStore)
             self.policies.start(self.settings.sync_interval_seconds if shared else None)
             self.engine = engine
@@ -347,35 +309,14 @@ class Shortlister:
 
     # -- queries and feedback -------------------------------------------------------------------
 
-    def shortlist(
-        self,
-        registry: str,
-        query: str,
-        *,
-        k: int | None = None,
-        max_k: int | None = None,
-        policy: str | None = None,
-        scorer: str | None = None,
-        depth_bias: float | None = None,
-        allow_empty: bool = False,
-        caller: str | None = None,
-    ) -> Shortlist:
-        """Shortlist ``registry``'s tools for ``query`` (see :meth:`ShortlistEngine.shortlist`)
-        and remember it, so feedback can quote its ``shortlist_id``. ``caller``: a hash of the
-        bearer token that asked (None without tokens), logged for the learning loop."""
-        result = self.require_engine().shortlist(
-            registry,
-            query,
-            k=k,
-            max_k=max_k,
-            policy=policy,
-            scorer=scorer,
-            depth_bias=depth_bias,
-            allow_empty=allow_empty,
-        )
+    def shortlist(self, request: ShortlistRequest, *, caller: str | None = None) -> Shortlist:
+        """Shortlist for ``request`` (see :meth:`ShortlistEngine.shortlist`) and remember it, so
+        feedback can quote its ``shortlist_id``. ``caller``: a hash of the bearer token that
+        asked (None without tokens), logged for the learning loop."""
+        result = self.require_engine().shortlist(request)
         for listener in self._shortlist_listeners:
             listener(result)
-        self.feedback_recorder.remember(result.shown(time.time(), query, caller))
+        self.feedback_recorder.remember(result.shown(time.time(), request.query, caller))
         return result
 
     def feedback(

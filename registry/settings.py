@@ -8,7 +8,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from registry.serving.depth_policies import MAX_DEPTH_BIAS
+from registry.request import MAX_DEPTH_BIAS, MAX_K
 
 # Comma-separated in the environment; SecretStr keeps every token out of reprs and logs.
 Tokens = Annotated[tuple[SecretStr, ...], NoDecode]
@@ -26,8 +26,75 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SHORTLIST_", extra="ignore")
 
+    # -- HTTP face: address, body and connection limits (service.server, service.middleware) -------
     host: str = Field("127.0.0.1", description="Address the HTTP server binds.")
     port: int = Field(8080, ge=1, le=65535, description="Port the HTTP server listens on.")
+    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Largest request body.")
+    max_header_bytes: int = Field(
+        64 * 1024,
+        ge=1024,
+        description="Largest request head (request line and header fields) in bytes; larger "
+        "gets 431 and the connection is closed.",
+    )
+    max_header_count: int = Field(
+        100, ge=8, le=10_000, description="Most header fields in one request; more gets 431."
+    )
+    header_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="A request head must arrive within this many seconds of the connection "
+        "opening (or of the previous response); else 408 and the connection is closed.",
+    )
+    body_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="Longest pause while a request body is arriving; a body stalled longer "
+        "gets 408 and the connection is closed.",
+    )
+    keep_alive_seconds: int = Field(
+        5, ge=1, description="An idle keep-alive connection is closed after this many seconds."
+    )
+    max_connections: int = Field(
+        2048,
+        ge=1,
+        description="Open connections per process; one more gets 503 and is closed at once "
+        "(lowered to fit the open-file limit, whose soft value is raised to the hard one).",
+    )
+    mcp_max_streams: int = Field(
+        64,
+        ge=1,
+        description="Open GET /mcp event streams per process, counted apart from "
+        "max_connections (an idle stream never takes a request's slot); one more gets 503 "
+        "too_many_streams with Retry-After.",
+    )
+    mcp_stream_idle_seconds: float = Field(
+        300.0,
+        gt=0,
+        description="A GET /mcp event stream that has sent no event (keep-alive comments aside) "
+        "for this long is closed; the client may open another.",
+    )
+    worker_threads: int = Field(
+        16, ge=1, le=1000, description="Requests handled at once (anyio worker threads)."
+    )
+
+    # -- access tokens (service.auth) --------------------------------------------------------------
+    admin_token: Tokens = Field(
+        (),
+        description="Bearer token(s), comma-separated, for registry writes (PUT/POST/DELETE "
+        "/registries...); unset = writes are open.",
+    )
+    query_token: Tokens = Field(
+        (),
+        description="Bearer token(s), comma-separated, for POST /shortlist and /feedback (admin "
+        "tokens work too); unset = queries are open.",
+    )
+    metrics_token: Tokens = Field(
+        (),
+        description="Bearer token(s), comma-separated, for GET /metrics (query and admin tokens "
+        "work too). /metrics needs a token whenever any token is configured; open otherwise.",
+    )
+
+    # -- data and artifacts: where registries, models and caches live ------------------------------
     data_dir: Path = Field(Path("./data"), description="Where registries and caches live.")
     policy_dir: Path = Field(
         _PROJECT_ROOT / "models" / "default",
@@ -53,13 +120,14 @@ class Settings(BaseSettings):
         "empty to disable.",
     )
 
+    # -- requests: the defaults a ShortlistRequest is resolved with (registry.request) -------------
     default_registry: str = Field(
         "demo", description="Registry the MCP find_tools tool searches when a call names none."
     )
     default_policy: str = Field("bor", description="Depth policy used when a request names none.")
     default_scorer: str = Field("hybrid", description="Scorer used when a request names none.")
-    default_max_k: int = Field(20, ge=1, le=1000, description="Cap on the policy's depth.")
-    fixed_k: int = Field(5, ge=1, le=1000, description="Depth of the 'fixed' policy when no k is sent.")
+    default_max_k: int = Field(20, ge=1, le=MAX_K, description="Cap on the policy's depth.")
+    fixed_k: int = Field(5, ge=1, le=MAX_K, description="Depth of the 'fixed' policy when no k is sent.")
     threshold: float = Field(0.35, description="Score cut-off of the 'threshold' policy.")
     depth_bias: float = Field(
         0.0,
@@ -69,7 +137,51 @@ class Settings(BaseSettings):
         "CONTINUE by at least this much. > 0 gives longer lists, < 0 shorter; a request's "
         "depth_bias overrides it.",
     )
+    max_query_chars: int = Field(
+        262_144,
+        ge=16,
+        description="Longest query string (a whole user message); longer than ~160 words is "
+        "read in windows, the best window per tool.",
+    )
+    multi_intent: bool = Field(
+        True,
+        description="Split a request holding several intents ('find X, then email it') and "
+        "cover each of them in the shortlist.",
+    )
+    duplicate_similarity: float = Field(
+        0.97,
+        ge=0.0,
+        le=2.0,
+        description="Cosine between two tools' embeddings from which they fold into one slot "
+        "(the other listed as an alternate); above 1 disables it (declared equivalents still fold).",
+    )
 
+    # -- registries and writes: sizes, async uploads, indexes (registry.writes, registry.index) ----
+    max_tools_per_registry: int = Field(50_000, ge=1, description="Most tools in one registry.")
+    max_tool_bytes: int = Field(
+        256 * 1024, ge=256, description="Largest JSON size of one tool definition."
+    )
+    max_description_chars: int = Field(
+        32_768, ge=16, description="Longest tool description."
+    )
+    async_write_min_texts: int = Field(
+        500,
+        ge=0,
+        description="A PUT or POST tools with more new texts to embed than this answers 202 with "
+        "a job to poll (GET /registries/{r}/jobs/{id}) instead of waiting; 0: always synchronous.",
+    )
+    hnsw_min_tools: int = Field(
+        20_000, ge=1, description="Registries with at least this many tools use an HNSW index."
+    )
+    embed_threads: int = Field(1, ge=1, description="ONNX Runtime intra-op threads per request.")
+    query_cache_size: int = Field(
+        10_000,
+        ge=0,
+        description="Query embeddings kept in an LRU cache (repeated messages and intents skip "
+        "the model); 0 disables it.",
+    )
+
+    # -- feedback: memory, live window, log compaction, pruning (registry.feedback) ----------------
     feedback_retention_seconds: float = Field(
         3600.0, gt=0, description="How long a shortlist id accepts feedback."
     )
@@ -120,7 +232,8 @@ class Settings(BaseSettings):
     prune_min_shown: int = Field(
         20, ge=1, description="Times shown (with feedback) before a never-used tool is a prune candidate."
     )
-    # learning loop: exploration and per-registry depth refits (registry/learning/)
+
+    # -- learning: exploration and per-registry depth refits (registry.serving.explore, registry.learning) ---
     explore_share: float = Field(
         0.05,
         ge=0.0,
@@ -155,54 +268,7 @@ class Settings(BaseSettings):
         "stored as a candidate version, not activated: an admin activates it.",
     )
 
-    hnsw_min_tools: int = Field(
-        20_000, ge=1, description="Registries with at least this many tools use an HNSW index."
-    )
-    worker_threads: int = Field(
-        16, ge=1, le=1000, description="Requests handled at once (anyio worker threads)."
-    )
-    embed_threads: int = Field(1, ge=1, description="ONNX Runtime intra-op threads per request.")
-    query_cache_size: int = Field(
-        10_000,
-        ge=0,
-        description="Query embeddings kept in an LRU cache (repeated messages and intents skip "
-        "the model); 0 disables it.",
-    )
-
-    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Largest request body.")
-    max_tools_per_registry: int = Field(50_000, ge=1, description="Most tools in one registry.")
-    async_write_min_texts: int = Field(
-        500,
-        ge=0,
-        description="A PUT or POST tools with more new texts to embed than this answers 202 with "
-        "a job to poll (GET /registries/{r}/jobs/{id}) instead of waiting; 0: always synchronous.",
-    )
-    max_tool_bytes: int = Field(
-        256 * 1024, ge=256, description="Largest JSON size of one tool definition."
-    )
-    max_description_chars: int = Field(
-        32_768, ge=16, description="Longest tool description."
-    )
-    max_query_chars: int = Field(
-        262_144,
-        ge=16,
-        description="Longest query string (a whole user message); longer than ~160 words is "
-        "read in windows, the best window per tool.",
-    )
-    multi_intent: bool = Field(
-        True,
-        description="Split a request holding several intents ('find X, then email it') and "
-        "cover each of them in the shortlist.",
-    )
-    duplicate_similarity: float = Field(
-        0.97,
-        ge=0.0,
-        le=2.0,
-        description="Cosine between two tools' embeddings from which they fold into one slot "
-        "(the other listed as an alternate); above 1 disables it (declared equivalents still fold).",
-    )
-
-    # learning loop: usage-augmented ranking (registry/learning/usage.py)
+    # -- learning: usage-augmented ranking (registry.learning.usage) -------------------------------
     learning: bool = Field(
         True,
         description="Learn from agents' feedback: a query close to past queries whose agents "
@@ -240,6 +306,9 @@ class Settings(BaseSettings):
         "weigh less (scaled by share * total / its own; soft, never locks learning; applies once "
         "two callers have counted evidence). 1 disables it.",
     )
+    learning_save_interval_seconds: float = Field(
+        30.0, gt=0, description="How often changed usage memories are saved to the store."
+    )
     learning_half_life: float = Field(
         4.0,
         gt=0.0,
@@ -251,62 +320,8 @@ class Settings(BaseSettings):
         description="Most feedback events one caller (token, or token + X-Caller-Id) counts for "
         "learning per minute; more are logged but not learned from (rate_limited).",
     )
-    learning_save_interval_seconds: float = Field(
-        30.0, gt=0, description="How often changed usage memories are saved to the store."
-    )
 
-    # -- HTTP server limits (service.server) ----------------------------------------------------
-    max_header_bytes: int = Field(
-        64 * 1024,
-        ge=1024,
-        description="Largest request head (request line and header fields) in bytes; larger "
-        "gets 431 and the connection is closed.",
-    )
-    max_header_count: int = Field(
-        100, ge=8, le=10_000, description="Most header fields in one request; more gets 431."
-    )
-    header_timeout_seconds: float = Field(
-        30.0,
-        gt=0,
-        description="A request head must arrive within this many seconds of the connection "
-        "opening (or of the previous response); else 408 and the connection is closed.",
-    )
-    body_timeout_seconds: float = Field(
-        30.0,
-        gt=0,
-        description="Longest pause while a request body is arriving; a body stalled longer "
-        "gets 408 and the connection is closed.",
-    )
-    keep_alive_seconds: int = Field(
-        5, ge=1, description="An idle keep-alive connection is closed after this many seconds."
-    )
-    max_connections: int = Field(
-        2048,
-        ge=1,
-        description="Open connections per process; one more gets 503 and is closed at once "
-        "(lowered to fit the open-file limit, whose soft value is raised to the hard one).",
-    )
-    mcp_max_streams: int = Field(
-        64,
-        ge=1,
-        description="Open GET /mcp event streams per process, counted apart from "
-        "max_connections (an idle stream never takes a request's slot); one more gets 503 "
-        "too_many_streams with Retry-After.",
-    )
-    mcp_stream_idle_seconds: float = Field(
-        300.0,
-        gt=0,
-        description="A GET /mcp event stream that has sent no event (keep-alive comments aside) "
-        "for this long is closed; the client may open another.",
-    )
-
-    # -- logging (service.logging_setup) --------------------------------------------------------
-    log_format: Literal["text", "json"] = Field(
-        "text",
-        description="Log lines on stderr: 'text' (time level logger: message [request id]) or "
-        "'json' (one object per line with ts, level, logger, message, request_id).",
-    )
-
+    # -- replicas: the shared Redis (registry.backends, registry.writes.sync) ----------------------
     redis_url: SecretStr | None = Field(
         None,
         description="Redis shared by every replica (redis://[:password@]host:6379/0); "
@@ -319,21 +334,11 @@ class Settings(BaseSettings):
         1.0, gt=0, le=60, description="Fallback poll of the shared store for other replicas' writes."
     )
 
-    admin_token: Tokens = Field(
-        (),
-        description="Bearer token(s), comma-separated, for registry writes (PUT/POST/DELETE "
-        "/registries...); unset = writes are open.",
-    )
-    query_token: Tokens = Field(
-        (),
-        description="Bearer token(s), comma-separated, for POST /shortlist and /feedback (admin "
-        "tokens work too); unset = queries are open.",
-    )
-
-    metrics_token: Tokens = Field(
-        (),
-        description="Bearer token(s), comma-separated, for GET /metrics (query and admin tokens "
-        "work too). /metrics needs a token whenever any token is configured; open otherwise.",
+    # -- logging (service.logging_setup) -----------------------------------------------------------
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="Log lines on stderr: 'text' (time level logger: message [request id]) or "
+        "'json' (one object per line with ts, level, logger, message, request_id).",
     )
 
     @field_validator("admin_token", "query_token", "metrics_token", mode="before")

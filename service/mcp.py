@@ -32,10 +32,9 @@ from starlette.types import Message, Receive, Scope, Send
 
 from registry.core import Shortlister
 from registry.errors import ShortlistError
-from registry.serving.depth_policies import MAX_DEPTH_BIAS
+from registry.request import MAX_DEPTH_BIAS, MAX_K, ShortlistRequest
 from registry.serving.shortlist import Shortlist
 from registry.settings import Settings
-from registry.writes.engine import MAX_K
 from service.auth import CALLER_HEADER, authenticate, caller_hash
 from service.errors import Unauthorized, error_body, error_response
 from service.schemas import FeedbackRequest, FeedbackResponse, RegistryName, ShortlistResponse
@@ -342,15 +341,15 @@ class McpFace:
         caps = [cap for cap in (args.max_k, args.limit) if cap is not None]
 
         def run() -> Shortlist:
-            return self.core.shortlist(
-                args.registry or self.settings.default_registry,
-                args.query,
+            request = ShortlistRequest(
+                registry=args.registry or self.settings.default_registry,
+                query=args.query,
                 k=args.k,
                 max_k=min(caps) if caps else None,
                 depth_bias=args.depth_bias,
                 allow_empty=args.allow_empty,
-                caller=caller,
             )
+            return self.core.shortlist(request, caller=caller)
 
         result = await to_thread.run_sync(run)
         return _structured(result.to_json(), shortlist_text(result))

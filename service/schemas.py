@@ -6,13 +6,11 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from registry import request
 from registry.core import FeedbackResult
 from registry.feedback import MAX_CALLS
-from registry.index.hybrid import Scorer as ScorerName
-from registry.serving.depth_policies import MAX_DEPTH_BIAS
-from registry.serving.shortlist import PolicyName
+from registry.request import MAX_DEPTH_BIAS, MAX_K, PolicyName, ScorerName
 from registry.tools import MAX_REGISTRY_NAME_CHARS, REGISTRY_NAME_PATTERN, ToolLimits
-from registry.writes.engine import MAX_K
 
 MAX_TOOL_NAME_CHARS = ToolLimits().max_name_chars
 MAX_USED_TOOLS = 1000
@@ -415,6 +413,11 @@ class ShortlistRequest(BaseModel):
         description="Also return 'explain': the bor policy's STOP - CONTINUE margin at each "
         "depth of the request's own ranking, the bias it stopped against and the depth chosen.",
     )
+
+    def to_request(self) -> request.ShortlistRequest:
+        """The domain's request value (``explain`` stays here: it shapes the HTTP response only)."""
+        fields = self.model_dump(exclude={"explain"})
+        return request.ShortlistRequest(**fields)
 
 
 def document_settings(openapi: dict[str, Any], max_query_chars: int) -> dict[str, Any]:

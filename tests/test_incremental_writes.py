@@ -13,6 +13,7 @@ from registry.index.dense import DenseIndex
 from registry.index.hybrid import Query, rank
 from registry.index.lexical import LexicalIndex, tokenize
 from registry.index.snapshot import build_snapshot
+from registry.request import ShortlistRequest
 from registry.store.local import LocalStore
 from registry.tools import ToolLimits, parse_tools
 from registry.writes.engine import ShortlistEngine
@@ -103,7 +104,7 @@ def test_one_tool_upsert_embeds_one_text_and_shares_unchanged_parts(settings, ha
     assert hashing_embedder.documents == 1
     assert after.names is before.names and after.equivalence is before.equivalence  # shared
     assert after.tools[3].description == "counts zebras" and after.version == before.version + 1
-    assert engine.shortlist("r", "count the zebras", k=1).tools[0].name == "t3"
+    assert engine.shortlist(ShortlistRequest("r", "count the zebras", k=1)).tools[0].name == "t3"
     engine.delete_tool("r", "t3")
     assert "t3" not in engine.snapshot("r").by_name and hashing_embedder.documents == 1
 

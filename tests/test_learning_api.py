@@ -9,6 +9,7 @@ from pydantic import SecretStr
 
 from registry.core import Shortlister
 from registry.index.embed import HashingEmbedder
+from registry.request import ShortlistRequest
 
 TOOLS = [
     {"name": "get_weather", "description": "Current weather conditions in a city"},
@@ -121,7 +122,7 @@ def test_with_tokens_only_callers_count_and_a_dominant_one_weighs_less(make_clie
         embedder_factory=lambda _: HashingEmbedder(), bor_policy=bor_policy, start=True,
     )
     try:
-        result = core.shortlist("w", "weather today in oslo city", k=2)
+        result = core.shortlist(ShortlistRequest("w", "weather today in oslo city", k=2))
         core.feedback(result.shortlist_id, ["weather_forecast"])
         assert core.learning_report("w")["skipped"]["untrusted"] == 1
     finally:

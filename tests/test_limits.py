@@ -14,11 +14,10 @@ import pytest
 
 from registry.errors import InvalidRegistryName
 from registry.feedback import MAX_CALLS
-from registry.index.hybrid import SCORERS
+from registry.request import MAX_K, POLICIES, SCORERS
 from registry.store.base import RegistryRecord
 from registry.store.local import LocalStore
 from registry.tools import MAX_JSON_DEPTH
-from registry.writes.engine import MAX_K, POLICIES
 from service.schemas import MAX_USED_TOOLS, PolicyName, ScorerName
 
 BODY_ROUTES = [

@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 
+from registry.request import ShortlistRequest
 from tests.conftest import weather_tools
 
 START = time.time() - 86_400.0  # one event a second from here (under any rate limit)
@@ -96,19 +97,19 @@ def test_explored_shortlists_log_depth_chosen_and_propensity(make_core):
     core.put_registry("big", _tools())
     explored = 0
     for query in ("weather helper", "email and currency", "music stock map", "file calendar"):
-        result = core.shortlist("big", query)
+        result = core.shortlist(ShortlistRequest("big", query))
         s = core.feedback_recorder.memory.get(result.shortlist_id)
         assert s.k == result.k and s.k - s.depth_chosen in (0, 1, 2, 3)
         if s.k > s.depth_chosen:
             explored += 1
             assert s.propensity == pytest.approx(1 / 3) or s.k == 30  # 30: the cap, several extras
         # a fixed k is never explored
-        fixed = core.feedback_recorder.memory.get(core.shortlist("big", query, k=2).shortlist_id)
+        fixed = core.feedback_recorder.memory.get(core.shortlist(ShortlistRequest("big", query, k=2)).shortlist_id)
         assert (fixed.k, fixed.depth_chosen, fixed.propensity) == (2, 2, 1.0)
     assert explored >= 3
     quiet = make_core(explore_share=0.0, data_dir=core.settings.data_dir / "q")
     quiet.put_registry("big", _tools())
-    s = quiet.feedback_recorder.memory.get(quiet.shortlist("big", "weather helper").shortlist_id)
+    s = quiet.feedback_recorder.memory.get(quiet.shortlist(ShortlistRequest("big", "weather helper")).shortlist_id)
     assert s.k == s.depth_chosen and s.propensity == 1.0
 
 

@@ -59,6 +59,7 @@ class FeedbackRecorder:
         compact_margin_seconds: float = 600.0,
         min_compact_interval_seconds: float = 300.0,
         max_event_bytes: int = 256 * 1024,
+        before_compact: Callable[[], bool] | None = None,
     ) -> None:
         self.memory = memory
         self.log = log
@@ -79,7 +80,7 @@ class FeedbackRecorder:
         self.compactions = 0
         # Called before a compaction cuts events out of the log; False postpones it (the usage
         # learner saves the evidence it derived from them first: UsageLearner.checkpoint).
-        self.before_compact: Callable[[], bool] | None = None
+        self.before_compact = before_compact
 
     def add_listener(self, listener: FeedbackListener) -> None:
         self._listeners.append(listener)

@@ -45,6 +45,7 @@ __all__ = [
     "ensure_embedder_onnx",
     "ensure_minilm_onnx",
     "load_embedder",
+    "load_minilm",
     "minilm_model_dir",
 ]
 
@@ -139,6 +140,22 @@ def ensure_embedder_onnx(cache_dir: Path, embedder: EmbedderName = "minilm") -> 
 def ensure_minilm_onnx(cache_dir: Path) -> Path:
     """The fp32 export (see :func:`ensure_embedder_onnx`)."""
     return ensure_embedder_onnx(cache_dir, "minilm")
+
+
+def load_minilm(
+    cache_dir: Path, *, threads: int = 1, embedder: EmbedderName = "minilm"
+) -> OnnxEmbedder:
+    """Make ``embedder``'s ONNX file under ``cache_dir`` if needed (fp32 by default), then load it.
+
+    Args:
+        cache_dir: Cache root (see this module's docstring).
+        threads: ONNX Runtime intra-op threads.
+        embedder: ``minilm`` (fp32) or ``minilm-int8``.
+
+    Raises:
+        ArtifactError: The export failed, a cached file is corrupt or unloadable.
+    """
+    return load_embedder(cache_dir, embedder, threads=threads)
 
 
 def load_embedder(

@@ -125,15 +125,21 @@ class PolicyManager:
 
     @classmethod
     def for_settings(
-        cls, settings: Settings, events: Callable[[], Iterable[FeedbackEvent]], *, shared: bool
+        cls,
+        settings: Settings,
+        events: Callable[[], Iterable[FeedbackEvent]],
+        *,
+        shared: bool,
+        client: Any = None,
     ) -> PolicyManager:
-        """Redis-backed when the settings name a Redis and the registry store is shared."""
+        """Redis-backed when the settings name a Redis and the registry store is shared; on
+        ``client`` when given (the connection :func:`registry.backends.build_backends` shares)."""
         store: PolicyStore
         jobs = None
         if shared and settings.redis_url is not None:
             from registry.store.redis import connect
 
-            client = connect(settings.redis_url.get_secret_value())
+            client = client or connect(settings.redis_url.get_secret_value())
             store = RedisPolicyStore(client, settings.redis_prefix)
             jobs = _Jobs(client, settings.redis_prefix)
         else:

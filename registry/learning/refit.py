@@ -45,9 +45,9 @@ from typing import Any
 
 import numpy as np
 
+from registry.bor import k_equivalent
 from registry.feedback import FeedbackEvent
 from registry.learning.evidence import EvidenceConfig, EvidenceCounter
-from registry.offline.metrics import k_equivalent
 from registry.serving.features import depth_features
 from registry.serving.stop_rules import StopRule
 

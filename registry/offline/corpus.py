@@ -1,7 +1,7 @@
 """The training corpus (many public tool-retrieval sets) and its leave-one-source-out folds.
 
 A *source* is one data directory in the common format (``tools.json``, ``queries.jsonl``; see
-:mod:`registry.datasets`): the public training sets under ``<root>/train/*`` and the dev sets
+:mod:`registry.offline.datasets`): the public training sets under ``<root>/train/*`` and the dev sets
 :data:`DEV_SOURCES` under ``<root>``. Every source is its own registry: a query is only ranked
 against the tools of its source, and those tools are its hard negatives in training.
 

@@ -44,7 +44,6 @@ from torch import nn
 
 from registry.fsio import json_safe
 from registry.index.embed import sha256_file
-from registry.index.hybrid import SCORERS
 from registry.offline.carve import ANCHOR_SIZES, FILL_KINDS, SIZE_RANGE, carve_training, load_source
 from registry.offline.cli_support import HelpFormatter, ProgressEmbedder, plain, progress_step
 from registry.offline.env import (
@@ -67,6 +66,7 @@ from registry.offline.metrics import (
 )
 from registry.offline.model import QEnsemble, QNetwork, SizeGatedQ, TrainedPolicy
 from registry.offline.tables import candidate_episodes, load_or_build_table, rank_table
+from registry.request import SCORERS
 
 log = logging.getLogger(__name__)
 
@@ -455,7 +455,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sizes = _parse_sizes(args.candidate_sizes)
         embedder = None
         if scorer != "bm25":
-            from registry.index.embed import load_minilm
+            from registry.index.minilm_export import load_minilm
             from registry.settings import Settings
 
             with progress_step(log, "loading the MiniLM embedder (exported to ONNX on first use)"):

@@ -29,7 +29,6 @@ from registry.serving.needs import (
 __all__ = [
     "INPUT_NAME",
     "MANIFEST_NAME",
-    "MAX_DEPTH_BIAS",
     "OUTPUT_NAME",
     "WHOLE_REGISTRY_MIN",
     "DepthPolicy",
@@ -176,7 +175,6 @@ def _load_manifest(directory: Path) -> dict[str, Any]:
     return manifest
 
 
-MAX_DEPTH_BIAS = 10.0  # bits; beyond this every list is 1 tool or the cap
 
 
 def first_stop(q: np.ndarray, bias: float = 0.0) -> int:
