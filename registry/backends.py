@@ -11,12 +11,11 @@ its own on the shared log (Redis).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from registry.feedback import (
-    FeedbackEvent,
     FeedbackLog,
     LocalFeedbackLog,
     LogCompacted,
@@ -70,9 +69,9 @@ class Backends:
         """Several replicas share the registries (the store is a :class:`SharedStore`)."""
         return isinstance(self.store, SharedStore)
 
-    def policy_manager(self, settings: Settings, events: Callable[[], Iterable[FeedbackEvent]]) -> PolicyManager:
+    def policy_manager(self, settings: Settings, feedback_log: FeedbackLog, jobs: Any = None) -> PolicyManager:
         """The per-registry stop rules and refits, on the shared connection in Redis mode."""
-        return PolicyManager.for_settings(settings, events, shared=self.shared, client=self.redis)
+        return PolicyManager.for_settings(settings, feedback_log, shared=self.shared, client=self.redis, jobs=jobs)
 
 
 def build_backends(settings: Settings, store: Store | None = None) -> Backends:

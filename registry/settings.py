@@ -170,6 +170,24 @@ class Settings(BaseSettings):
         description="A PUT or POST tools with more new texts to embed than this answers 202 with "
         "a job to poll (GET /registries/{r}/jobs/{id}) instead of waiting; 0: always synchronous.",
     )
+    write_queue_max: int = Field(
+        8,
+        ge=1,
+        description="Most large uploads (202 jobs) queued or running per process; past it a "
+        "write that would answer 202 gets 429 with Retry-After (each holds its payload).",
+    )
+    refit_queue_max: int = Field(
+        16,
+        ge=1,
+        description="Most depth refits queued or running per process (one runs at a time); "
+        "past it a refit gets 429 with Retry-After.",
+    )
+    job_lease_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="Redis: how long the jobs of a replica that died stay claimed before "
+        "another replica resumes them.",
+    )
     hnsw_min_tools: int = Field(
         20_000, ge=1, description="Registries with at least this many tools use an HNSW index."
     )

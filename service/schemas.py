@@ -169,9 +169,11 @@ ERROR_DESCRIPTIONS: dict[int, str] = {
     401: "Missing, malformed or unknown bearer token",
     404: "Unknown registry, tool or shortlist",
     409: "Another replica kept winning the race to write this registry; retry",
+    410: "The shortlist was served before a restart or a store wipe lost its record",
     413: "Body larger than SHORTLIST_MAX_BODY_BYTES, or too many tools",
     415: "Body is not JSON: send Content-Type: application/json",
     422: "Invalid input; details name every problem",
+    429: "Too many background jobs queued on this replica; retry after Retry-After seconds",
     503: "Not ready yet (still loading), or storage unavailable",
 }
 
@@ -182,6 +184,10 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         status: {"model": ErrorResponse, "description": ERROR_DESCRIPTIONS[status]}
         for status in statuses
     }
+    if 429 in responses:
+        responses[429]["headers"] = {
+            "Retry-After": {"description": "Seconds to wait.", "schema": {"type": "integer"}}
+        }
     if 401 in responses:
         responses[401]["headers"] = {
             "WWW-Authenticate": {

@@ -310,6 +310,38 @@ class LocalFeedbackLog:
                 logger.warning("feedback log %s: skipping unreadable line: %s", self.path, exc)
         self.skipped = skipped
 
+    def read_after(self, position: Any = None) -> tuple[list[FeedbackEvent], Any]:
+        """The events after ``position`` (from a previous call; None: after the checkpoint),
+        oldest first, and the position after them: a reader keeping up with the log reads each
+        line once instead of replaying the whole log every time.
+
+        Raises:
+            LogCompacted: a compaction cut events since ``position`` was taken (read again from
+                None: :meth:`replay` no longer yields the events cut).
+        """
+        with self._lock:
+            size, start, generation = self._size, self._start, self._generation
+            if position is None:
+                offset = start
+            elif tuple(position[:2]) != (generation, start):
+                raise LogCompacted(f"feedback log {self.path} was compacted since the last read")
+            else:
+                offset = int(position[2])
+            handle = open(self.path, "rb")  # noqa: SIM115 - opened under the lock (this generation), read outside it
+        events: list[FeedbackEvent] = []
+        with handle:
+            handle.seek(offset)
+            pos = offset
+            for raw in handle:
+                if pos + len(raw) > size or not raw.endswith(b"\n"):
+                    break  # appended after the size was read, or a torn tail
+                pos += len(raw)
+                try:
+                    events.append(FeedbackEvent.from_json(json.loads(raw)))
+                except (ValueError, KeyError, TypeError):
+                    continue  # replay skips (and reports) it too
+        return events, (generation, start, pos)
+
     def compact(self, cutoff: float) -> int:
         """Fold the events received before ``cutoff`` (epoch seconds) into the checkpoint and
         rewrite the log without them. Appends may continue meanwhile (they wait only for the

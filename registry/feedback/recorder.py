@@ -7,9 +7,10 @@ import math
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable
+from pathlib import Path
 from typing import Any
 
-from registry.errors import ShortlistError, ShortlistNotFound
+from registry.errors import ShortlistError, ShortlistExpired, ShortlistNotFound
 from registry.feedback.counts import LiveWindow, ToolEfficiency
 from registry.feedback.events import (
     EquivalenceClasses,
@@ -25,6 +26,7 @@ from registry.feedback.log import (
     LogCompacted,
     SharedFeedbackLog,
 )
+from registry.feedback.served import ShortlistMemory, served_at
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +80,9 @@ class FeedbackRecorder:
         self._compacting = threading.Lock()
         self._last_compact = -math.inf
         self.compactions = 0
+        # (when, what) lost remembered shortlists: a restart without a graceful shutdown, a
+        # wiped shared store; feedback for one served before gets 410, not 404
+        self.losses: Callable[[], Iterable[tuple[float, str]]] = lambda: ()
         # Called before a compaction cuts events out of the log; False postpones it (the usage
         # learner saves the evidence it derived from them first: UsageLearner.checkpoint).
         self.before_compact = before_compact
@@ -88,6 +93,36 @@ class FeedbackRecorder:
     def remember(self, shortlist: ShownShortlist) -> None:
         """Remember a served shortlist so feedback can quote its id."""
         self.memory.remember(shortlist)
+
+    def save_pending(self, path: Path) -> None:
+        """At a graceful shutdown (local memory only): save the shortlists still waiting for
+        feedback, so the next start takes feedback for them (:meth:`restore_pending`)."""
+        if isinstance(self.memory, ShortlistMemory):
+            try:
+                logger.info("saved %d pending shortlists for the next start", self.memory.save(path))
+            except OSError as exc:
+                logger.warning("pending shortlists not saved (feedback for them gets 410): %s", exc)
+
+    def restore_pending(self, path: Path) -> bool:
+        """Take back what :meth:`save_pending` saved; False when nothing was saved (a shared
+        memory keeps them itself: True)."""
+        if not isinstance(self.memory, ShortlistMemory):
+            return True
+        restored = self.memory.load(path)
+        if restored is not None:
+            logger.info("restored %d pending shortlists saved at the last shutdown", restored)
+        return restored is not None
+
+    def _raise_lost(self, shortlist_id: str) -> None:
+        """ShortlistExpired when ``shortlist_id`` was served, within its retention, before an
+        event that lost the remembered shortlists."""
+        at = served_at(shortlist_id)
+        retention = float(getattr(self.memory, "retention_seconds", math.inf))
+        if at is None or self._clock() - at > retention:
+            return
+        for lost_at, why in sorted(self.losses()):
+            if at < lost_at:
+                raise ShortlistExpired(shortlist_id, at, lost_at, why)
 
     def submit(
         self,
@@ -122,6 +157,7 @@ class FeedbackRecorder:
         """
         shortlist = self.memory.get(shortlist_id)
         if shortlist is None:
+            self._raise_lost(shortlist_id)
             raise ShortlistNotFound(shortlist_id)
         event = build_event(
             shortlist,

@@ -158,7 +158,7 @@ class UsageLearner:
             self._thread.join(10)
             self._thread = None
         if self.attached:
-            self.save()
+            self.save(everything=True)  # a checkpoint of every memory at a graceful shutdown
 
     def _run(self) -> None:
         self._fold(self._backlog)
@@ -351,10 +351,24 @@ class UsageLearner:
             **self.memory.report(registry),
         }
 
-    def save(self) -> int:
-        """Save every registry whose memory changed since the last save; returns how many."""
+    def write_back(self) -> int:
+        """After the shared store lost its data: write every memory and switch this replica
+        holds back to it (a replica started later, or one that restarts, finds them). Returns
+        how many memories were saved."""
+        for registry, control in sorted(self._controls.items()):
+            try:
+                self.store.set_control(registry, control)
+            except (OSError, ShortlistError) as exc:
+                log.warning("learning switch of %r not written back: %s", registry, exc)
+        return self.save(everything=True)
+
+    def save(self, *, everything: bool = False) -> int:
+        """Save every registry whose memory changed since the last save (``everything``: every
+        registry it holds); returns how many."""
         with self._dirty_lock:
             dirty, self._dirty = self._dirty, set()
+            if everything:
+                dirty |= set(self.memory.registries())
         self._last_save = time.monotonic()
         saved = 0
         for registry in sorted(dirty):

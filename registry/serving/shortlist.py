@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -28,6 +27,7 @@ import numpy as np
 from registry import bor
 from registry.feedback import ShownShortlist
 from registry.feedback.events import MAX_LOGGED_QUERY_CHARS, RANKING_TAIL
+from registry.feedback.served import new_shortlist_id
 from registry.index.embed import Embedder
 from registry.index.hybrid import Query, best_scores, rank_windows
 from registry.index.lexical import tokenize
@@ -60,6 +60,7 @@ class UsageRerank(Protocol):
     def rerank(
         self, snap: Snapshot, query: np.ndarray, ids: np.ndarray, scores: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]: ...
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +229,7 @@ class QueryRunner:
         p_rand = bor.p_rand(n, 1, depth) if n and depth else 0.0
         timings["total"] = time.perf_counter() - started
         return Shortlist(
-            shortlist_id=uuid.uuid4().hex,
+            shortlist_id=new_shortlist_id(),
             registry=snap.registry,
             version=snap.version,
             policy=request.policy,
