@@ -21,7 +21,8 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_EMBEDDER_CACHE = ROOT / "data" / "cache" / "embedder"
-SHARED_DATA = ROOT.parent / "shared" / "data"  # the dev sets (read-only)
+#: the dev sets (read-only); SHORTLIST_SHARED_DATA points elsewhere (a worktree's checkout)
+SHARED_DATA = Path(os.environ.get("SHORTLIST_SHARED_DATA", ROOT.parent / "shared" / "data"))
 NOISE_SHARE = 0.1  # the learning benchmarks' agent reports a random shown tool this often
 FOUND_ELSEWHERE = 0.5  # ... and, when the gold tool was not shown, finds it elsewhere this often
 
