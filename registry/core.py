@@ -136,6 +136,8 @@ class Shortlister:
             self.window,
             ToolEfficiency(),
             compact_after_events=settings.feedback_compact_events,
+            compact_after_bytes=settings.feedback_compact_bytes,
+            max_event_bytes=settings.max_feedback_event_bytes,
             min_compact_interval_seconds=settings.feedback_compact_interval_seconds,
             compact_margin_seconds=settings.feedback_compact_margin_seconds,
             before_compact=self.learning.checkpoint,  # no learned evidence only in memory

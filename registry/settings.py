@@ -215,6 +215,21 @@ class Settings(BaseSettings):
         description="Compact the feedback log (fold events older than the live window into a "
         "checkpoint of their counts) once it holds more than this many events.",
     )
+    feedback_compact_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=1024,
+        description="Compact the feedback log as well once the events past its checkpoint take "
+        "more than this many bytes (a few large events fill a disk long before the event count).",
+    )
+    max_feedback_body_bytes: int = Field(
+        128 * 1024, ge=1024, description="Largest POST /feedback body (413 past it)."
+    )
+    max_feedback_event_bytes: int = Field(
+        256 * 1024,
+        ge=4096,
+        description="Largest feedback event as stored in the log (the report plus what the "
+        "shortlist logged with it); a larger one is refused with 422 naming its largest fields.",
+    )
     feedback_compact_interval_seconds: float = Field(
         300.0, ge=0, description="Least time between two feedback-log compactions."
     )

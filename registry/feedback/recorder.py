@@ -18,6 +18,7 @@ from registry.feedback.events import (
     RememberedShortlists,
     ShownShortlist,
     build_event,
+    check_event_size,
 )
 from registry.feedback.log import (
     CompactableFeedbackLog,
@@ -56,8 +57,10 @@ class FeedbackRecorder:
         on_event: Iterable[FeedbackListener] = (),
         *,
         compact_after_events: int = 200_000,
+        compact_after_bytes: int = 256 * 1024 * 1024,
         compact_margin_seconds: float = 600.0,
         min_compact_interval_seconds: float = 300.0,
+        max_event_bytes: int = 256 * 1024,
         before_compact: Callable[[], bool] | None = None,
     ) -> None:
         self.memory = memory
@@ -67,6 +70,8 @@ class FeedbackRecorder:
         self._clock = clock
         self._listeners: list[FeedbackListener] = list(on_event)
         self.compact_after_events = int(compact_after_events)
+        self.compact_after_bytes = int(compact_after_bytes)
+        self.max_event_bytes = int(max_event_bytes)
         self.compact_margin_seconds = float(compact_margin_seconds)
         self.min_compact_interval_seconds = float(min_compact_interval_seconds)
         # Held across "append + count" and across a resynchronisation, so a shared log's
@@ -145,7 +150,8 @@ class FeedbackRecorder:
 
         Raises:
             ShortlistNotFound: unknown or expired id.
-            ValidationFailed: bad payload; nothing is recorded.
+            ValidationFailed: bad payload, or the event would take more than
+                ``max_event_bytes`` in the log; nothing is recorded.
             StorageUnavailable: the durable append failed (StorageFull: no space left);
                 nothing is counted and a retry is accepted.
         """
@@ -163,6 +169,7 @@ class FeedbackRecorder:
             self._clock(),
             caller,
         )
+        check_event_size(event, self.max_event_bytes)  # a resend of a refused one is refused too
         if not self.memory.mark_feedback(shortlist_id):
             return event, True
         with self._count_lock:
@@ -209,7 +216,8 @@ class FeedbackRecorder:
 
     def maybe_compact(self, *, wait: bool = False) -> bool:
         """Start a compaction of a compactable log when it holds more than
-        ``compact_after_events`` events past its checkpoint, at most once every
+        ``compact_after_events`` events or ``compact_after_bytes`` bytes past its checkpoint
+        (few large events fill a disk long before many small ones), at most once every
         ``min_compact_interval_seconds``. Runs on a background thread (``wait``: inline).
 
         Returns:
@@ -222,7 +230,10 @@ class FeedbackRecorder:
         if now - self._last_compact < self.min_compact_interval_seconds:
             return False
         try:
-            if log.pending_events() <= self.compact_after_events:
+            if (
+                log.pending_events() <= self.compact_after_events
+                and log.pending_bytes() <= self.compact_after_bytes
+            ):
                 return False
         except ShortlistError:  # the shared store is down: try again later
             return False

@@ -267,6 +267,11 @@ class RedisFeedbackLog(RedisBase):
         with self._call("length", FEEDBACK_DOWN):
             return int(self.client.xlen(self.stream))
 
+    def pending_bytes(self) -> int:
+        """Redis's estimate of the stream's memory (``MEMORY USAGE``, sampled: O(1))."""
+        with self._call("length", FEEDBACK_DOWN):
+            return int(self.client.memory_usage(self.stream, samples=5) or 0)
+
     def rewind(self) -> dict[str, Any] | None:
         with self._read_lock:
             doc = self._checkpoint()
