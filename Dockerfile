@@ -36,9 +36,9 @@ RUN python -m venv /opt/export \
 # int8 quantisation (model-int8.onnx + manifest) so SHORTLIST_EMBEDDER=minilm-int8 serves without
 # the train extra; then load both with the serving environment, as the server will (-P: the
 # installed package, not the sources in the working directory).
-RUN /opt/export/bin/python -c "from pathlib import Path; from registry.index.embed import ensure_minilm_onnx; ensure_minilm_onnx(Path('/opt/embedder'))" \
+RUN /opt/export/bin/python -c "from pathlib import Path; from registry.index.minilm_export import ensure_minilm_onnx; ensure_minilm_onnx(Path('/opt/embedder'))" \
  && /opt/export/bin/python -c "from pathlib import Path; from registry.index.minilm_export import ensure_embedder_onnx; ensure_embedder_onnx(Path('/opt/embedder'), 'minilm-int8')" \
- && /opt/venv/bin/python -P -c "from pathlib import Path; from registry.index.embed import load_minilm; print(load_minilm(Path('/opt/embedder')), load_minilm(Path('/opt/embedder'), embedder='minilm-int8'))"
+ && /opt/venv/bin/python -P -c "from pathlib import Path; from registry.index.minilm_export import load_minilm; print(load_minilm(Path('/opt/embedder')), load_minilm(Path('/opt/embedder'), embedder='minilm-int8'))"
 
 # ---- runtime -------------------------------------------------------------------------------
 FROM python:3.11-slim AS runtime
