@@ -5,6 +5,7 @@
 #
 #   docker build -t tool-shortlist .
 #   docker run -p 8080:8080 tool-shortlist                                  # embedded local store
+#   docker run -p 8080:8080 -e SHORTLIST_EMBEDDER=minilm-int8 tool-shortlist  # int8, baked too
 #   docker run -p 8080:8080 -e SHORTLIST_REDIS_URL=redis://redis:6379/0 tool-shortlist
 
 # ---- build ---------------------------------------------------------------------------------
@@ -31,11 +32,13 @@ RUN python -m venv /opt/export \
  && /opt/export/bin/pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0 \
  && /opt/export/bin/pip install ".[train]"
 
-# MiniLM -> /opt/embedder/all-MiniLM-L6-v2/{model.onnx, model.onnx.json, tokenizer.json};
-# then load it with the serving environment, as the server will (-P: the installed package, not
-# the sources in the working directory).
-RUN /opt/export/bin/python -c "from pathlib import Path; from registry.index.embed import ensure_minilm_onnx; ensure_minilm_onnx(Path('/opt/embedder'))" \
- && /opt/venv/bin/python -P -c "from pathlib import Path; from registry.index.embed import load_minilm; print(load_minilm(Path('/opt/embedder')))"
+# MiniLM -> /opt/embedder/all-MiniLM-L6-v2/{model.onnx, model.onnx.json, tokenizer.json}, and its
+# int8 quantisation (model-int8.onnx + manifest) so SHORTLIST_EMBEDDER=minilm-int8 serves without
+# the train extra; then load both with the serving environment, as the server will (-P: the
+# installed package, not the sources in the working directory).
+RUN /opt/export/bin/python -c "from pathlib import Path; from registry.index.minilm_export import ensure_minilm_onnx; ensure_minilm_onnx(Path('/opt/embedder'))" \
+ && /opt/export/bin/python -c "from pathlib import Path; from registry.index.minilm_export import ensure_embedder_onnx; ensure_embedder_onnx(Path('/opt/embedder'), 'minilm-int8')" \
+ && /opt/venv/bin/python -P -c "from pathlib import Path; from registry.index.minilm_export import load_minilm; print(load_minilm(Path('/opt/embedder')), load_minilm(Path('/opt/embedder'), embedder='minilm-int8'))"
 
 # ---- runtime -------------------------------------------------------------------------------
 FROM python:3.11-slim AS runtime

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from leave_one_out import DEV, FOLDS  # noqa: E402
 
-from registry.index.embed import load_minilm  # noqa: E402
+from registry.index.minilm_export import load_minilm  # noqa: E402
 from registry.offline.evaluate import load_or_build_table, rank_table  # noqa: E402
 from registry.offline.metrics import (  # noqa: E402
     DEFAULT_CAP,

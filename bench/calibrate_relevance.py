@@ -22,9 +22,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from registry.index.embed import load_minilm
 from registry.index.hybrid import Query, rank
 from registry.index.lexical import tokenize
+from registry.index.minilm_export import load_minilm
 from registry.offline.datasets import index_dataset, load_dataset
 from registry.serving.relevance import RELEVANCE_WINDOW, RelevanceModel, relevance_features
 

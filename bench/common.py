@@ -21,7 +21,8 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_EMBEDDER_CACHE = ROOT / "data" / "cache" / "embedder"
-SHARED_DATA = ROOT.parent / "shared" / "data"  # the dev sets (read-only)
+#: the dev sets (read-only); SHORTLIST_SHARED_DATA points elsewhere (a worktree's checkout)
+SHARED_DATA = Path(os.environ.get("SHORTLIST_SHARED_DATA", ROOT.parent / "shared" / "data"))
 NOISE_SHARE = 0.1  # the learning benchmarks' agent reports a random shown tool this often
 FOUND_ELSEWHERE = 0.5  # ... and, when the gold tool was not shown, finds it elsewhere this often
 
@@ -105,6 +106,12 @@ class Server:
             HF_HUB_OFFLINE="1",
         )
         env.update({f"SHORTLIST_{key.upper()}": value for key, value in settings.items()})
+        if root != ROOT and os.environ.get("BENCH_BASELINE_PYTHONPATH"):
+            # a baseline revision may need other versions of a dependency than this venv holds
+            # (e.g. mcp 1.x before the 2.x face): they are put first for its server only
+            env["PYTHONPATH"] = os.pathsep.join(
+                [os.environ["BENCH_BASELINE_PYTHONPATH"], env.get("PYTHONPATH", "")]
+            )
         self._log = open(log_path, "wb") if log_path else None  # noqa: SIM115  # a file (a full pipe would block), closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "service.cli", "serve", "--log-level", "warning"],

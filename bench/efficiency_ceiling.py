@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from registry.index.embed import load_minilm
+from registry.index.minilm_export import load_minilm
 from registry.offline.datasets import load_dataset
 from registry.offline.metrics import DEFAULT_CAP, depth_efficiency, fixed_curve, found_rate
 from registry.offline.tables import ScoreTable, load_or_build_table, rank_table

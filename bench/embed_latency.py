@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np
 from tokenizers import Tokenizer
 
-from registry.index.embed import ONNX_OUTPUT_NAME, TOKENIZER_FILE, load_minilm
+from registry.index.embed import ONNX_OUTPUT_NAME, TOKENIZER_FILE
+from registry.index.minilm_export import load_minilm
 
 QUERIES = [
     "what's the weather in Paris tomorrow",
@@ -106,7 +107,7 @@ def main() -> None:
     except ImportError:
         print("sentence-transformers     (torch not installed, skipped)")
         return
-    from registry.index.embed import minilm_model_dir
+    from registry.index.minilm_export import minilm_model_dir
 
     torch.set_num_threads(args.threads)
     st = SentenceTransformer(str(minilm_model_dir()), device="cpu")

@@ -79,7 +79,7 @@ def main() -> None:
         compare(args, tools, queries)
         return
 
-    from registry.index.embed import load_minilm
+    from registry.index.minilm_export import load_minilm
 
     embedder = load_minilm(args.embedder_cache, embedder=args.embedder)
     for q in queries[:20]:

@@ -9,9 +9,10 @@ Counts, all from the source text (nothing is imported, so any checkout can be me
 
 * modules over 400 lines in ``registry/``, ``service/`` and ``client/src`` (tests: over 600), and
   the largest one;
-* re-listings of the shortlist request: function signatures and class bodies naming at least five
-  of the eight request parameters (``registry, query, k, max_k, policy, scorer, depth_bias,
-  allow_empty``);
+* re-listings of the shortlist request: function signatures (``def``), calls passing them one by
+  one (``call``) and class bodies (``class``: models, including the request value itself and
+  responses that echo it) naming at least five of the eight request parameters (``registry,
+  query, k, max_k, policy, scorer, depth_bias, allow_empty``);
 * import cycles between modules of ``registry/`` (strongly connected components of the import
   graph, imports inside functions included) and between its packages (``registry.serving``,
   ``registry.offline``, ...; top-level modules count as their own package);
@@ -109,21 +110,28 @@ def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def relistings(tree: ast.AST) -> list[str]:
-    """Signatures and class bodies that name >= 5 of the request parameters."""
+    """Signatures, class bodies and calls that name >= 5 of the request parameters, each tagged
+    ``def`` (a parameter list), ``class`` (a model's fields) or ``call`` (passed one by one)."""
     hits = []
     for node in ast.walk(tree):
         names: set[str] = set()
+        kind = ""
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             args = node.args
             names = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
+            kind, label = "def", node.name
         elif isinstance(node, ast.ClassDef):
             names = {
                 s.target.id
                 for s in node.body
                 if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
             }
+            kind, label = "class", node.name
+        elif isinstance(node, ast.Call):
+            names = {kw.arg for kw in node.keywords if kw.arg}
+            kind, label = "call", ast.unparse(node.func)[:40]
         if len(names & REQUEST_PARAMS) >= 5:
-            hits.append(f"{node.name}:{node.lineno}")
+            hits.append(f"{kind} {label}:{node.lineno}")
     return hits
 
 
@@ -165,7 +173,7 @@ def main(root: Path) -> None:
         tree = ast.parse(text, rel)
         if rel.startswith("tests/"):
             continue
-        relisted += [f"{rel}:{hit}" for hit in relistings(tree)]
+        relisted += [f"{rel}::{hit}" for hit in relistings(tree)]
         src_root = root / "client/src" if rel.startswith("client/") else root
         this = module_name(src_root, path)
         deps = imported_modules(tree, this, path.name == "__init__.py")
@@ -207,8 +215,11 @@ def main(root: Path) -> None:
         print(f"  {n:5d} {k}")
     print(f"largest source module: {largest[1]} ({largest[0]} lines)")
     print(f"shortlist-parameter re-listings (>=5 of 8 names): {len(relisted)}")
-    for hit in relisted:
-        print(f"  {hit}")
+    for kind in ("def", "call", "class"):
+        hits = [h for h in relisted if h.split(":", 2)[2].startswith(kind + " ")]
+        print(f"  {kind}: {len(hits)}")
+        for hit in hits:
+            print(f"    {hit}")
     print(f"module import cycles in registry/: {len(module_cycles)}")
     for cycle in module_cycles:
         print(f"  {' <-> '.join(cycle)}")

@@ -44,6 +44,8 @@ from typing import Any
 
 import numpy as np
 
+from registry.request import ShortlistRequest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import DEFAULT_EMBEDDER_CACHE, agent_uses, poisoned_uses, raw_dataset
 from registry.core import Shortlister
@@ -75,7 +77,7 @@ def fixed_curve(core: Shortlister, registry: str, held: list[dict[str, Any]]) ->
     """Found rate of fixed top-K, K = 0..FIXED_DEPTH, on the registry's current ranking."""
     hits = np.zeros(FIXED_DEPTH + 1)
     for q in held:
-        names = [t.name for t in core.shortlist(registry, q["query"], k=FIXED_DEPTH).tools]
+        names = [t.name for t in core.shortlist(ShortlistRequest(registry, q["query"], k=FIXED_DEPTH)).tools]
         rank = next((i for i, n in enumerate(names) if n in set(q["gold"])), None)
         if rank is not None:
             hits[rank + 1 :] += 1
@@ -83,21 +85,32 @@ def fixed_curve(core: Shortlister, registry: str, held: list[dict[str, Any]]) ->
 
 
 def evaluate(
-    core: Shortlister, registry: str, held: list[dict[str, Any]], curve: np.ndarray
+    core: Shortlister, registry: str, held: list[dict[str, Any]], curve: np.ndarray,
+    seen_tools: set[str] | None = None,
 ) -> dict[str, Any]:
+    """Held-out metrics, overall and split into *seen tool, new phrasing* (a gold tool of the
+    request received feedback in the stream) and *unseen tool*."""
     queries = core.require_engine().queries
     explorer, queries.explorer = queries.explorer, Explorer(0.0)
+    seen_tools = seen_tools or set()
+    split: dict[str, list[int]] = {"seen": [0, 0, 0], "unseen": [0, 0, 0]}  # n, at1, found
     try:
         at1 = found = depth = 0
         versions: set[str] = set()
         for q in held:
-            result = core.shortlist(registry, q["query"])
+            result = core.shortlist(ShortlistRequest(registry, q["query"]))
             names = [t.name for t in result.tools]
             gold = set(q["gold"])
-            at1 += bool(names) and names[0] in gold
-            found += not gold.isdisjoint(names)
+            hit1 = bool(names) and names[0] in gold
+            hit = not gold.isdisjoint(names)
+            at1 += hit1
+            found += hit
             depth += len(names)
             versions.add(result.policy_version)
+            part = split["seen" if gold & seen_tools else "unseen"]
+            part[0] += 1
+            part[1] += hit1
+            part[2] += hit
     finally:
         queries.explorer = explorer
     n = max(len(held), 1)
@@ -109,6 +122,11 @@ def evaluate(
         "mean_k": round(mean_k, 3),
         "efficiency": round(eff, 3),
         "policy_version": sorted(versions),
+        **{f"{kind}_{field}": (round(100 * part[i] / part[0], 2) if part[0] else None)
+           for kind, part in split.items() for i, field in ((1, "found@1"), (2, "found"))},
+        "seen_n": split["seen"][0],
+        "unseen_n": split["unseen"][0],
+        "profile_weight": core.learning.memory.weight(registry),
     }
 
 
@@ -120,8 +138,12 @@ def stream(
     rng: random.Random,
     extra: list[int],
     attacker_share: float = 0.0,
+    seen_tools: set[str] | None = None,
+    shared_token: bool = False,
 ) -> None:
-    """Agent episodes until ``events`` feedback events were sent (the issue's agent model)."""
+    """Agent episodes until ``events`` feedback events were sent (the issue's agent model);
+    ``seen_tools`` collects the tools honest agents reported; with ``shared_token`` every agent,
+    the attacker too, is one caller (one query token, no X-Caller-Id)."""
     sent = 0
     memory = core.feedback_recorder.memory
     names = [t.name for t in core.snapshot(registry).tools]  # the poisoner's fallback picks
@@ -129,7 +151,9 @@ def stream(
         q = rng.choice(train)
         attack = rng.random() < attacker_share
         caller = "attacker" if attack else HONEST[sent % len(HONEST)]
-        result = core.shortlist(registry, q["query"], caller=caller)
+        if shared_token:
+            caller = "shared-token"
+        result = core.shortlist(ShortlistRequest(registry, q["query"]), caller=caller)
         remembered = memory.get(result.shortlist_id)
         if remembered is not None:
             extra.append(remembered.k - remembered.depth_chosen)
@@ -142,6 +166,8 @@ def stream(
             if reported is None:
                 continue
             used = reported
+            if seen_tools is not None:
+                seen_tools.update(used)
         core.feedback(result.shortlist_id, used, success=True, caller=caller)
         sent += 1
 
@@ -156,11 +182,12 @@ def run_config(
     checkpoints: list[int],
     refit_every: int,
     explore: float,
+    seen_ref: dict[int, set[str]],
 ) -> dict[str, Any]:
     registry = config
     core.put_registry(registry, tools)
-    learning = config in ("usage", "both", "poison")
-    refits = config in ("refit", "both", "poison", "poison_refit")
+    learning = config in ("usage", "both", "poison", "poison_shared")
+    refits = config in ("refit", "both", "poison", "poison_refit", "poison_shared")
     core.set_learning(registry, learning)
     core.wipe_learning(registry)
     queries = core.require_engine().queries
@@ -170,14 +197,17 @@ def run_config(
     rows: list[dict[str, Any]] = []
     refit_log: list[dict[str, Any]] = []
     extra: list[int] = []
+    seen_tools: set[str] = set()
     done = 0
     started = time.time()
     for target in [0, *checkpoints]:
-        while done < target and config == "none":  # feedback changes nothing here: skip it
-            done = target
+        while done < target and config == "none":  # feedback changes nothing here: skip it,
+            stream(core, registry, train, target - done, rng, extra, 0.0, seen_tools)  # but
+            done = target  # its draws say which held-out requests' tools are "seen"
         while done < target:
             step = min(refit_every, target - done) if refits else target - done
-            stream(core, registry, train, step, rng, extra, attacker)
+            stream(core, registry, train, step, rng, extra, attacker, seen_tools,
+                   shared_token=config == "poison_shared")
             done += step
             if refits and done % refit_every == 0:
                 job = core.policies.refit(registry)
@@ -185,7 +215,9 @@ def run_config(
                                   "version": job.version, "active": job.active,
                                   "estimate": job.estimate})
                 print(f"  [{config}] refit at {done}: {job.state} ({job.reason})", flush=True)
-        row = {"events": target, **evaluate(core, registry, held, curve)}
+        if config == "none":  # one split for every configuration: what none's stream reported
+            seen_ref[target] = set(seen_tools)
+        row = {"events": target, **evaluate(core, registry, held, curve, seen_ref.get(target, seen_tools))}
         rows.append(row)
         print(f"  [{config}] {json.dumps(row)} ({time.time() - started:.0f}s)", flush=True)
     cost = float(np.mean(extra)) if extra else 0.0
@@ -208,6 +240,7 @@ def run_dataset(
     logged: dict[str, list[FeedbackEvent]] = defaultdict(list)
     core.add_feedback_listener(lambda e: logged[e.registry].append(e))
     core.policies.events = lambda: [e for events in logged.values() for e in events]
+    seen_ref: dict[int, set[str]] = {}  # checkpoint -> tools the no-learning stream reported
     try:
         t0 = time.time()
         core.put_registry("none", tools)
@@ -217,7 +250,7 @@ def run_dataset(
               f"fixed found@1/5/20 {curve[1]:.3f}/{curve[5]:.3f}/{curve[20]:.3f} "
               f"({time.time() - t0:.0f}s)", flush=True)
         results = [
-            run_config(core, c, tools, train, held, curve, checkpoints, refit_every, explore)
+            run_config(core, c, tools, train, held, curve, checkpoints, refit_every, explore, seen_ref)
             for c in configs
         ]
     finally:

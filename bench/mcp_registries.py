@@ -5,7 +5,7 @@
 Loads every harvested registry that has tasks (``bench/data/mcp_registries/<stem>.json``, plus
 the ``gateway`` union) into an in-process :class:`registry.writes.engine.ShortlistEngine` with the real
 MiniLM embedder, the shipped ``bor`` policy and a throwaway local store, then asks
-``engine.shortlist(registry, query)`` for every task of ``bench/data/mcp_tasks.jsonl``: with the
+``engine.shortlist(ShortlistRequest(registry, query))`` for every task of ``bench/data/mcp_tasks.jsonl``: with the
 default policy, with fixed k = 1, 3, 5, and with k = N (the whole ranking, for the fixed-K curve).
 
 Per size bucket (N <= 10, 11-25, 26-60, gateway) and overall it prints: tasks, any-found (at
@@ -32,11 +32,13 @@ from typing import Any
 
 import numpy as np
 
+from registry.request import ShortlistRequest
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from registry.index.embed import load_minilm  # noqa: E402
+from registry.index.minilm_export import load_minilm  # noqa: E402
 from registry.serving.depth_policies import OnnxDepthPolicy  # noqa: E402
 from registry.settings import Settings  # noqa: E402
 from registry.store.local import LocalStore  # noqa: E402
@@ -78,9 +80,9 @@ def run(
     outcomes = []
     for task in tasks:
         reg, query, n = task["registry"], task["query"], sizes[task["registry"]]
-        shown = [t.name for t in engine.shortlist(reg, query).tools]
-        fixed = {k: [t.name for t in engine.shortlist(reg, query, k=k).tools] for k in FIXED_KS}
-        ranking = [t.name for t in engine.shortlist(reg, query, k=n).tools]
+        shown = [t.name for t in engine.shortlist(ShortlistRequest(reg, query)).tools]
+        fixed = {k: [t.name for t in engine.shortlist(ShortlistRequest(reg, query, k=k)).tools] for k in FIXED_KS}
+        ranking = [t.name for t in engine.shortlist(ShortlistRequest(reg, query, k=n)).tools]
         ranks = [ranking.index(g) + 1 if g in ranking else n + 1 for g in task["gold"]]
         outcomes.append(Outcome(task, n, shown, fixed, ranks))
     return outcomes

@@ -41,6 +41,8 @@ from typing import Any
 
 import numpy as np
 
+from registry.request import ShortlistRequest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import DEFAULT_EMBEDDER_CACHE
@@ -86,7 +88,7 @@ def multi_queries(path: Path) -> tuple[Path, list[LabelledQuery]]:
 def build_engines(tools_payload: Any, registry: str, tmp: Path, embedder_cache: Path) -> dict[str, Any]:
     """Engines keyed by mode (``"multi-intent on"``, ``"multi-intent off"``; one ``"engine"``
     when ``Settings`` has no ``multi_intent`` field), sharing one store and one embedder."""
-    from registry.index.embed import load_minilm
+    from registry.index.minilm_export import load_minilm
     from registry.serving.depth_policies import OnnxDepthPolicy
     from registry.settings import Settings
     from registry.store.local import LocalStore
@@ -113,7 +115,7 @@ def build_engines(tools_payload: Any, registry: str, tmp: Path, embedder_cache: 
 def plain_ranking(engine: Any, registry: str, query: LabelledQuery) -> tuple[Episode, list[str]]:
     """Gold ranks in the plain ranking (top ``DEEP_K``; a gold tool below it is out of reach),
     and the ranked names."""
-    deep = engine.shortlist(registry, query.query, k=DEEP_K)
+    deep = engine.shortlist(ShortlistRequest(registry, query.query, k=DEEP_K))
     names = [t.name for t in deep.tools]
     rank_of = {name: r for r, name in enumerate(names)}
     beyond = iter(range(len(names), deep.n_tools))
@@ -144,7 +146,7 @@ def run_set(
             continue
         gold = set(q.gold)
         for mode, engine in engines.items():
-            answer = engine.shortlist(registry, q.query)
+            answer = engine.shortlist(ShortlistRequest(registry, q.query))
             names = [t.name for t in answer.tools]
             shown = set(names)
             rec = per_mode[mode]

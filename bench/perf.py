@@ -144,7 +144,7 @@ def run_wrk(url: str, bodies: Path, script: Path, concurrency: int, duration: in
 
 
 def embed_floor(queries: list[str], cache: Path, embedder_name: str = "minilm", n: int = 600) -> float:
-    from registry.index.embed import load_minilm
+    from registry.index.minilm_export import load_minilm
 
     embedder = load_minilm(cache, embedder=embedder_name)  # type: ignore[arg-type]
     for q in queries[:50]:

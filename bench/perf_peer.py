@@ -112,7 +112,7 @@ def quality(
     data_root: Path, embedder_cache: Path, sets: Sequence[str], max_queries: int | None
 ) -> dict[str, dict[str, float]]:
     """found@1 of fp32 and int8 per dev set: ``{set: {"minilm": x, "minilm-int8": y, "n": q}}``."""
-    from registry.index.embed import load_minilm
+    from registry.index.minilm_export import load_minilm
 
     out: dict[str, dict[str, float]] = {}
     embedders = {name: load_minilm(embedder_cache, embedder=name) for name in ("minilm", "minilm-int8")}  # type: ignore[arg-type]

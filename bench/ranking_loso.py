@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from registry.index.embed import load_minilm
+from registry.index.minilm_export import load_minilm
 from registry.offline.adapter import AdapterRecipe
 from registry.offline.corpus import DEFAULT_DATA_ROOT, load_corpus, loso_folds
 from registry.offline.corpus_vectors import corpus_vectors

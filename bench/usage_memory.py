@@ -36,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from registry.request import ShortlistRequest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import DEFAULT_EMBEDDER_CACHE, agent_uses, poisoned_uses, raw_dataset
 from registry.core import Shortlister
@@ -63,7 +65,7 @@ def make_core(data_dir: Path, **overrides: Any) -> Shortlister:
 def evaluate(core: Shortlister, registry: str, queries: list[dict[str, Any]]) -> dict[str, float]:
     at1 = found = depth = 0
     for q in queries:
-        names = [t.name for t in core.shortlist(registry, q["query"]).tools]
+        names = [t.name for t in core.shortlist(ShortlistRequest(registry, q["query"])).tools]
         gold = set(q["gold"])
         at1 += bool(names) and names[0] in gold
         found += not gold.isdisjoint(names)
@@ -93,7 +95,7 @@ def stream(
         q = rng.choice(train)
         attack = rng.random() < attacker_share
         caller = "attacker" if attack else HONEST[sent % len(HONEST)]
-        result = core.shortlist(registry, q["query"], caller=caller)
+        result = core.shortlist(ShortlistRequest(registry, q["query"]), caller=caller)
         shown = [t.name for t in result.tools]
         gold = list(q["gold"])
         if attack:
@@ -176,14 +178,14 @@ def cost(base: Path, knobs: dict[str, Any], rounds: int = 4, per_round: int = 30
             memory.observe(ev, vector=v)
         texts = [q["query"] for q in queries[:per_round]]
         for text in texts:  # warm the query cache
-            core.shortlist("r", text)
+            core.shortlist(ShortlistRequest("r", text))
         timings: dict[str, list[float]] = {"on": [], "off": []}
         for _ in range(rounds):
             for switch in (False, True):
                 core.set_learning("r", switch)
                 for text in texts:
                     t0 = time.perf_counter()
-                    core.shortlist("r", text)
+                    core.shortlist(ShortlistRequest("r", text))
                     timings["on" if switch else "off"].append(time.perf_counter() - t0)
         p50 = {k: 1000 * statistics.median(v) for k, v in timings.items()}
         return {"tools": snap.n_tools, "memory_entries": memory.entries("r"), "p50_ms": p50,

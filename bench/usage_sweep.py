@@ -23,9 +23,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import DEFAULT_EMBEDDER_CACHE, agent_uses
-from registry.index.embed import load_minilm
 from registry.index.hybrid import Query, rank
 from registry.index.lexical import tokenize
+from registry.index.minilm_export import load_minilm
 from registry.learning.usage import UsageConfig, UsageMemory
 from registry.offline.datasets import index_dataset, load_dataset
 

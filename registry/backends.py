@@ -1,39 +1,129 @@
-"""Builds a service's :class:`~registry.learning.learner.UsageLearner` for its store (local
-files, or the shared Redis with a reader of its own on the shared feedback log)."""
+"""Every backend a core needs, built from settings in one place: local files, or one Redis.
+
+:func:`build_backends` picks local-vs-Redis once. In Redis mode the registry store, the feedback
+log, the usage-memory store and the policy book share one connection; the remembered shortlists
+get a second one with a short timeout, so a Redis that stops answering adds at most that to a
+query before the outage is noticed. :func:`build_learner` and :func:`start_learner` give the
+usage learner its store and, once the engine is loaded, its backlog (local log) or a reader of
+its own on the shared log (Redis).
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
-from registry.feedback import FeedbackLog, LogCompacted
+from registry.feedback import (
+    FeedbackLog,
+    LocalFeedbackLog,
+    LogCompacted,
+    RememberedShortlists,
+    ShortlistMemory,
+)
 from registry.index.embed import Embedder
 from registry.learning.learner import UsageLearner
+from registry.learning.manager import PolicyManager
 from registry.learning.persist import LearningStore, LocalLearningStore, RedisLearningStore
 from registry.learning.usage import UsageEvent
 from registry.settings import Settings
 from registry.store.base import SharedStore, Store
+from registry.store.local import LocalStore
 from registry.writes.engine import ShortlistEngine
 
-__all__ = ["build_learner", "start_learner"]
+__all__ = ["Backends", "HoldsBackWrites", "RedisBacked", "build_backends", "build_learner", "start_learner"]
 
 log = logging.getLogger(__name__)
 
 
-def build_learner(settings: Settings, store: Store, engine_ref: Any) -> UsageLearner:
-    """A learner (not attached yet) over ``store``; ``engine_ref()`` is the loaded engine or None."""
+@runtime_checkable
+class RedisBacked(Protocol):
+    """A store kept in Redis, whose connection the other Redis backends may share."""
+
+    client: Any
+
+
+@runtime_checkable
+class HoldsBackWrites(Protocol):
+    """Remembered shortlists that keep writes back while their store is down (Redis)."""
+
+    def flush_pending(self) -> None:
+        """Write what an outage held back; raises while the store is still down."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Backends:
+    """What :func:`build_backends` made; ``redis`` is the shared connection (None: local files)."""
+
+    store: Store
+    shortlists: RememberedShortlists
+    feedback_log: FeedbackLog
+    learning_store: LearningStore
+    redis: Any
+    store_health: Any  # registry.store.redis.StoreHealth in Redis mode, else None
+
+    @property
+    def shared(self) -> bool:
+        """Several replicas share the registries (the store is a :class:`SharedStore`)."""
+        return isinstance(self.store, SharedStore)
+
+    def policy_manager(self, settings: Settings, feedback_log: FeedbackLog, jobs: Any = None) -> PolicyManager:
+        """The per-registry stop rules and refits, on the shared connection in Redis mode."""
+        return PolicyManager.for_settings(settings, feedback_log, shared=self.shared, client=self.redis, jobs=jobs)
+
+
+def build_backends(settings: Settings, store: Store | None = None) -> Backends:
+    """The backends ``settings`` choose; ``store`` replaces the registry store (tests)."""
+    if store is None and settings.redis_url is not None:
+        from registry.store.redis import (
+            RedisFeedbackLog,
+            RedisShortlistMemory,
+            RedisStore,
+            StoreHealth,
+            connect,
+        )
+
+        url = settings.redis_url.get_secret_value()
+        client = connect(url)
+        health = StoreHealth()  # every Redis call reports to it
+        prefix = settings.redis_prefix
+        return Backends(
+            store=RedisStore(client, prefix, health),
+            shortlists=RedisShortlistMemory(
+                connect(url, timeout=0.5), settings.feedback_retention_seconds, prefix, health
+            ),
+            feedback_log=RedisFeedbackLog(client, prefix, health),
+            learning_store=RedisLearningStore(client, prefix),
+            redis=client,
+            store_health=health,
+        )
+    store = store or LocalStore(settings.data_dir)
+    learning_store: LearningStore
+    if isinstance(store, SharedStore) and isinstance(store, RedisBacked):
+        learning_store = RedisLearningStore(store.client, settings.redis_prefix)
+    else:
+        learning_store = LocalLearningStore(settings.data_dir)
+    return Backends(
+        store=store,
+        shortlists=ShortlistMemory(settings.feedback_retention_seconds, settings.max_remembered_shortlists),
+        feedback_log=LocalFeedbackLog.in_data_dir(settings.data_dir, archive=settings.feedback_archive),
+        learning_store=learning_store,
+        redis=None,
+        store_health=None,
+    )
+
+
+def build_learner(settings: Settings, learning_store: LearningStore, engine_ref: Any) -> UsageLearner:
+    """A learner (not attached yet) over ``learning_store``; ``engine_ref()`` is the loaded
+    engine or None."""
 
     def known_tools(registry: str) -> Collection[str] | None:
         engine: ShortlistEngine | None = engine_ref()
         snap = engine.current(registry) if engine is not None else None
         return None if snap is None else snap.by_name
 
-    learning_store: LearningStore
-    if isinstance(store, SharedStore) and hasattr(store, "client"):
-        learning_store = RedisLearningStore(store.client, settings.redis_prefix)
-    else:
-        learning_store = LocalLearningStore(settings.data_dir)
     return UsageLearner(settings, learning_store, known_tools)
 
 
@@ -49,7 +139,7 @@ def start_learner(
     """Attach ``learner`` to the loaded ``engine``: restore saved memories, then fold the logged
     events after them (local log), or tail the shared log (Redis) on the learner's thread."""
     registries = [info.registry for info in engine.list_registries()]
-    if isinstance(store, SharedStore) and hasattr(store, "client"):
+    if isinstance(store, SharedStore) and isinstance(store, RedisBacked):
         from registry.store.redis import RedisFeedbackLog
 
         reader = RedisFeedbackLog(store.client, learner.settings.redis_prefix)

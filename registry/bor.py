@@ -36,6 +36,19 @@ and ``BoR_all = log2(P_obs_all / P_rand_all)``. The ratio is ``prod_{j<R} (K-j)/
 since ``C(N-R, K-R) = C(N-R, N-K)``, also ``prod_{i<N-K} (N-R-i)/(N-i)``: ``log P_rand_all``
 is a sum of ``min(R, N-K)`` same-sign logs (``log1p`` for factors near 1, so no term loses
 precision), or the ``lgamma`` form beyond 10^5 terms. For ``R = 1`` it equals ``P_rand``.
+
+**Needs reward (depth training for multi-tool requests).** A shortlist of depth ``K`` holding
+``h`` of the ``R`` needed tools is paid, in bits::
+
+    needs_bits = 1/2 * (h / R) * -log2 P_rand(N, 1, K)                 recall, chance-corrected
+               + 1/2 * [h == R] * -log2 P_rand_all(N, R, K) / R         every needed tool
+
+The first term is recall priced at the bits of beating a random list: a random ``K``-list's
+expected recall is ``E[hits] / R = K / N = P_rand(N, 1, K)`` (hypergeometric mean ``K R / N``).
+The second is ``BoR_all`` per needed tool (``log2 C(N,R) / R`` at ``K = R``, about
+``log2(N / K)`` for ``K >> R``), so both terms live on one scale. For ``R = 1`` both equal
+``-log2 P_rand(N, 1, K)``: single-tool requests get exactly the any-found BoR reward, and
+stop as early as before.
 """
 
 from __future__ import annotations
@@ -50,10 +63,12 @@ __all__ = [
     "bor_bits",
     "bor_ceiling_bits",
     "bor_max_bits",
+    "k_equivalent",
     "log_p_rand",
     "log_p_rand_all",
     "log_p_rand_all_curve",
     "log_p_rand_curve",
+    "needs_bits_curve",
     "p_rand",
     "p_rand_all",
 ]
@@ -322,3 +337,43 @@ def bor_all_max_bits(n: int, r: int, k: int) -> float:
     :func:`bor_max_bits` and :func:`bor_ceiling_bits`. Errors as :func:`log_p_rand_all`.
     """
     return -log_p_rand_all(n, r, k) / _LN2 + 0.0
+
+
+# Used by the offline metrics and by the per-registry refits (learning), hence here, at the bottom.
+def k_equivalent(curve: np.ndarray, found: float) -> float:
+    """Fixed depth with found rate ``found``, linear between integer depths (``inf``: none).
+
+    ``curve[K]`` is the found rate at fixed depth ``K`` (``curve[0] = 0``), non-decreasing.
+    On a flat stretch the smallest depth reaching ``found`` is used.
+    """
+    c = np.asarray(curve, dtype=np.float64)
+    if found <= 0.0:
+        return 0.0
+    if found > c[-1] + 1e-12:
+        return math.inf
+    i = int(np.argmax(c >= found - 1e-12))
+    if i == 0:
+        return 0.0
+    lo, hi = c[i - 1], c[i]
+    return float(i - 1 + (found - lo) / (hi - lo)) if hi > lo else float(i)
+
+
+def needs_bits_curve(n: int, r: int, hits: np.ndarray) -> np.ndarray:
+    """The needs reward (module docstring) at ``K = 1 .. len(hits)``; ``hits[K-1]`` = needed tools
+    among the top ``K`` (non-decreasing, ``<= r``). float64, length ``len(hits)``.
+
+    Raises:
+        ValueError: invalid ``n, r`` (as :func:`log_p_rand`) or ``hits`` outside ``[0, r]``.
+    """
+    h = np.asarray(hits, dtype=np.float64).reshape(-1)
+    if h.size and (h.min() < 0 or h.max() > r):
+        raise ValueError(f"hits must lie in [0, r={r}]")
+    k_max = int(h.size)
+    if k_max == 0:
+        _validate(n, r, 0)
+        return np.zeros(0, dtype=np.float64)
+    any_bits = -log_p_rand_curve(n, 1, k_max)[1:] / _LN2
+    all_log = log_p_rand_all_curve(n, r, k_max)[1:]
+    complete = h >= r
+    all_bits = np.where(complete, -np.where(complete, all_log, 0.0) / _LN2 / r, 0.0)
+    return 0.5 * (h / r) * any_bits + 0.5 * all_bits + 0.0

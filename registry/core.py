@@ -26,34 +26,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from registry.backends import build_learner, start_learner
+from registry.backends import HoldsBackWrites, build_backends, build_learner, start_learner
 from registry.errors import NotReady, ShortlistError, StoreUnavailable
 from registry.feedback import (
     EquivalenceClasses,
     FeedbackEvent,
     FeedbackListener,
-    FeedbackLog,
     FeedbackRecorder,
     LiveWindow,
-    LocalFeedbackLog,
-    RememberedShortlists,
-    ShortlistMemory,
     ToolEfficiency,
 )
-from registry.index.embed import Embedder, load_minilm
+from registry.index.embed import Embedder
+from registry.index.minilm_export import load_minilm
 from registry.index.query_cache import CachedEmbedder
 from registry.index.snapshot import Snapshot
+from registry.jobs import JobRecords, LocalJobRecords, RedisJobRecords
 from registry.learning.learner import UsageLearner
-from registry.learning.manager import PolicyManager
+from registry.request import ShortlistRequest
 from registry.serving.depth_policies import OnnxDepthPolicy, TunableDepthPolicy
 from registry.serving.shortlist import Shortlist
 from registry.settings import Settings
 from registry.store.base import SharedStore, Store
-from registry.store.local import LocalStore
 from registry.tools import ToolLimits, parse_tools
 from registry.writes.engine import RegistryChange, RegistryInfo, ShortlistEngine
-from registry.writes.jobs import PreparedWrite, WriteJob, WriteJobs
+from registry.writes.jobs import PreparedWrite
 from registry.writes.sync import StoreSync, republish_from
+from registry.writes.write_jobs import WriteJob, WriteJobs
 
 log = logging.getLogger(__name__)
 
@@ -113,51 +111,50 @@ class Shortlister:
     ) -> None:
         self.settings = settings
         self.engine: ShortlistEngine | None = None
-        self.write_jobs = WriteJobs()  # large uploads answered 202 run here
         self.load_error: str | None = None
-        self.store_health: Any = None  # registry.store.redis.StoreHealth in Redis mode
         self._embedder_factory = embedder_factory
         self.bor_policy: TunableDepthPolicy = bor_policy or OnnxDepthPolicy.from_dir(
             settings.policy_dir
         )
-        memory: RememberedShortlists
-        feedback_log: FeedbackLog
-        if store is None and settings.redis_url is not None:
-            store, memory, feedback_log = self._redis_backends(settings)
-        else:
-            memory = ShortlistMemory(
-                settings.feedback_retention_seconds, settings.max_remembered_shortlists
-            )
-            feedback_log = LocalFeedbackLog.in_data_dir(
-                settings.data_dir, archive=settings.feedback_archive
-            )
-        self.store: Store = store or LocalStore(settings.data_dir)
+        backends = build_backends(settings, store)
+        self.store: Store = backends.store
+        self.store_health: Any = backends.store_health  # registry.store.redis.StoreHealth in Redis mode
+        # durable background jobs (large uploads answered 202, refits): next to the registries
+        self.job_records: JobRecords = (
+            RedisJobRecords(backends.redis, settings.redis_prefix)
+            if backends.redis is not None and backends.shared
+            else LocalJobRecords(settings.data_dir)
+        )
+        self.write_jobs = WriteJobs(
+            self.job_records, limit=settings.write_queue_max, lease_seconds=settings.job_lease_seconds
+        )
         self.window = LiveWindow(settings.live_window_seconds)
         self.query_cache: CachedEmbedder | None = None  # set at load when the cache is on
+        self._loading: ShortlistEngine | None = None
+        # usage memory (registry.learning): fed by feedback, lifts rankings, attached at load
+        self.learning: UsageLearner = build_learner(settings, backends.learning_store, lambda: self._loading)
         self.feedback_recorder = FeedbackRecorder(
-            memory,
-            feedback_log,
+            backends.shortlists,
+            backends.feedback_log,
             self.window,
             ToolEfficiency(),
             compact_after_events=settings.feedback_compact_events,
+            compact_after_bytes=settings.feedback_compact_bytes,
+            max_event_bytes=settings.max_feedback_event_bytes,
             min_compact_interval_seconds=settings.feedback_compact_interval_seconds,
             compact_margin_seconds=settings.feedback_compact_margin_seconds,
+            before_compact=self.learning.checkpoint,  # no learned evidence only in memory
         )
         # per-registry depth policies (registry.learning): versions, refits, hot swaps
-        self.policies = PolicyManager.for_settings(
-            settings,
-            lambda: self.feedback_recorder.log.replay(),
-            shared=isinstance(self.store, SharedStore),
-        )
+        self.policies = backends.policy_manager(settings, self.feedback_recorder.log, self.job_records)
         self.sync: StoreSync | None = None
         self._registry_listeners: list[RegistryListener] = []
         self._shortlist_listeners: list[ShortlistListener] = []
         self._closing = threading.Event()
         self._thread: threading.Thread | None = None
-        # usage memory (registry.learning): fed by feedback, lifts rankings, attached at load
-        self.learning: UsageLearner = build_learner(self.settings, self.store, lambda: self._loading)
-        self.feedback_recorder.before_compact = self.learning.checkpoint  # no evidence only in memory
-        self._loading: ShortlistEngine | None = None
+        self._started = time.time()
+        self._losses: list[tuple[float, str]] = []  # what lost remembered shortlists, and when
+        self.feedback_recorder.losses = self._shortlist_losses
         self.add_feedback_listener(self._learn)
         self._registry_listeners.append(self._learning_registry_changed)
 
@@ -181,31 +178,6 @@ class Shortlister:
         if start:
             core.start(background=False)
         return core
-
-    def _redis_backends(
-        self, settings: Settings
-    ) -> tuple[Store, RememberedShortlists, FeedbackLog]:
-        """Registries, remembered shortlists and the feedback log in one shared Redis."""
-        from registry.store.redis import (
-            RedisFeedbackLog,
-            RedisShortlistMemory,
-            RedisStore,
-            StoreHealth,
-            connect,
-        )
-
-        assert settings.redis_url is not None
-        url = settings.redis_url.get_secret_value()
-        client = connect(url)
-        health = StoreHealth()  # every Redis call reports to it
-        self.store_health = health
-        prefix = settings.redis_prefix
-        # Each shortlist is remembered in Redis: a short timeout of its own bounds what a Redis
-        # that stops answering can add to a query before the outage is noticed.
-        memory = RedisShortlistMemory(
-            connect(url, timeout=0.5), settings.feedback_retention_seconds, prefix, health
-        )
-        return RedisStore(client, prefix, health), memory, RedisFeedbackLog(client, prefix, health)
 
     # -- listeners ------------------------------------------------------------------------------
 
@@ -249,13 +221,23 @@ class Shortlister:
             self._thread.join(timeout)
         return self.ready
 
+    def _fit_profiles(self, registry: str, events: list[FeedbackEvent]) -> dict[str, Any] | None:
+        """A refit's first step: the registry's usage-profile weight (None: learning is off)."""
+        snap = self._loading.current(registry) if self._loading is not None else None
+        if snap is None or not self.learning.enabled(registry):
+            return None
+        return self.learning.fit_profile_weight(snap, events)
+
     def close(self) -> None:
         """Stop the sync thread and release store connections (at shutdown)."""
         self._closing.set()
         if self.sync is not None:
             self.sync.stop()
         self.policies.close()
+        self.write_jobs.close()
         self.learning.close()
+        if self.engine is not None:
+            self.feedback_recorder.save_pending(self._pending_path)
         if isinstance(self.store, SharedStore):
             self.store.close()
 
@@ -289,12 +271,20 @@ class Shortlister:
             embedder = self._embedder_factory(self.settings)
             if self.settings.query_cache_size > 0:
                 embedder = self.query_cache = CachedEmbedder(embedder, self.settings.query_cache_size)
-            engine = ShortlistEngine(self.settings, self.store, embedder, self.bor_policy)
+            engine = ShortlistEngine(
+                self.settings,
+                self.store,
+                embedder,
+                self.bor_policy,
+                usage=self.learning,
+                policy_book=self.policies.book,
+            )
             # before the first store call: a store wiped from here on is refilled, not mirrored
-            republish_from(engine, self.store, self.feedback_recorder)
+            republish_from(engine, self.store, self.feedback_recorder, self._write_back_after_wipe)
             count = self._until_store_answers(engine.load_all)
             log.info("loaded %d registries", count)
             self._until_store_answers(lambda: self._load_demo(engine))
+            self._restore_pending(engine)
             restored = self._until_store_answers(self.feedback_recorder.restore)
             log.info("restored %d feedback events from the log", restored)
             self.feedback_recorder.maybe_compact()
@@ -302,7 +292,7 @@ class Shortlister:
             self._until_store_answers(
                 lambda: start_learner(self.learning, engine, embedder, self.feedback_recorder.log, self.store)
             )
-            engine.queries.usage = self.learning
+            self.policies.fit_profiles = self._fit_profiles
             for info in engine.list_registries():
                 self._changed(info)
             if isinstance(self.store, SharedStore):
@@ -313,12 +303,16 @@ class Shortlister:
                     self.store,
                     interval=self.settings.sync_interval_seconds,
                     feedback=self.feedback_recorder,
-                    on_tick=getattr(memory, "flush_pending", None),
+                    on_tick=memory.flush_pending if isinstance(memory, HoldsBackWrites) else None,
+                    learned=self._write_back_after_wipe,
                 )
-            engine.queries.policy_book = self.policies.book
             shared = isinstance(self.store, SharedStore)
             self.policies.start(self.settings.sync_interval_seconds if shared else None)
             self.engine = engine
+            resumed = self._until_store_answers(lambda: self.write_jobs.resume(engine, self._notifying))
+            resumed += self._until_store_answers(self.policies.resume)
+            if resumed:
+                log.warning("%d unfinished background jobs resumed after a restart", resumed)
             if self.sync is not None and not self._closing.is_set():
                 self.sync.start()
         except ShortlistError as exc:
@@ -327,6 +321,24 @@ class Shortlister:
         except Exception as exc:  # keep answering health checks; readiness reports the failure
             self.load_error = f"{type(exc).__name__}: {exc}"
             log.exception("start-up failed")
+
+    @property
+    def _pending_path(self) -> Path:
+        return Path(self.settings.data_dir) / "feedback" / "pending-shortlists.jsonl"
+
+    def _restore_pending(self, engine: ShortlistEngine) -> None:
+        """Local mode: take back the shortlists a graceful shutdown saved; after any other
+        stop, feedback for one served before this start gets 410 saying why."""
+        if not self.feedback_recorder.restore_pending(self._pending_path) and engine.list_registries():
+            self._losses.append(
+                (self._started, "the service restarted without a graceful shutdown (pending "
+                 "shortlists are kept across a graceful one only)")
+            )
+
+    def _shortlist_losses(self) -> list[tuple[float, str]]:
+        epoch = getattr(self.store, "epoch", None)
+        wipes = [(r.at, "the shared store (Redis) lost its data") for r in getattr(epoch, "recoveries", ())]
+        return [*self._losses, *wipes]
 
     def _load_demo(self, engine: ShortlistEngine) -> None:
         path: Path | None = self.settings.demo_registry
@@ -340,35 +352,14 @@ class Shortlister:
 
     # -- queries and feedback -------------------------------------------------------------------
 
-    def shortlist(
-        self,
-        registry: str,
-        query: str,
-        *,
-        k: int | None = None,
-        max_k: int | None = None,
-        policy: str | None = None,
-        scorer: str | None = None,
-        depth_bias: float | None = None,
-        allow_empty: bool = False,
-        caller: str | None = None,
-    ) -> Shortlist:
-        """Shortlist ``registry``'s tools for ``query`` (see :meth:`ShortlistEngine.shortlist`)
-        and remember it, so feedback can quote its ``shortlist_id``. ``caller``: a hash of the
-        bearer token that asked (None without tokens), logged for the learning loop."""
-        result = self.require_engine().shortlist(
-            registry,
-            query,
-            k=k,
-            max_k=max_k,
-            policy=policy,
-            scorer=scorer,
-            depth_bias=depth_bias,
-            allow_empty=allow_empty,
-        )
+    def shortlist(self, request: ShortlistRequest, *, caller: str | None = None) -> Shortlist:
+        """Shortlist for ``request`` (see :meth:`ShortlistEngine.shortlist`) and remember it, so
+        feedback can quote its ``shortlist_id``. ``caller``: a hash of the bearer token that
+        asked (None without tokens), logged for the learning loop."""
+        result = self.require_engine().shortlist(request)
         for listener in self._shortlist_listeners:
             listener(result)
-        self.feedback_recorder.remember(result.shown(time.time(), query, caller))
+        self.feedback_recorder.remember(result.shown(time.time(), request.query, caller))
         return result
 
     def feedback(
@@ -438,6 +429,24 @@ class Shortlister:
         self.require_engine().snapshot(registry)
         return self.learning.wipe(registry)
 
+    def _write_back_after_wipe(self, won: bool) -> None:
+        """The shared store lost its data: every replica writes back the jobs it holds; the
+        winner what the learning loop holds (policy versions, usage memories and switches), as
+        it does the registries."""
+        try:  # every replica: the jobs it holds (so their polls keep answering)
+            self.write_jobs.queue.republish()
+            self.policies.queue.republish()
+        except ShortlistError as exc:
+            log.warning("background jobs not written back: %s", exc.message)
+        if not won:
+            return
+        try:
+            self.policies.book.write_back()
+            saved = self.learning.write_back()
+            log.warning("wrote %d usage memories back to the shared store", saved)
+        except ShortlistError as exc:  # retried: the policy poll and the next saves write again
+            log.warning("learning state not written back yet: %s", exc.message)
+
     def _learn(self, event: FeedbackEvent) -> None:
         self.learning.observe(event)
 
@@ -471,15 +480,21 @@ class Shortlister:
         prepare = engine.prepare_put if kind == "put" else engine.prepare_upsert
         prepared: PreparedWrite = prepare(registry, payload)
         limit = self.settings.async_write_min_texts
-        run = prepared.apply
-        prepared.apply = lambda: self._changed(run())
+        prepared = self._notifying(prepared)
         if limit and prepared.new_texts > limit and prepared.uncached() > limit:
-            return self.write_jobs.submit(prepared)
+            return self.write_jobs.submit(prepared, kind, payload)
         info: RegistryInfo = prepared.run()
         return info
 
+    def _notifying(self, prepared: PreparedWrite) -> PreparedWrite:
+        """``prepared`` telling the registry listeners about the version it commits."""
+        run = prepared.apply
+        prepared.apply = lambda: self._changed(run())
+        return prepared
+
     def write_job(self, registry: str, job_id: str) -> WriteJob | None:
-        """A job :meth:`submit_write` started in this process (None: unknown here)."""
+        """A job :meth:`submit_write` accepted (here, before a restart, or on another replica
+        sharing the Redis); None: unknown or expired (finished jobs are kept a day)."""
         return self.write_jobs.get(registry, job_id)
 
     def delete_tool(self, registry: str, name: str) -> RegistryInfo:

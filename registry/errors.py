@@ -43,6 +43,22 @@ class ShortlistNotFound(NotFound):
         )
 
 
+class ShortlistExpired(ShortlistError):
+    """Feedback quotes a shortlist this service served, whose record was lost before its
+    retention ended: the process restarted without a graceful shutdown, or the shared store
+    lost its data. ``details`` says when it was served and what lost it."""
+
+    error_type = "shortlist_expired"
+
+    def __init__(self, shortlist_id: str, served_at: float, lost_at: float, why: str) -> None:
+        super().__init__(
+            f"shortlist {shortlist_id!r} was served at {served_at:.0f} (Unix time), before {why} "
+            f"at {lost_at:.0f}, which lost the record of it: feedback for it cannot be recorded "
+            "any more; ask for a new shortlist",
+            {"shortlist_id": shortlist_id, "served_at": served_at, "lost_at": lost_at, "reason": why},
+        )
+
+
 class ValidationFailed(ShortlistError):
     """Input is well-formed JSON but breaks a rule; ``details`` lists every problem."""
 

@@ -8,7 +8,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from registry.serving.depth_policies import MAX_DEPTH_BIAS
+from registry.request import MAX_DEPTH_BIAS, MAX_K
 
 # Comma-separated in the environment; SecretStr keeps every token out of reprs and logs.
 Tokens = Annotated[tuple[SecretStr, ...], NoDecode]
@@ -26,202 +26,10 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SHORTLIST_", extra="ignore")
 
+    # -- HTTP face: address, body and connection limits (service.server, service.middleware) -------
     host: str = Field("127.0.0.1", description="Address the HTTP server binds.")
     port: int = Field(8080, ge=1, le=65535, description="Port the HTTP server listens on.")
-    data_dir: Path = Field(Path("./data"), description="Where registries and caches live.")
-    policy_dir: Path = Field(
-        _PROJECT_ROOT / "models" / "default",
-        description="Directory of the 'bor' depth policy (manifest.json + policy.onnx).",
-    )
-    relevance_model: Path = Field(
-        _PROJECT_ROOT / "models" / "relevance.json",
-        description="Calibrated 'does any tool fit' model used by allow_empty requests.",
-    )
-    embedder: EmbedderName = Field(
-        "minilm",
-        description="Sentence embedder: 'minilm' (all-MiniLM-L6-v2, fp32) or 'minilm-int8' (the "
-        "same model with int8 weights, quantised at first start: faster per query at a small "
-        "quality cost, measured in README); 'tuned' / 'tuned-int8' compose MiniLM with the tool "
-        "adapter in tuned_embedder_dir (shortlist train-embedder). Registries are re-embedded "
-        "when it changes.",
-    )
-    tuned_embedder_dir: Path = Field(
-        _PROJECT_ROOT / "models" / "tuned-embedder",
-        description="The tool adapter of the 'tuned' embedders (manifest.json + adapter.npy).",
-    )
-    embedder_cache_dir: Path | None = Field(
-        None,
-        description="Where the exported MiniLM ONNX file is cached (default: <data_dir>/cache/embedder).",
-    )
-    demo_registry: Path | None = Field(
-        _PROJECT_ROOT / "examples" / "demo_tools.json",
-        description="Tool JSON loaded as registry 'demo' at start-up if it does not exist; "
-        "empty to disable.",
-    )
-
-    default_registry: str = Field(
-        "demo", description="Registry the MCP find_tools tool searches when a call names none."
-    )
-    default_policy: str = Field("bor", description="Depth policy used when a request names none.")
-    default_scorer: str = Field("hybrid", description="Scorer used when a request names none.")
-    default_max_k: int = Field(20, ge=1, le=1000, description="Cap on the policy's depth.")
-    fixed_k: int = Field(5, ge=1, le=1000, description="Depth of the 'fixed' policy when no k is sent.")
-    threshold: float = Field(0.35, description="Score cut-off of the 'threshold' policy.")
-    depth_bias: float = Field(
-        0.0,
-        ge=-MAX_DEPTH_BIAS,
-        le=MAX_DEPTH_BIAS,
-        description="Operating knob of the 'bor' policy, in bits: it stops only where STOP beats "
-        "CONTINUE by at least this much. > 0 gives longer lists, < 0 shorter; a request's "
-        "depth_bias overrides it.",
-    )
-
-    feedback_retention_seconds: float = Field(
-        3600.0, gt=0, description="How long a shortlist id accepts feedback."
-    )
-    max_remembered_shortlists: int = Field(
-        200_000, ge=1, description="Most shortlists remembered for feedback (oldest evicted)."
-    )
-    live_window_seconds: float = Field(
-        3600.0, gt=0, description="Sliding window of the live presentation-rate and BoR gauges."
-    )
-    feedback_compact_events: int = Field(
-        200_000,
-        ge=1,
-        description="Compact the feedback log (fold events older than the live window into a "
-        "checkpoint of their counts) once it holds more than this many events.",
-    )
-    feedback_compact_interval_seconds: float = Field(
-        300.0, ge=0, description="Least time between two feedback-log compactions."
-    )
-    feedback_archive: bool = Field(
-        True,
-        description="Local mode: keep the events a compaction cuts, gzipped, in "
-        "<data_dir>/feedback/archive/ (training data); false drops them (their counts stay).",
-    )
-    feedback_compact_margin_seconds: float = Field(
-        600.0,
-        ge=0,
-        description="Compaction keeps every event younger than the live window plus this margin "
-        "(clock skew between replicas and Redis).",
-    )
-    prune_min_calls: int = Field(
-        5, ge=1, description="Calls before a tool with utility <= 0 becomes a prune candidate."
-    )
-    prune_min_shown: int = Field(
-        20, ge=1, description="Times shown (with feedback) before a never-used tool is a prune candidate."
-    )
-    # learning loop: exploration and per-registry depth refits (registry/learning/)
-    explore_share: float = Field(
-        0.05,
-        ge=0.0,
-        le=1.0,
-        description="Share of adaptive shortlists served 1-3 tools deeper than the policy chose "
-        "(the propensity is logged), so feedback shows where a used tool sat past the cut; "
-        "never with k. Costs about share x 2 tools of mean K.",
-    )
-    refit_min_events: int = Field(
-        200, ge=10, description="Feedback events a registry needs before a depth refit is tried."
-    )
-    refit_margin: float = Field(
-        0.0,
-        ge=0.0,
-        description="A refit ships only when the bootstrap lower bound of its gain over the "
-        "current policy exceeds this (found rate per query above plain top-K's trade-off).",
-    )
-    refit_confidence: float = Field(
-        0.95, gt=0.5, lt=1.0, description="Confidence of that one-sided bootstrap bound."
-    )
-
-    hnsw_min_tools: int = Field(
-        20_000, ge=1, description="Registries with at least this many tools use an HNSW index."
-    )
-    worker_threads: int = Field(
-        16, ge=1, le=1000, description="Requests handled at once (anyio worker threads)."
-    )
-    embed_threads: int = Field(1, ge=1, description="ONNX Runtime intra-op threads per request.")
-    query_cache_size: int = Field(
-        10_000,
-        ge=0,
-        description="Query embeddings kept in an LRU cache (repeated messages and intents skip "
-        "the model); 0 disables it.",
-    )
-
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Largest request body.")
-    max_tools_per_registry: int = Field(50_000, ge=1, description="Most tools in one registry.")
-    async_write_min_texts: int = Field(
-        500,
-        ge=0,
-        description="A PUT or POST tools with more new texts to embed than this answers 202 with "
-        "a job to poll (GET /registries/{r}/jobs/{id}) instead of waiting; 0: always synchronous.",
-    )
-    max_tool_bytes: int = Field(
-        256 * 1024, ge=256, description="Largest JSON size of one tool definition."
-    )
-    max_description_chars: int = Field(
-        32_768, ge=16, description="Longest tool description."
-    )
-    max_query_chars: int = Field(
-        262_144,
-        ge=16,
-        description="Longest query string (a whole user message); longer than ~160 words is "
-        "read in windows, the best window per tool.",
-    )
-    multi_intent: bool = Field(
-        True,
-        description="Split a request holding several intents ('find X, then email it') and "
-        "cover each of them in the shortlist.",
-    )
-    duplicate_similarity: float = Field(
-        0.97,
-        ge=0.0,
-        le=2.0,
-        description="Cosine between two tools' embeddings from which they fold into one slot "
-        "(the other listed as an alternate); above 1 disables it (declared equivalents still fold).",
-    )
-
-    # learning loop: usage-augmented ranking (registry/learning/usage.py)
-    learning: bool = Field(
-        True,
-        description="Learn from agents' feedback: a query close to past queries whose agents "
-        "used a tool lifts that tool (usage memory). Off: no lift, nothing folded. Per "
-        "registry: PUT /registries/{r}/learning.",
-    )
-    learning_beta: float = Field(
-        0.3, ge=0.0, le=2.0, description="Most score a tool can gain from usage evidence."
-    )
-    learning_similarity: float = Field(
-        0.8,
-        ge=0.0,
-        lt=1.0,
-        description="Cosine from which a past query counts as evidence for a new one (its weight "
-        "grows linearly from 0 there to 1 at identical queries).",
-    )
-    learning_candidates: int = Field(
-        10,
-        ge=1,
-        le=1000,
-        description="Only this many best tools of the base ranking can be lifted: usage alone "
-        "never brings in a tool the query does not match.",
-    )
-    learning_per_tool: int = Field(
-        64, ge=1, description="Most remembered queries per tool (near-identical ones count up)."
-    )
-    learning_per_registry: int = Field(
-        20_000, ge=1, description="Most remembered queries per registry."
-    )
-    learning_caller_share: float = Field(
-        0.2,
-        gt=0.0,
-        le=1.0,
-        description="Most share of a registry's counted feedback one caller (token) may have; "
-        "its events beyond stop counting (its first 20 always count). 1 disables the cap.",
-    )
-    learning_save_interval_seconds: float = Field(
-        30.0, gt=0, description="How often changed usage memories are saved to the store."
-    )
-
-    # -- HTTP server limits (service.server) ----------------------------------------------------
     max_header_bytes: int = Field(
         64 * 1024,
         ge=1024,
@@ -265,14 +73,278 @@ class Settings(BaseSettings):
         description="A GET /mcp event stream that has sent no event (keep-alive comments aside) "
         "for this long is closed; the client may open another.",
     )
-
-    # -- logging (service.logging_setup) --------------------------------------------------------
-    log_format: Literal["text", "json"] = Field(
-        "text",
-        description="Log lines on stderr: 'text' (time level logger: message [request id]) or "
-        "'json' (one object per line with ts, level, logger, message, request_id).",
+    worker_threads: int = Field(
+        16, ge=1, le=1000, description="Requests handled at once (anyio worker threads)."
     )
 
+    # -- access tokens (service.auth) --------------------------------------------------------------
+    admin_token: Tokens = Field(
+        (),
+        description="Bearer token(s), comma-separated, for registry writes (PUT/POST/DELETE "
+        "/registries...); unset = writes are open.",
+    )
+    query_token: Tokens = Field(
+        (),
+        description="Bearer token(s), comma-separated, for POST /shortlist and /feedback (admin "
+        "tokens work too); unset = queries are open.",
+    )
+    metrics_token: Tokens = Field(
+        (),
+        description="Bearer token(s), comma-separated, for GET /metrics (query and admin tokens "
+        "work too). /metrics needs a token whenever any token is configured; open otherwise.",
+    )
+
+    # -- data and artifacts: where registries, models and caches live ------------------------------
+    data_dir: Path = Field(Path("./data"), description="Where registries and caches live.")
+    policy_dir: Path = Field(
+        _PROJECT_ROOT / "models" / "default",
+        description="Directory of the 'bor' depth policy (manifest.json + policy.onnx).",
+    )
+    relevance_model: Path = Field(
+        _PROJECT_ROOT / "models" / "relevance.json",
+        description="Calibrated 'does any tool fit' model used by allow_empty requests.",
+    )
+    embedder: EmbedderName = Field(
+        "minilm",
+        description="Sentence embedder: 'minilm' (all-MiniLM-L6-v2, fp32) or 'minilm-int8' (the "
+        "same model with int8 weights, quantised at first start: faster per query at a small "
+        "quality cost, measured in README). Registries are re-embedded when it changes.",
+    )
+    tuned_embedder_dir: Path = Field(
+        _PROJECT_ROOT / "models" / "tuned-embedder",
+        description="The tool adapter of the 'tuned' / 'tuned-int8' embedders (manifest.json + "
+        "adapter.npy, made by shortlist train-embedder).",
+    )
+    embedder_cache_dir: Path | None = Field(
+        None,
+        description="Where the exported MiniLM ONNX file is cached (default: <data_dir>/cache/embedder).",
+    )
+    demo_registry: Path | None = Field(
+        _PROJECT_ROOT / "examples" / "demo_tools.json",
+        description="Tool JSON loaded as registry 'demo' at start-up if it does not exist; "
+        "empty to disable.",
+    )
+
+    # -- requests: the defaults a ShortlistRequest is resolved with (registry.request) -------------
+    default_registry: str = Field(
+        "demo", description="Registry the MCP find_tools tool searches when a call names none."
+    )
+    default_policy: str = Field("bor", description="Depth policy used when a request names none.")
+    default_scorer: str = Field("hybrid", description="Scorer used when a request names none.")
+    default_max_k: int = Field(20, ge=1, le=MAX_K, description="Cap on the policy's depth.")
+    fixed_k: int = Field(5, ge=1, le=MAX_K, description="Depth of the 'fixed' policy when no k is sent.")
+    threshold: float = Field(0.35, description="Score cut-off of the 'threshold' policy.")
+    depth_bias: float = Field(
+        0.0,
+        ge=-MAX_DEPTH_BIAS,
+        le=MAX_DEPTH_BIAS,
+        description="Operating knob of the 'bor' policy, in bits: it stops only where STOP beats "
+        "CONTINUE by at least this much. > 0 gives longer lists, < 0 shorter; a request's "
+        "depth_bias overrides it.",
+    )
+    max_query_chars: int = Field(
+        262_144,
+        ge=16,
+        description="Longest query string (a whole user message); longer than ~160 words is "
+        "read in windows, the best window per tool.",
+    )
+    multi_intent: bool = Field(
+        True,
+        description="Split a request holding several intents ('find X, then email it') and "
+        "cover each of them in the shortlist.",
+    )
+    duplicate_similarity: float = Field(
+        0.97,
+        ge=0.0,
+        le=2.0,
+        description="Cosine between two tools' embeddings from which they fold into one slot "
+        "(the other listed as an alternate); above 1 disables it (declared equivalents still fold).",
+    )
+
+    # -- registries and writes: sizes, async uploads, indexes (registry.writes, registry.index) ----
+    max_tools_per_registry: int = Field(50_000, ge=1, description="Most tools in one registry.")
+    max_tool_bytes: int = Field(
+        256 * 1024, ge=256, description="Largest JSON size of one tool definition."
+    )
+    max_description_chars: int = Field(
+        32_768, ge=16, description="Longest tool description."
+    )
+    async_write_min_texts: int = Field(
+        500,
+        ge=0,
+        description="A PUT or POST tools with more new texts to embed than this answers 202 with "
+        "a job to poll (GET /registries/{r}/jobs/{id}) instead of waiting; 0: always synchronous.",
+    )
+    write_queue_max: int = Field(
+        8,
+        ge=1,
+        description="Most large uploads (202 jobs) queued or running per process; past it a "
+        "write that would answer 202 gets 429 with Retry-After (each holds its payload).",
+    )
+    refit_queue_max: int = Field(
+        16,
+        ge=1,
+        description="Most depth refits queued or running per process (one runs at a time); "
+        "past it a refit gets 429 with Retry-After.",
+    )
+    job_lease_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="Redis: how long the jobs of a replica that died stay claimed before "
+        "another replica resumes them.",
+    )
+    hnsw_min_tools: int = Field(
+        20_000, ge=1, description="Registries with at least this many tools use an HNSW index."
+    )
+    embed_threads: int = Field(1, ge=1, description="ONNX Runtime intra-op threads per request.")
+    query_cache_size: int = Field(
+        10_000,
+        ge=0,
+        description="Query embeddings kept in an LRU cache (repeated messages and intents skip "
+        "the model); 0 disables it.",
+    )
+
+    # -- feedback: memory, live window, log compaction, pruning (registry.feedback) ----------------
+    feedback_retention_seconds: float = Field(
+        3600.0, gt=0, description="How long a shortlist id accepts feedback."
+    )
+    max_remembered_shortlists: int = Field(
+        200_000, ge=1, description="Most shortlists remembered for feedback (oldest evicted)."
+    )
+    live_window_seconds: float = Field(
+        3600.0, gt=0, description="Sliding window of the live presentation-rate and BoR gauges."
+    )
+    feedback_compact_events: int = Field(
+        200_000,
+        ge=1,
+        description="Compact the feedback log (fold events older than the live window into a "
+        "checkpoint of their counts) once it holds more than this many events.",
+    )
+    feedback_compact_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=1024,
+        description="Compact the feedback log as well once the events past its checkpoint take "
+        "more than this many bytes (a few large events fill a disk long before the event count).",
+    )
+    max_feedback_body_bytes: int = Field(
+        128 * 1024, ge=1024, description="Largest POST /feedback body (413 past it)."
+    )
+    max_feedback_event_bytes: int = Field(
+        256 * 1024,
+        ge=4096,
+        description="Largest feedback event as stored in the log (the report plus what the "
+        "shortlist logged with it); a larger one is refused with 422 naming its largest fields.",
+    )
+    feedback_compact_interval_seconds: float = Field(
+        300.0, ge=0, description="Least time between two feedback-log compactions."
+    )
+    feedback_archive: bool = Field(
+        True,
+        description="Local mode: keep the events a compaction cuts, gzipped, in "
+        "<data_dir>/feedback/archive/ (training data); false drops them (their counts stay).",
+    )
+    feedback_compact_margin_seconds: float = Field(
+        600.0,
+        ge=0,
+        description="Compaction keeps every event younger than the live window plus this margin "
+        "(clock skew between replicas and Redis).",
+    )
+    prune_min_calls: int = Field(
+        5, ge=1, description="Calls before a tool with utility <= 0 becomes a prune candidate."
+    )
+    prune_min_shown: int = Field(
+        20, ge=1, description="Times shown (with feedback) before a never-used tool is a prune candidate."
+    )
+
+    # -- learning: exploration and per-registry depth refits (registry.serving.explore, registry.learning) ---
+    explore_share: float = Field(
+        0.05,
+        ge=0.0,
+        le=1.0,
+        description="Share of adaptive shortlists served 1-3 tools deeper than the policy chose "
+        "(the propensity is logged), so feedback shows where a used tool sat past the cut; "
+        "never with k. Costs about share x 2 tools of mean K.",
+    )
+    refit_min_events: int = Field(
+        200, ge=10, description="Feedback events a registry needs before a depth refit is tried."
+    )
+    refit_margin: float = Field(
+        0.0,
+        ge=0.0,
+        description="A refit ships only when the bootstrap lower bound of its gain over the "
+        "current policy exceeds this (found rate per query above plain top-K's trade-off).",
+    )
+    refit_confidence: float = Field(
+        0.95, gt=0.5, lt=1.0, description="Confidence of that one-sided bootstrap bound."
+    )
+    refit_max_mean_k: float = Field(
+        2.0,
+        ge=1.0,
+        description="A candidate whose held-out mean K exceeds the current one's times this is "
+        "refused unless its extra found rate beats what fixed top-K buys for the same extra "
+        "depth (feedback alone cannot push lists long).",
+    )
+    refit_review_factor: float = Field(
+        1.5,
+        gt=1.0,
+        description="A refit that would change mean K by more than this factor (either way) is "
+        "stored as a candidate version, not activated: an admin activates it.",
+    )
+
+    # -- learning: usage-augmented ranking (registry.learning.usage) -------------------------------
+    learning: bool = Field(
+        True,
+        description="Learn from agents' feedback: a query close to past queries whose agents "
+        "used a tool lifts that tool (usage memory). Off: no lift, nothing folded. Per "
+        "registry: PUT /registries/{r}/learning.",
+    )
+    learning_beta: float = Field(
+        0.3, ge=0.0, le=2.0, description="Most score a tool can gain from usage evidence."
+    )
+    learning_similarity: float = Field(
+        0.8,
+        ge=0.0,
+        lt=1.0,
+        description="Cosine from which a past query counts as evidence for a new one (its weight "
+        "grows linearly from 0 there to 1 at identical queries).",
+    )
+    learning_candidates: int = Field(
+        10,
+        ge=1,
+        le=1000,
+        description="Only this many best tools of the base ranking can be lifted: usage alone "
+        "never brings in a tool the query does not match.",
+    )
+    learning_per_tool: int = Field(
+        64, ge=1, description="Most remembered queries per tool (near-identical ones count up)."
+    )
+    learning_per_registry: int = Field(
+        20_000, ge=1, description="Most remembered queries per registry."
+    )
+    learning_caller_share: float = Field(
+        0.2,
+        gt=0.0,
+        le=1.0,
+        description="Share of a registry's counted evidence above which one caller's new events "
+        "weigh less (scaled by share * total / its own; soft, never locks learning; applies once "
+        "two callers have counted evidence). 1 disables it.",
+    )
+    learning_save_interval_seconds: float = Field(
+        30.0, gt=0, description="How often changed usage memories are saved to the store."
+    )
+    learning_half_life: float = Field(
+        4.0,
+        gt=0.0,
+        description="Evidence decay: a caller's j-th event for one tool weighs 1 / (1 + j / this).",
+    )
+    learning_caller_events_per_minute: int = Field(
+        600,
+        ge=1,
+        description="Most feedback events one caller (token, or token + X-Caller-Id) counts for "
+        "learning per minute; more are logged but not learned from (rate_limited).",
+    )
+
+    # -- replicas: the shared Redis (registry.backends, registry.writes.sync) ----------------------
     redis_url: SecretStr | None = Field(
         None,
         description="Redis shared by every replica (redis://[:password@]host:6379/0); "
@@ -285,21 +357,11 @@ class Settings(BaseSettings):
         1.0, gt=0, le=60, description="Fallback poll of the shared store for other replicas' writes."
     )
 
-    admin_token: Tokens = Field(
-        (),
-        description="Bearer token(s), comma-separated, for registry writes (PUT/POST/DELETE "
-        "/registries...); unset = writes are open.",
-    )
-    query_token: Tokens = Field(
-        (),
-        description="Bearer token(s), comma-separated, for POST /shortlist and /feedback (admin "
-        "tokens work too); unset = queries are open.",
-    )
-
-    metrics_token: Tokens = Field(
-        (),
-        description="Bearer token(s), comma-separated, for GET /metrics (query and admin tokens "
-        "work too). /metrics needs a token whenever any token is configured; open otherwise.",
+    # -- logging (service.logging_setup) -----------------------------------------------------------
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="Log lines on stderr: 'text' (time level logger: message [request id]) or "
+        "'json' (one object per line with ts, level, logger, message, request_id).",
     )
 
     @field_validator("admin_token", "query_token", "metrics_token", mode="before")

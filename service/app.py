@@ -84,7 +84,15 @@ def create_app(
     app.include_router(health.metrics_router, **_guarded(metrics_guard))
     app.router.routes.append(mcp.route())  # /mcp, guarded like /shortlist (service.mcp)
     log_access_mode(settings)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    feedback_limit = (
+        min(settings.max_feedback_body_bytes, settings.max_body_bytes),
+        "SHORTLIST_MAX_FEEDBACK_BODY_BYTES",
+    )
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=settings.max_body_bytes,
+        path_limits={"/feedback": feedback_limit},
+    )
     app.add_middleware(HttpMetricsMiddleware, metrics=state.metrics)
     app.add_middleware(RequestIdMiddleware)  # outermost: every response carries X-Request-ID
     return app

@@ -66,16 +66,27 @@ def token_matches(presented: str, accepted: Sequence[SecretStr]) -> bool:
     return found
 
 
-def caller_hash(authorization: str | None, settings: Settings) -> str | None:
-    """A short stable id of the bearer token on a request (the learning loop counts evidence
-    per caller); ``None`` when no tokens are configured or none was sent. Not reversible."""
-    if not (settings.query_token or settings.admin_token) or not authorization:
-        return None
-    scheme, _, token = authorization.strip(_OWS).partition(" ")
-    token = token.strip(_OWS)
-    if scheme.lower() != "bearer" or not token:
+CALLER_HEADER = "X-Caller-Id"
+MAX_CALLER_ID_CHARS = 200
+
+
+def caller_hash(authorization: str | None, settings: Settings, caller_id: str | None = None) -> str | None:
+    """A short stable id of who sent a request, for the learning loop's evidence rule: the
+    bearer token's hash, or with an ``X-Caller-Id`` header (an end-user or agent id) the hash of
+    both, so agents sharing one token still count apart (a token holder can claim any id under
+    its token, never another token's). Without tokens the header alone names the caller
+    (self-declared: see the README's learning security). ``None``: nothing identifies it.
+    Not reversible; ids longer than :data:`MAX_CALLER_ID_CHARS` are cut there."""
+    given = (caller_id or "").strip(_OWS)[:MAX_CALLER_ID_CHARS]
+    token = ""
+    if (settings.query_token or settings.admin_token) and authorization:
+        scheme, _, token = authorization.strip(_OWS).partition(" ")
+        token = token.strip(_OWS) if scheme.lower() == "bearer" else ""
+    if not token and not given:
         return None
     raw = b"tool-shortlist caller\0" + token.encode("latin-1", errors="replace")
+    if given:
+        raw += b"\0id\0" + given.encode("utf-8", errors="replace")
     return hashlib.sha256(raw).hexdigest()[:16]
 
 

@@ -9,7 +9,7 @@ from fastapi import Depends, Request, Security
 
 from registry.core import Shortlister
 from registry.settings import Settings
-from service.auth import BearerScheme, authenticate, caller_hash
+from service.auth import CALLER_HEADER, BearerScheme, authenticate, caller_hash
 from service.errors import UnsupportedMediaType, invalid_body
 from service.metrics import Metrics
 from service.state import ServiceState
@@ -83,8 +83,10 @@ QueryDep = Annotated[Caller, Depends(require_query)]
 
 
 async def get_caller_id(request: Request) -> str | None:
-    """Hash of the request's bearer token (None without tokens): who sent a query or feedback."""
-    return caller_hash(request.headers.get("Authorization"), get_state(request).settings)
+    """Hash of the request's bearer token and ``X-Caller-Id`` (None when neither identifies it):
+    who sent a query or feedback."""
+    headers = request.headers
+    return caller_hash(headers.get("Authorization"), get_state(request).settings, headers.get(CALLER_HEADER))
 
 
 CallerIdDep = Annotated[str | None, Depends(get_caller_id)]

@@ -19,16 +19,20 @@ from registry.errors import (
     PayloadTooLarge,
     PolicySchemaMismatch,
     ShortlistError,
+    ShortlistExpired,
     StorageFull,
     StorageUnavailable,
     StoreUnavailable,
     ValidationFailed,
     VersionConflict,
 )
+from registry.jobs import QueueFull
 
 log = logging.getLogger(__name__)
 
 STATUS_BY_ERROR: tuple[tuple[type[ShortlistError], int], ...] = (
+    (QueueFull, 429),
+    (ShortlistExpired, 410),
     (NotFound, 404),
     (ValidationFailed, 422),
     (PayloadTooLarge, 413),
@@ -134,6 +138,8 @@ def install_error_handlers(app: FastAPI) -> None:
         response = error_response(status, exc.error_type, message, exc.details)
         if isinstance(exc, Unauthorized):
             response.headers["WWW-Authenticate"] = exc.challenge
+        if isinstance(exc, QueueFull):
+            response.headers["Retry-After"] = str(exc.retry_after)
         return response
 
     @app.exception_handler(RequestValidationError)

@@ -32,11 +32,10 @@ from starlette.types import Message, Receive, Scope, Send
 
 from registry.core import Shortlister
 from registry.errors import ShortlistError
-from registry.serving.depth_policies import MAX_DEPTH_BIAS
+from registry.request import MAX_DEPTH_BIAS, MAX_K, ShortlistRequest
 from registry.serving.shortlist import Shortlist
 from registry.settings import Settings
-from registry.writes.engine import MAX_K
-from service.auth import authenticate, caller_hash
+from service.auth import CALLER_HEADER, authenticate, caller_hash
 from service.errors import Unauthorized, error_body, error_response
 from service.schemas import FeedbackRequest, FeedbackResponse, RegistryName, ShortlistResponse
 
@@ -334,22 +333,23 @@ class McpFace:
     def _caller(self, headers: Any) -> str | None:
         """Hash of the bearer token on the MCP request being handled (as on HTTP), so the
         learning loop counts MCP feedback per caller; None without tokens or a request."""
-        authorization = headers.get("authorization") if headers is not None else None
-        return caller_hash(authorization, self.settings)
+        if headers is None:
+            return None
+        return caller_hash(headers.get("authorization"), self.settings, headers.get(CALLER_HEADER))
 
     async def _find_tools(self, args: FindToolsArgs, caller: str | None) -> types.CallToolResult:
         caps = [cap for cap in (args.max_k, args.limit) if cap is not None]
 
         def run() -> Shortlist:
-            return self.core.shortlist(
-                args.registry or self.settings.default_registry,
-                args.query,
+            request = ShortlistRequest(
+                registry=args.registry or self.settings.default_registry,
+                query=args.query,
                 k=args.k,
                 max_k=min(caps) if caps else None,
                 depth_bias=args.depth_bias,
                 allow_empty=args.allow_empty,
-                caller=caller,
             )
+            return self.core.shortlist(request, caller=caller)
 
         result = await to_thread.run_sync(run)
         return _structured(result.to_json(), shortlist_text(result))

@@ -50,20 +50,31 @@ class RequestIdMiddleware:
         REQUEST_ID.reset(token)
 
 
-class BodyLimitMiddleware:
-    """Reject request bodies above ``max_bytes`` with 413 before the app sees them."""
+_BODY_SETTING = "SHORTLIST_MAX_BODY_BYTES"
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+
+class BodyLimitMiddleware:
+    """Reject request bodies above ``max_bytes`` with 413 before the app sees them.
+
+    ``path_limits`` sets a smaller limit on some paths, as ``{path: (bytes, setting name)}``:
+    a feedback report is a few hundred bytes, a registry upload may be megabytes.
+    """
+
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, path_limits: dict[str, tuple[int, str]] | None = None
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.path_limits = dict(path_limits or {})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "DELETE", "OPTIONS"):
             await self.app(scope, receive, send)
             return
+        limit, setting = self.path_limits.get(scope.get("path", ""), (self.max_bytes, _BODY_SETTING))
         declared = dict(scope.get("headers") or ()).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._reject(send, int(declared))
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await self._reject(send, int(declared), limit, setting)
             return
         chunks: list[bytes] = []
         size = 0
@@ -73,8 +84,8 @@ class BodyLimitMiddleware:
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_bytes:
-                await self._reject(send, size)
+            if size > limit:
+                await self._reject(send, size, limit, setting)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -91,12 +102,11 @@ class BodyLimitMiddleware:
 
         await self.app(scope, replay, send)
 
-    async def _reject(self, send: Send, size: int) -> None:
+    async def _reject(self, send: Send, size: int, limit: int, setting: str) -> None:
         payload = error_body(
             "payload_too_large",
-            f"request body is larger than the limit of {self.max_bytes} bytes "
-            f"(SHORTLIST_MAX_BODY_BYTES)",
-            {"limit_bytes": self.max_bytes, "received_bytes_at_least": size},
+            f"request body is larger than the limit of {limit} bytes ({setting})",
+            {"field": "body", "limit_bytes": limit, "received_bytes_at_least": size},
         )
         data = json.dumps(payload).encode()
         await send(

@@ -6,13 +6,11 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from registry import request
 from registry.core import FeedbackResult
 from registry.feedback import MAX_CALLS
-from registry.index.hybrid import Scorer as ScorerName
-from registry.serving.depth_policies import MAX_DEPTH_BIAS
-from registry.serving.shortlist import PolicyName
+from registry.request import MAX_DEPTH_BIAS, MAX_K, PolicyName, ScorerName
 from registry.tools import MAX_REGISTRY_NAME_CHARS, REGISTRY_NAME_PATTERN, ToolLimits
-from registry.writes.engine import MAX_K
 
 MAX_TOOL_NAME_CHARS = ToolLimits().max_name_chars
 MAX_USED_TOOLS = 1000
@@ -171,9 +169,11 @@ ERROR_DESCRIPTIONS: dict[int, str] = {
     401: "Missing, malformed or unknown bearer token",
     404: "Unknown registry, tool or shortlist",
     409: "Another replica kept winning the race to write this registry; retry",
+    410: "The shortlist was served before a restart or a store wipe lost its record",
     413: "Body larger than SHORTLIST_MAX_BODY_BYTES, or too many tools",
     415: "Body is not JSON: send Content-Type: application/json",
     422: "Invalid input; details name every problem",
+    429: "Too many background jobs queued on this replica; retry after Retry-After seconds",
     503: "Not ready yet (still loading), or storage unavailable",
 }
 
@@ -184,6 +184,10 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         status: {"model": ErrorResponse, "description": ERROR_DESCRIPTIONS[status]}
         for status in statuses
     }
+    if 429 in responses:
+        responses[429]["headers"] = {
+            "Retry-After": {"description": "Seconds to wait.", "schema": {"type": "integer"}}
+        }
     if 401 in responses:
         responses[401]["headers"] = {
             "WWW-Authenticate": {
@@ -241,6 +245,12 @@ class CallerShare(BaseModel):
     share: float = Field(description="Its share of the registry's counted events.")
 
 
+class ToolProfile(BaseModel):
+    tool: str
+    evidence: float = Field(description="Weighted feedback events behind the tool's usage profile.")
+    shrink: float = Field(description="evidence / (evidence + n0): how far its profile counts.")
+
+
 class LearningReport(BaseModel):
     """What the usage memory learned for a registry (README "Learning from feedback")."""
 
@@ -249,9 +259,18 @@ class LearningReport(BaseModel):
     registry_enabled: bool = Field(description="This registry's switch (PUT .../learning).")
     events: int = Field(description="Feedback events counted as evidence.")
     skipped: dict[str, int] = Field(
-        description="Events not counted, by reason: untrusted (no token), capped (the caller's "
-        "share), stale, no_query, no_evidence."
+        description="Events not counted, by reason: untrusted (no token), rate_limited (the "
+        "caller's events this minute), stale, no_query, no_evidence."
     )
+    profile_weight: float = Field(
+        description="Fusion weight of the usage profiles in the ranking, fitted by the last refit "
+        "on this registry's logged feedback (0: profiles do not lift)."
+    )
+    profile_fit: dict[str, Any] | None = Field(
+        description="How that weight was chosen (held-out events, reciprocal rank per weight, gain)."
+    )
+    tools_with_profile: int
+    profiles: list[ToolProfile] = Field(description="Each tool's evidence (the 1000 with most).")
     tools_with_memory: int
     entries: int = Field(description="Remembered (query, tool) entries.")
     wiped_at: float | None = Field(description="Unix time of the last wipe; null if never.")
@@ -400,6 +419,11 @@ class ShortlistRequest(BaseModel):
         description="Also return 'explain': the bor policy's STOP - CONTINUE margin at each "
         "depth of the request's own ranking, the bias it stopped against and the depth chosen.",
     )
+
+    def to_request(self) -> request.ShortlistRequest:
+        """The domain's request value (``explain`` stays here: it shapes the HTTP response only)."""
+        fields = self.model_dump(exclude={"explain"})
+        return request.ShortlistRequest(**fields)
 
 
 def document_settings(openapi: dict[str, Any], max_query_chars: int) -> dict[str, Any]:

@@ -6,7 +6,6 @@ from registry.core import DEMO_REGISTRY, EmbedderFactory, Shortlister, default_e
 from registry.feedback import FeedbackRecorder
 from registry.serving.depth_policies import TunableDepthPolicy
 from registry.settings import Settings
-from registry.store.base import Store
 from registry.writes.engine import RegistryChange, ShortlistEngine
 from service.feedback_metrics import FeedbackMetrics
 from service.metrics import Metrics, QueryCacheCollector
@@ -23,10 +22,9 @@ class ServiceState:
         *,
         embedder_factory: EmbedderFactory = default_embedder,
         bor_policy: TunableDepthPolicy | None = None,
-        store: Store | None = None,
     ) -> None:
         self.core = Shortlister.from_settings(
-            settings, embedder_factory=embedder_factory, bor_policy=bor_policy, store=store
+            settings, embedder_factory=embedder_factory, bor_policy=bor_policy
         )
         self.metrics = Metrics()
         self.feedback_metrics = FeedbackMetrics(self.metrics.registry, self.core.window)
@@ -58,10 +56,6 @@ class ServiceState:
     @property
     def engine(self) -> ShortlistEngine | None:
         return self.core.engine
-
-    @property
-    def store(self) -> Store:
-        return self.core.store
 
     @property
     def feedback(self) -> FeedbackRecorder:

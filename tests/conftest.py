@@ -88,7 +88,7 @@ def client(make_client):
 @pytest.fixture(scope="session")
 def minilm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One real MiniLM ONNX export per test session (about 5 s)."""
-    from registry.index.embed import ensure_minilm_onnx
+    from registry.index.minilm_export import ensure_minilm_onnx
 
     cache = tmp_path_factory.mktemp("embedder")
     ensure_minilm_onnx(cache)
@@ -97,7 +97,7 @@ def minilm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def minilm(minilm_cache: Path):
-    from registry.index.embed import load_minilm
+    from registry.index.minilm_export import load_minilm
 
     return load_minilm(minilm_cache)
 

@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import weather_tools
 from tool_shortlist_client import AsyncShortlistClient, ShortlistClient
+from tool_shortlist_client.adapters.langgraph import ShortlistRetriever
 
 pytestmark = pytest.mark.e2e
 
@@ -120,6 +121,23 @@ def test_langgraph_bigtool_agent_retrieves_through_the_service(server, client):
     assert client.feedback(shortlist, ["get_weather"], success=True).presented.exact
 
 
+def test_bigtool_registry_keyed_by_uuid_maps_by_tool_name(client):
+    """bigtool's README keys tool_registry by uuid: the retriever maps by each tool's name
+    (before: no key matched a name and it silently returned no tools)."""
+    import uuid
+
+    tools = _langchain_tools()["tools"]
+    by_uuid = {str(uuid.uuid4()): tool for tool in tools.values()}
+    retriever = ShortlistRetriever(client, tool_ids=by_uuid)
+    ids = retriever.retrieve_tools(WEATHER_QUERY)
+    assert ids and set(ids) <= set(by_uuid)
+    assert by_uuid[ids[0]].name == retriever.last.names[0] == "get_weather"
+
+    unrelated = {str(uuid.uuid4()): {"name": "something_else"}}
+    with pytest.raises(ValueError, match="none of the shortlisted tools"):
+        ShortlistRetriever(client, tool_ids=unrelated).retrieve_tools(WEATHER_QUERY)
+
+
 def test_langgraph_bigtool_async_graph(server):
     from langgraph_bigtool import create_agent  # type: ignore[import-untyped,unused-ignore]
 
@@ -218,6 +236,75 @@ def test_openai_client_tool_search_round_trip(client):
     # The Agents SDK tool declaration converts to the same Responses tool.
     converted, _ = Converter._convert_tool(adapter.agents_tool_search_tool())
     assert converted == adapter.tool_search_tool()
+
+
+def test_agents_runner_with_deferred_tools_over_the_service(client):
+    """An Agent built from the adapter alone (tool search + the registry's deferred function
+    tools) converts and runs in the Agents SDK's runner: the model's client tool search is
+    answered by /shortlist (the SDK's runner leaves client search to the caller), then the model
+    calls a found tool by its provider-safe name and the runner runs it under its registry name."""
+    import httpx2
+    import openai
+    from agents import Agent, RunConfig, Runner
+    from agents.models.openai_responses import OpenAIResponsesModel
+
+    from tool_shortlist_client.adapters import openai as adapter
+    from tool_shortlist_client.names import PROVIDER_NAME_PATTERN
+
+    query = "read the file notes.md from disk"
+    search_call = {
+        "type": "tool_search_call", "id": "tsc_1", "call_id": "call_ts_1", "execution": "client",
+        "status": "completed", "arguments": {"query": query},
+    }  # fmt: skip
+    search_output = adapter.tool_search_outputs(client, [search_call], registry="weather")[0]
+    found = [tool["name"] for tool in search_output["tools"]]
+    assert found[0] == "fs__read_file"  # the registry's fs/read_file, provider-safe
+
+    sent: list[dict[str, Any]] = []
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        sent.append(json.loads(request.content))
+        if len(sent) == 1:
+            # as the Responses API calls a deferred top-level tool: its name as its namespace
+            call = {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": found[0],
+                    "namespace": found[0], "arguments": json.dumps({"path": "notes.md"}),
+                    "status": "completed"}
+            return httpx2.Response(200, json=_responses_payload([call]))
+        message = {
+            "type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": "Done.", "annotations": []}],
+        }  # fmt: skip
+        return httpx2.Response(200, json=_responses_payload([message]))
+
+    ran: list[tuple[str, dict[str, Any]]] = []
+
+    def run(name: str, arguments: dict[str, Any]) -> str:
+        ran.append((name, arguments))
+        return "# notes"
+
+    registry_tools = client.get_registry("weather").tools
+    oai = openai.AsyncOpenAI(
+        api_key="test", base_url="http://responses.test/v1", max_retries=0,
+        http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(handler)),
+    )  # fmt: skip
+    agent = Agent(
+        name="files",
+        model=OpenAIResponsesModel("gpt-test", oai),
+        tools=[adapter.agents_tool_search_tool(), *adapter.agents_deferred_tools(registry_tools, run)],
+    )
+    items = [{"role": "user", "content": query}, search_call, search_output]
+    result = asyncio.run(Runner.run(agent, items, run_config=RunConfig(tracing_disabled=True)))
+
+    assert result.final_output == "Done."
+    assert ran == [("fs/read_file", {"path": "notes.md"})]
+    first_tools = sent[0]["tools"]
+    search = [t for t in first_tools if t["type"] == "tool_search"]
+    deferred = [t for t in first_tools if t["type"] == "function"]
+    assert search and search[0]["execution"] == "client"
+    assert len(deferred) == len(registry_tools) and all(t["defer_loading"] for t in deferred)
+    assert all(PROVIDER_NAME_PATTERN.match(t["name"]) for t in deferred)
+    assert sent[0]["input"][-1]["type"] == "tool_search_output"
+    assert adapter.called_tools([sent[1]["input"][-2]]) == ["fs/read_file"]
 
 
 def test_openai_async_tool_search_output(server):

@@ -43,3 +43,103 @@ def test_registry_imports_no_web_layer():
         if (names := forbidden_imports(path.read_text(encoding="utf-8"), str(path)))
     }
     assert offenders == {}
+
+
+# -- the layers inside registry/ ----------------------------------------------------------------
+
+
+def registry_imports() -> dict[str, set[str]]:
+    """``module -> registry modules it imports`` for every module of registry/ (functions and
+    ``TYPE_CHECKING`` blocks included: a type-only import still couples the layers)."""
+    modules = {}
+    for path in sorted((ROOT / "registry").rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                assert node.level == 0, f"{name}: relative import"
+                found.add(node.module)
+                found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        graph[name] = {m for m in found if m in modules and m != name}
+    return graph
+
+
+def layer(module: str) -> str:
+    """``registry.serving.shortlist`` -> ``registry.serving``; a top-level module is its own."""
+    return ".".join(module.split(".")[:2])
+
+
+def offenders(source: str, targets: tuple[str, ...]) -> dict[str, list[str]]:
+    return {
+        module: sorted(d for d in deps if d.startswith(targets))
+        for module, deps in registry_imports().items()
+        if layer(module) == source and any(d.startswith(targets) for d in deps)
+    }
+
+
+def test_the_query_path_never_imports_training_learning_or_the_write_path():
+    assert offenders(
+        "registry.serving",
+        ("registry.offline", "registry.learning", "registry.writes", "registry.core", "registry.backends"),
+    ) == {}
+
+
+def test_learning_memory_never_imports_the_core_the_write_path_or_training():
+    assert offenders(
+        "registry.learning", ("registry.core", "registry.writes", "registry.backends", "registry.offline")
+    ) == {}
+
+
+def test_the_write_path_never_imports_the_core_or_training():
+    assert offenders("registry.writes", ("registry.core", "registry.backends", "registry.offline")) == {}
+
+
+def test_settings_and_the_request_sit_at_the_bottom():
+    graph = registry_imports()
+    assert graph["registry.settings"] <= {"registry.request", "registry.errors"}
+    assert graph["registry.request"] <= {"registry.errors"}
+
+
+def test_no_import_cycles_between_the_packages_of_registry():
+    graph = registry_imports()
+    packages: dict[str, set[str]] = {}
+    for module, deps in graph.items():
+        packages.setdefault(layer(module), set()).update(layer(d) for d in deps)
+    for package, deps in packages.items():
+        deps.discard(package)
+    assert len(packages) > 10 and "registry.serving" in packages
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        for nxt in packages.get(start, ()):
+            if nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt})):
+                return True
+        return False
+
+    cycles = sorted(p for p in packages if reaches(p, p, {p}))
+    assert cycles == []
+
+
+def test_no_import_cycles_between_modules_of_registry():
+    graph = registry_imports()
+
+    def path_back(start: str) -> list[str] | None:
+        stack, seen = [(start, [start])], {start}
+        while stack:
+            node, trail = stack.pop()
+            for nxt in graph[node]:
+                if nxt == start:
+                    return trail
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, [*trail, nxt]))
+        return None
+
+    cycles = {m: trail for m in graph if (trail := path_back(m)) is not None}
+    assert cycles == {}

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from registry.feedback import EquivalenceClasses
+from registry.request import ShortlistRequest
 from registry.serving.compose import (
     INTENT_CONFIDENT_DEPTH,
     MAX_EXTRA_PER_INTENT,
@@ -114,24 +115,22 @@ def names(result) -> list[str]:
 
 
 def test_engine_pins_a_named_tool_first(loaded):
-    result = loaded.shortlist("r", "run get_ticker_info for AAPL")
+    result = loaded.shortlist(ShortlistRequest("r", "run get_ticker_info for AAPL"))
     assert result.tools[0].name == "yahoo.get_ticker_info" and result.tools[0].named
-    assert names(loaded.shortlist("r", "get_ticker_info", k=1)) == ["yahoo.get_ticker_info"]
+    assert names(loaded.shortlist(ShortlistRequest("r", "get_ticker_info", k=1))) == ["yahoo.get_ticker_info"]
 
 
 def test_engine_covers_two_intents(loaded):
-    result = loaded.shortlist(
-        "r", "read the text file notes.txt from disk, then post a message to the Slack channel"
-    )
+    result = loaded.shortlist(ShortlistRequest("r", "read the text file notes.txt from disk, then post a message to the Slack channel"))
     assert {"read_text_file", "slack_post_message"} <= set(names(result))
     assert len(result.intents) == 2
     assert {t.intent for t in result.tools} >= {None}
-    single = loaded.shortlist("r", "post a message to the Slack channel")
+    single = loaded.shortlist(ShortlistRequest("r", "post a message to the Slack channel"))
     assert single.intents == ()
 
 
 def test_engine_folds_equivalent_tools_into_alternates(loaded):
-    result = loaded.shortlist("r", "current weather forecast for a city", max_k=5)
+    result = loaded.shortlist(ShortlistRequest("r", "current weather forecast for a city", max_k=5))
     shown = names(result)
     assert ("get_weather" in shown) != ("get_weather_copy" in shown)
     item = result.tools[0]
@@ -141,22 +140,22 @@ def test_engine_folds_equivalent_tools_into_alternates(loaded):
 
 def test_engine_never_shows_the_whole_registry_without_k(loaded):
     for bias in (-10.0, 0.0, 10.0):
-        result = loaded.shortlist("r", "widgets helper", depth_bias=bias, max_k=100)
+        result = loaded.shortlist(ShortlistRequest("r", "widgets helper", depth_bias=bias, max_k=100))
         assert result.k <= len(TOOLS) // 2
-    assert loaded.shortlist("r", "widgets helper", k=len(TOOLS)).k == len(TOOLS)
+    assert loaded.shortlist(ShortlistRequest("r", "widgets helper", k=len(TOOLS))).k == len(TOOLS)
 
 
 def test_engine_accepts_long_messages(loaded):
     filler = " ".join(f"noise{i}" for i in range(20_000))
-    result = loaded.shortlist("r", f"{filler}\n\nread the text file from disk")
+    result = loaded.shortlist(ShortlistRequest("r", f"{filler}\n\nread the text file from disk"))
     assert result.k >= 1 and "read_text_file" in names(result)
 
 
 def test_engine_allow_empty(loaded):
-    empty = loaded.shortlist("r", "zzz qqq xxyy", allow_empty=True)
+    empty = loaded.shortlist(ShortlistRequest("r", "zzz qqq xxyy", allow_empty=True))
     assert empty.k == 0 and empty.tools == [] and empty.confidence is not None
     assert empty.confidence < loaded.queries.relevance.threshold
     assert empty.p_rand == 0.0 and empty.bor_max_bits == 0.0
-    named = loaded.shortlist("r", "zzz get_ticker_info", allow_empty=True)
+    named = loaded.shortlist(ShortlistRequest("r", "zzz get_ticker_info", allow_empty=True))
     assert names(named)[:1] == ["yahoo.get_ticker_info"]  # a named tool always fits
-    assert loaded.shortlist("r", "zzz qqq xxyy").k >= 1  # not asked: never empty
+    assert loaded.shortlist(ShortlistRequest("r", "zzz qqq xxyy")).k >= 1  # not asked: never empty

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from registry.request import ShortlistRequest
 from tests.conftest import weather_tools
 
 
@@ -35,7 +36,7 @@ def test_not_ready_until_started(make_core):
     core = make_core(start=False)
     assert not core.ready
     with pytest.raises(NotReady, match="still loading"):
-        core.shortlist("tools", "weather in Paris")
+        core.shortlist(ShortlistRequest("tools", "weather in Paris"))
     core.start(background=True)
     assert core.wait_ready(30) and core.ready
 
@@ -54,7 +55,7 @@ def test_shortlist_then_feedback_shows_in_counts_and_report(make_core):
     assert (info.registry, info.version, info.tools) == ("tools", 1, 4)
     assert [c.info for c in changes] == [info]
 
-    result = core.shortlist("tools", "what is the weather in Paris", k=2)
+    result = core.shortlist(ShortlistRequest("tools", "what is the weather in Paris", k=2))
     assert result.k == 2 and served == [result]
     shown = [item.name for item in result.tools]
     assert "get_weather" in shown
@@ -84,7 +85,7 @@ def test_feedback_checks_names_against_the_registry(make_core):
 
     core = make_core()
     core.put_registry("tools", weather_tools())
-    result = core.shortlist("tools", "send an email", k=1)
+    result = core.shortlist(ShortlistRequest("tools", "send an email", k=1))
     with pytest.raises(ValidationFailed):
         core.feedback(result.shortlist_id, ["no_such_tool"])
     with pytest.raises(ShortlistNotFound):
@@ -102,7 +103,7 @@ def test_admin_operations_notify_and_feedback_survives_a_restart(make_core):
     info = core.upsert_tools("tools", weather_tools()[2:])
     assert info.tools == 4 and info.version == 2
     assert core.delete_tool("tools", "fs/read_file").tools == 3
-    result = core.shortlist("tools", "convert 20 euros to yen", k=1)
+    result = core.shortlist(ShortlistRequest("tools", "convert 20 euros to yen", k=1))
     core.feedback(result.shortlist_id, [result.tools[0].name])
     core.close()
 
@@ -121,4 +122,4 @@ def test_demo_registry_is_loaded_from_settings(make_core):
 
     core = make_core(demo_registry=Settings().demo_registry)
     assert [i.registry for i in core.list_registries()] == [DEMO_REGISTRY]
-    assert core.shortlist(DEMO_REGISTRY, "weather in Paris").k >= 1
+    assert core.shortlist(ShortlistRequest(DEMO_REGISTRY, "weather in Paris")).k >= 1

@@ -206,6 +206,32 @@ def test_runtime_paths_point_at_what_the_image_holds(stages: list[Stage]) -> Non
     build = " ".join(stages[0].all("RUN"))
     (embedder_copy,) = [a for a in runtime.all("COPY") if "/opt/embedder" in a]
     assert "ensure_minilm_onnx(Path('/opt/embedder'))" in build and embedder_copy
+    # the int8 file is baked as well, so minilm-int8 serves without the train extra
+    assert "ensure_embedder_onnx(Path('/opt/embedder'), 'minilm-int8')" in build
+
+
+def test_the_baked_embedders_load_without_the_train_extra(tmp_path: Path) -> None:
+    """The build stage's export and load commands, run as written on a scratch directory: the
+    export side makes both files; the serving side then finds both and exports nothing (a
+    serving process without torch or onnx could not)."""
+    from registry.index.minilm_export import EMBEDDER_FILES, MINILM_NAME
+
+    stages = parse_dockerfile(DOCKERFILE.read_text())
+    commands = re.findall(r'python (?:-P )?-c "([^"]+)"', " ".join(stages[0].all("RUN")))
+    baked = [c.replace("/opt/embedder", str(tmp_path)) for c in commands if "/opt/embedder" in c]
+    assert len(baked) == 3, baked  # fp32 export, int8 quantisation, the serving-side load
+    export, load = baked[:-1], baked[-1]
+    for command in export:
+        subprocess.run([sys.executable, "-c", command], check=True, timeout=900, cwd=tmp_path)
+    files = {spec.file for spec in EMBEDDER_FILES.values()}
+    assert files <= {p.name for p in (tmp_path / MINILM_NAME).iterdir()}
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / MINILM_NAME).iterdir()}
+    # serving: torch and onnx hidden, so any export or quantisation attempt would fail
+    blocker = "import sys; sys.modules['torch'] = None; sys.modules['onnx'] = None; "
+    shown = subprocess.run([sys.executable, "-c", blocker + load], capture_output=True,
+                           text=True, timeout=300, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / MINILM_NAME).iterdir()} == before
 
 
 def _hadolint() -> str | None:

@@ -24,11 +24,9 @@ from registry.index.embed import (
     Embedder,
     HashingEmbedder,
     OnnxEmbedder,
-    ensure_minilm_onnx,
-    load_minilm,
     manifest_path,
-    minilm_model_dir,
 )
+from registry.index.minilm_export import ensure_minilm_onnx, load_minilm, minilm_model_dir
 
 LONG = " ".join(
     f"step {i}: call the inventory tool, then reconcile the warehouse ledger." for i in range(60)
@@ -213,7 +211,7 @@ def test_export_failure_names_the_extra(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_runtime_never_imports_torch(export_dir: Path) -> None:
     code = (
-        "import sys; from pathlib import Path; from registry.index.embed import load_minilm; "
+        "import sys; from pathlib import Path; from registry.index.minilm_export import load_minilm; "
         f"e = load_minilm(Path({str(export_dir.parent)!r})); e.embed_query('x'); "
         "heavy = ('torch', 'transformers', 'sentence_transformers'); "
         "bad = [m for m in heavy if m in sys.modules]; "

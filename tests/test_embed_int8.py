@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from registry.request import ShortlistRequest
 from tests.conftest import FIXTURES, CountingEmbedder
 
 PARITY_SETS = ("eval_office", "eval_weather")
@@ -35,7 +36,7 @@ def int8_cache(minilm_cache: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def minilm_int8(int8_cache: Path):
-    from registry.index.embed import load_minilm
+    from registry.index.minilm_export import load_minilm
 
     return load_minilm(int8_cache, embedder="minilm-int8")
 
@@ -151,7 +152,7 @@ def test_switching_embedder_reembeds_every_registry_never_mixed(
             if write:
                 core.put_registry("office", payload)
             snap = core.snapshot("office")
-            assert core.shortlist("office", "email the report to bob").tools
+            assert core.shortlist(ShortlistRequest("office", "email the report to bob")).tools
             return counters[-1], np.array(snap.dense.embeddings), snap.embedder
         finally:
             core.close()

@@ -12,6 +12,7 @@ from registry.errors import (
     ToolNotFound,
     ValidationFailed,
 )
+from registry.request import ShortlistRequest
 from registry.store.local import LocalStore
 from registry.writes.engine import ShortlistEngine
 
@@ -97,16 +98,16 @@ def test_reupload_reuses_cached_embeddings_across_restarts(settings, hashing_emb
 
 def test_shortlist_shape_and_rules(engine, tools_payload):
     engine.put_registry("r", tools_payload)
-    result = engine.shortlist("r", "what is the weather in Paris")
+    result = engine.shortlist(ShortlistRequest("r", "what is the weather in Paris"))
     assert result.k == len(result.tools) >= 1
     assert result.tools[0].name == "get_weather"
     assert [t.rank for t in result.tools] == list(range(1, result.k + 1))
     assert result.p_rand == pytest.approx(result.k / 4)
     assert set(result.timings) == {"embed", "search", "policy", "total"}
 
-    fixed = engine.shortlist("r", "weather", k=3)
+    fixed = engine.shortlist(ShortlistRequest("r", "weather", k=3))
     assert (fixed.policy, fixed.k) == ("fixed", 3)
-    everything = engine.shortlist("r", "weather", k=1000)
+    everything = engine.shortlist(ShortlistRequest("r", "weather", k=1000))
     assert everything.k == 4  # k above the registry size returns the whole registry
     scores = [t.score for t in everything.tools]
     assert scores == sorted(scores, reverse=True)
@@ -116,7 +117,7 @@ def test_shortlist_shape_and_rules(engine, tools_payload):
 @pytest.mark.parametrize("policy", ["bor", "fixed", "gap", "threshold"])
 def test_every_policy_and_scorer_stays_within_bounds(engine, tools_payload, scorer, policy):
     engine.put_registry("r", tools_payload)
-    result = engine.shortlist("r", "read a file", policy=policy, scorer=scorer, max_k=2)
+    result = engine.shortlist(ShortlistRequest("r", "read a file", policy=policy, scorer=scorer, max_k=2))
     assert 1 <= result.k <= 2
     assert (result.policy, result.scorer) == (policy, scorer)
 
@@ -142,7 +143,7 @@ def test_bad_shortlist_requests_name_the_field(engine, tools_payload, kwargs, fi
     engine.put_registry("r", tools_payload)
     query = kwargs.pop("query")
     with pytest.raises(ValidationFailed) as err:
-        engine.shortlist("r", query, **kwargs)
+        engine.shortlist(ShortlistRequest("r", query, **kwargs))
     assert [d["field"] for d in err.value.details] == [field]
 
 
@@ -151,33 +152,33 @@ def test_depth_bias_moves_the_bor_cut_and_defaults_to_the_setting(settings, hash
     engine = ShortlistEngine(settings, LocalStore(settings.data_dir), hashing_embedder, bor_policy)
     engine.put_registry("r", tools)
     queries = [f"do thing {i} with item {i % 5}" for i in range(25)]
-    lengths = {b: [engine.shortlist("r", q, depth_bias=b).k for q in queries] for b in (-10, -0.5, 0, 0.5, 10)}
+    lengths = {b: [engine.shortlist(ShortlistRequest("r", q, depth_bias=b)).k for q in queries] for b in (-10, -0.5, 0, 0.5, 10)}
     for i in range(len(queries)):
         ks = [lengths[b][i] for b in (-10, -0.5, 0, 0.5, 10)]
         assert ks == sorted(ks)
     assert set(lengths[-10]) == {1} and set(lengths[10]) == {20}  # one tool / the default cap
-    result = engine.shortlist("r", queries[0], depth_bias=0.5)
+    result = engine.shortlist(ShortlistRequest("r", queries[0], depth_bias=0.5))
     assert result.depth_bias == 0.5 and result.policy == "bor"
-    assert engine.shortlist("r", queries[0]).depth_bias == 0.0
-    assert engine.shortlist("r", queries[0], policy="gap").depth_bias is None
-    assert engine.shortlist("r", queries[0], k=2).depth_bias is None
+    assert engine.shortlist(ShortlistRequest("r", queries[0])).depth_bias == 0.0
+    assert engine.shortlist(ShortlistRequest("r", queries[0], policy="gap")).depth_bias is None
+    assert engine.shortlist(ShortlistRequest("r", queries[0], k=2)).depth_bias is None
 
     longer_settings = settings.model_copy(update={"depth_bias": 10.0})
     longer = ShortlistEngine(longer_settings, engine.store, hashing_embedder, bor_policy)
     longer.load_all()
-    assert longer.shortlist("r", queries[0]).k == 20
-    assert longer.shortlist("r", queries[0], depth_bias=-10).k == 1  # the request wins
+    assert longer.shortlist(ShortlistRequest("r", queries[0])).k == 20
+    assert longer.shortlist(ShortlistRequest("r", queries[0], depth_bias=-10)).k == 1  # the request wins
 
 
 def test_empty_registry_gives_an_empty_shortlist(engine):
     engine.put_registry("empty", [])
-    result = engine.shortlist("empty", "anything")
+    result = engine.shortlist(ShortlistRequest("empty", "anything"))
     assert result.k == 0 and result.tools == [] and result.n_tools == 0
 
 
 def test_unknown_registry(engine):
     with pytest.raises(RegistryNotFound):
-        engine.shortlist("nope", "q")
+        engine.shortlist(ShortlistRequest("nope", "q"))
 
 
 def test_writes_to_a_large_registry_derive_the_hnsw_graph(settings, hashing_embedder, bor_policy):
@@ -194,13 +195,13 @@ def test_writes_to_a_large_registry_derive_the_hnsw_graph(settings, hashing_embe
     engine.upsert_tools("big", [{"name": "tool_3", "description": "now about volcanoes and lava"}])
     snap = engine.snapshot("big")
     assert snap.dense._index is not first_graph and snap.dense.dead_slots == 2  # tool_7, old tool_3
-    found = engine.shortlist("big", "counts zebras on the savanna", scorer="dense", k=1)
+    found = engine.shortlist(ShortlistRequest("big", "counts zebras on the savanna", scorer="dense", k=1))
     assert found.tools[0].name == "zebra_tool"
-    assert engine.shortlist("big", "volcanoes and lava", scorer="dense", k=1).tools[0].name == "tool_3"
+    assert engine.shortlist(ShortlistRequest("big", "volcanoes and lava", scorer="dense", k=1)).tools[0].name == "tool_3"
     for query in ("handles topic7 and subject7", "topic7"):
-        names = [t.name for t in engine.shortlist("big", query, scorer="dense", k=50).tools]
+        names = [t.name for t in engine.shortlist(ShortlistRequest("big", query, scorer="dense", k=50)).tools]
         assert "tool_7" not in names and len(names) == 50
     restarted = ShortlistEngine(small, LocalStore(small.data_dir), hashing_embedder, bor_policy)
     restarted.load_all()  # a fresh build gives the same answers
     assert restarted.snapshot("big").dense.dead_slots == 0
-    assert restarted.shortlist("big", "counts zebras on the savanna", scorer="dense", k=1).tools[0].name == "zebra_tool"
+    assert restarted.shortlist(ShortlistRequest("big", "counts zebras on the savanna", scorer="dense", k=1)).tools[0].name == "zebra_tool"

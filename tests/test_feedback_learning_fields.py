@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from registry.request import ShortlistRequest
 from tests.conftest import weather_tools
 
 
@@ -68,7 +69,7 @@ def core(settings, bor_policy):
 def test_core_logs_query_caller_ranking_and_policy(core):
     core.put_registry("big", _tools())
     query = "weather helper " + "x" * 2000
-    result = core.shortlist("big", query, caller="abc")
+    result = core.shortlist(ShortlistRequest("big", query), caller="abc")
     assert result.policy_version == "default" and result.to_json()["policy_version"] == "default"
     remembered = core.feedback_recorder.memory.get(result.shortlist_id)
     assert remembered.caller == "abc" and remembered.query == query[:1000]
@@ -81,7 +82,7 @@ def test_core_logs_query_caller_ranking_and_policy(core):
     fb = core.feedback(result.shortlist_id, [deep], caller="def")
     assert fb.event.caller == "def" and fb.event.rank_of({deep}) == len(shown)
     # a fixed k is never explored and names its policy
-    fixed = core.shortlist("big", "weather", k=2)
+    fixed = core.shortlist(ShortlistRequest("big", "weather", k=2))
     assert fixed.policy_version == "fixed"
     assert core.feedback_recorder.memory.get(fixed.shortlist_id).propensity == 1.0
 

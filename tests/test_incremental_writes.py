@@ -13,10 +13,13 @@ from registry.index.dense import DenseIndex
 from registry.index.hybrid import Query, rank
 from registry.index.lexical import LexicalIndex, tokenize
 from registry.index.snapshot import build_snapshot
+from registry.jobs import LocalJobRecords
+from registry.request import ShortlistRequest
 from registry.store.local import LocalStore
 from registry.tools import ToolLimits, parse_tools
 from registry.writes.engine import ShortlistEngine
-from registry.writes.jobs import WriteJobs, stored_tools
+from registry.writes.jobs import stored_tools
+from registry.writes.write_jobs import WriteJobs
 
 WORDS = "invoice order flight hotel payment report user zebra weather stock ticket email calendar".split()
 QUERIES = ["book a flight and hotel", "zebra weather report", "send an email about the invoice",
@@ -103,7 +106,7 @@ def test_one_tool_upsert_embeds_one_text_and_shares_unchanged_parts(settings, ha
     assert hashing_embedder.documents == 1
     assert after.names is before.names and after.equivalence is before.equivalence  # shared
     assert after.tools[3].description == "counts zebras" and after.version == before.version + 1
-    assert engine.shortlist("r", "count the zebras", k=1).tools[0].name == "t3"
+    assert engine.shortlist(ShortlistRequest("r", "count the zebras", k=1)).tools[0].name == "t3"
     engine.delete_tool("r", "t3")
     assert "t3" not in engine.snapshot("r").by_name and hashing_embedder.documents == 1
 
@@ -130,14 +133,15 @@ def test_stored_tools_reuses_parsed_tools_and_matches_the_parser(settings, hashi
 
 def test_write_jobs_report_done_and_failed(settings, hashing_embedder, bor_policy):
     engine = ShortlistEngine(settings, LocalStore(settings.data_dir), hashing_embedder, bor_policy)
-    jobs = WriteJobs()
-    ok = jobs.submit(engine.prepare_put("r", [{"name": "a", "description": "alpha"}]))
+    jobs = WriteJobs(LocalJobRecords(settings.data_dir))
+    ok = jobs.submit(engine.prepare_put("r", [{"name": "a", "description": "alpha"}]), "put", [{"name": "a", "description": "alpha"}])
     assert ok.new_texts == 1
     assert jobs.wait(ok, 10) and ok.state == "done" and ok.info.version == 1
-    assert jobs.get("r", ok.id) is ok and jobs.get("other", ok.id) is None
+    assert jobs.get("r", ok.id).info == ok.info and jobs.get("other", ok.id) is None
     engine.limits = ToolLimits(max_tools=2)
-    bad = jobs.submit(engine.prepare_upsert("r", [{"name": "b", "description": "b"}, {"name": "c", "description": "c"}]))
-    assert jobs.wait(bad, 10) and bad.state == "failed" and isinstance(bad.error, PayloadTooLarge)
+    two = [{"name": "b", "description": "b"}, {"name": "c", "description": "c"}]
+    bad = jobs.submit(engine.prepare_upsert("r", two), "upsert", two)
+    assert jobs.wait(bad, 10) and bad.state == "failed" and bad.error.error_type == PayloadTooLarge.error_type
     assert engine.snapshot("r").n_tools == 1
 
 

@@ -9,6 +9,7 @@ from pydantic import SecretStr
 
 from registry.core import Shortlister
 from registry.index.embed import HashingEmbedder
+from registry.request import ShortlistRequest
 
 TOOLS = [
     {"name": "get_weather", "description": "Current weather conditions in a city"},
@@ -102,7 +103,7 @@ def test_global_switch(make_client):
         assert rank_of(client, "weather today in london city", "weather_forecast") > 0
 
 
-def test_with_tokens_only_callers_count_and_none_beyond_its_share(make_client, settings, bor_policy):
+def test_with_tokens_only_callers_count_and_a_dominant_one_weighs_less(make_client, settings, bor_policy):
     tokens = tuple(SecretStr(f"token-{i}-0123456789abcdef") for i in range(6))
     with make_client(query_token=tokens, learning_caller_share=0.3, **LIFT) as client:
         client.put("/registries/w", json=TOOLS)
@@ -110,16 +111,36 @@ def test_with_tokens_only_callers_count_and_none_beyond_its_share(make_client, s
             teach(client, 4 if i else 40, headers={"Authorization": f"Bearer token-{i}-0123456789abcdef"})
         learning = client.get("/registries/w/learning", headers={"Authorization": "Bearer token-1-0123456789abcdef"}).json()
         top = learning["caller_shares"][0]
-        assert top["caller"] is not None and top["events"] == 20  # its first 20 count, then the cap
-        assert learning["skipped"]["capped"] == 20
+        assert top["caller"] is not None and top["events"] == 40  # every event counts (no lock) ...
+        assert learning["events"] == 60 and "capped" not in learning["skipped"]
+        assert learning["profiles"][0]["tool"] == "weather_forecast"
+        # ... but its repeats decay: 40 claims of one tool weigh ~11, not 40
+        assert learning["profiles"][0]["evidence"] < 0.5 * 60
     # the core called in-process without a caller: not counted while query tokens are set
     core = Shortlister.from_settings(
         settings.model_copy(update={"query_token": tokens}),
         embedder_factory=lambda _: HashingEmbedder(), bor_policy=bor_policy, start=True,
     )
     try:
-        result = core.shortlist("w", "weather today in oslo city", k=2)
+        result = core.shortlist(ShortlistRequest("w", "weather today in oslo city", k=2))
         core.feedback(result.shortlist_id, ["weather_forecast"])
         assert core.learning_report("w")["skipped"]["untrusted"] == 1
     finally:
         core.close()
+
+
+def test_one_shared_token_with_caller_ids_counts_agents_apart(make_client):
+    """Issue 23 finding 2: one token for every agent made them one caller; X-Caller-Id (hashed
+    under the token) tells them apart, and a different token cannot claim the same id."""
+    token = SecretStr("shared-token-0123456789abcdef")
+    other = SecretStr("other-token-0123456789abcdef")
+    with make_client(query_token=(token, other), **LIFT) as client:
+        client.put("/registries/w", json=TOOLS)
+        auth = {"Authorization": f"Bearer {token.get_secret_value()}"}
+        for agent in ("alice", "bob", "carol"):
+            teach(client, 3, headers={**auth, "X-Caller-Id": agent})
+        teach(client, 3, headers={"Authorization": f"Bearer {other.get_secret_value()}", "X-Caller-Id": "alice"})
+        learning = client.get("/registries/w/learning", headers=auth).json()
+        callers = [c["caller"] for c in learning["caller_shares"]]
+        assert len(callers) == len(set(callers)) == 4 and all(c is not None for c in callers)
+        assert [c["events"] for c in learning["caller_shares"]] == [3, 3, 3, 3]

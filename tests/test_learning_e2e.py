@@ -33,11 +33,14 @@ def ranking(url: str, query: str) -> list[str]:
 
 
 def teach(url: str, queries: list[str]) -> None:
-    for query in queries:
-        sl = httpx.post(f"{url}/shortlist", json={"registry": "agent", "query": query}, timeout=T).json()
+    """Agents (told apart by X-Caller-Id: one caller's repeated claims decay) use TARGET."""
+    for i, query in enumerate(queries):
+        headers = {"X-Caller-Id": f"agent-{i}"}
+        sl = httpx.post(f"{url}/shortlist", json={"registry": "agent", "query": query}, headers=headers,
+                        timeout=T).json()
         body = {"shortlist_id": sl["shortlist_id"], "used": [TARGET], "success": True,
                 "calls": [{"tool": TARGET, "useful": True}]}
-        assert httpx.post(f"{url}/feedback", json=body, timeout=T).status_code == 200
+        assert httpx.post(f"{url}/feedback", json=body, headers=headers, timeout=T).status_code == 200
 
 
 def test_feedback_moves_a_tool_up_and_survives_a_restart(server_factory):
@@ -50,7 +53,7 @@ def test_feedback_moves_a_tool_up_and_survives_a_restart(server_factory):
     teach(server.url, TEACH)
     # a request never sent is lifted by its neighbours (12 at cosine ~0.86)
     assert scored(server.url, PROBE)[TARGET] > base[TARGET] + 0.05
-    teach(server.url, [PROBE] * 16)  # the agent asks this very request again and again
+    teach(server.url, [PROBE] * 16)  # agents ask this very request again and again
     assert ranking(server.url, PROBE)[0] == TARGET
     # an unrelated request keeps its ranking
     assert ranking(server.url, "convert 100 dollars to euros")[0] == "convert_currency"

@@ -10,6 +10,7 @@ from pydantic import SecretStr
 
 from registry.core import Shortlister
 from registry.index.embed import HashingEmbedder
+from registry.request import ShortlistRequest
 from tests.test_learning_api import CITIES, TOOLS
 
 KNOBS = {"learning_beta": 1.0, "learning_similarity": 0.5, "learning_save_interval_seconds": 0.2,
@@ -23,7 +24,7 @@ def core(settings, bor_policy, url: str, prefix: str, tmp) -> Shortlister:
 
 
 def top(c: Shortlister) -> str:
-    return c.shortlist("w", QUERY, k=4).tools[0].name
+    return c.shortlist(ShortlistRequest("w", QUERY, k=4)).tools[0].name
 
 
 def eventually(check, timeout: float = 10.0) -> None:
@@ -42,7 +43,7 @@ def test_two_replicas_learn_together(settings, bor_policy, redis_server, redis_p
         eventually(lambda: b.engine is not None and b.engine.has_registry("w"))
         assert top(a) == top(b) == "get_weather"
         for i in range(10):
-            sl = a.shortlist("w", f"weather today in {CITIES[i]} city")
+            sl = a.shortlist(ShortlistRequest("w", f"weather today in {CITIES[i]} city"))
             a.feedback(sl.shortlist_id, ["weather_forecast"], success=True)
         assert top(a) == "weather_forecast"
         eventually(lambda: top(b) == "weather_forecast")  # b folded a's events from the stream

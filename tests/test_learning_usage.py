@@ -9,6 +9,7 @@ import pytest
 
 from registry.feedback import ToolCall
 from registry.index.embed import HashingEmbedder
+from registry.learning.evidence import EvidenceConfig
 from registry.learning.usage import UsageConfig, UsageMemory, tool_evidence
 
 EMBED = HashingEmbedder()
@@ -99,7 +100,7 @@ def test_useless_calls_temper_an_entry():
     before = m.boost("r", q, ["book_flight"], np.zeros(1, np.float32))[0]
     m.observe(event("book a flight to rome", "book_flight", calls=(ToolCall("book_flight", False),)))
     after = m.boost("r", q, ["book_flight"], np.zeros(1, np.float32))[0]
-    assert before > 0 and after == 0
+    assert before > 0 and 0 <= after < before / 3  # the caller's repeat weighs 0.8: 1 - 0.8 is left
 
 
 def test_duplicates_and_unknown_tools():
@@ -118,19 +119,39 @@ def test_callers_need_a_token_when_required():
     assert m.report("r")["skipped"] == {"untrusted": 1}
 
 
-def test_one_caller_cannot_exceed_its_share():
-    m = memory(caller_share=0.2, caller_min_events=5)
-    outcomes = []
+def test_one_shared_token_never_locks_and_30_events_undo_10():
+    """Issue 23 finding 2: with one token for every agent the old share cap skipped every event
+    after the first 20 as "capped" (30 correcting events changed nothing)."""
+    m = memory()
+    q = "weather forecast for paris tomorrow"
+    for i in range(10):  # an attacker under the shared token: the wrong tool for this need
+        assert m.observe(event(f"{q} please {i}", "send_email", caller="shared", received=1000.0 + i)) == "counted"
+    for i in range(30):  # legitimate agents, same token: the right one
+        assert m.observe(event(f"{q} now {i}", "get_weather", caller="shared", received=1100.0 + i)) == "counted"
+    assert m.report("r")["events"] == 40 and "capped" not in m.report("r")["skipped"]
+    lift = m.boost("r", EMBED.embed_query(q), ["send_email", "get_weather"], np.zeros(2, np.float32))
+    assert lift[1] > 1.5 * lift[0]  # decayed: 30 events weigh 9.02, the 10 wrong ones 5.39
+
+
+def test_a_dominant_caller_weighs_less_but_still_counts():
+    m = memory()
     for i in range(200):
         honest = i % 10 < 7  # 70% of events from 7 honest callers, 30% from one attacker
         caller = f"h{i % 10}" if honest else "attacker"
-        outcome = m.observe(event(f"q{i} word{i}", "t", caller=caller))
-        outcomes.append((caller, outcome))
-    report = m.report("r")
-    shares = {s["caller"]: s["share"] for s in report["caller_shares"]}
-    assert shares["attacker"] <= 0.2 + 1e-9
-    assert report["skipped"]["capped"] > 0
-    assert all(o == "counted" for c, o in outcomes if c != "attacker")
+        assert m.observe(event(f"q{i} word{i}", f"t{i % 50}", caller=caller, received=1000.0 + i)) == "counted"
+    counter = m._registries["r"].counter
+    assert counter.weight["attacker"] / counter.total < 0.3 - 0.02  # soft share: scaled down
+    assert counter.weight["attacker"] > 0
+
+
+def test_a_caller_is_rate_limited_per_minute():
+    from registry.learning.evidence import EvidenceConfig
+
+    m = memory(evidence=EvidenceConfig(per_minute=30))
+    outcomes = [m.observe(event(f"q{i}", f"t{i}", caller="c", received=1000.0 + i / 10)) for i in range(50)]
+    assert outcomes.count("counted") == 30 and outcomes.count("rate_limited") == 20
+    assert m.observe(event("later", "t1", caller="c", received=1100.0)) == "counted"  # next minute
+    assert m.observe(event("other", "t2", caller="d", received=1000.0)) == "counted"  # other caller
 
 
 def test_wipe_forgets_and_refuses_older_events():
@@ -151,13 +172,13 @@ def test_drop_tools():
 
 
 def test_state_round_trip():
-    m = memory(caller_share=1.0)
+    m = memory(evidence=EvidenceConfig(caller_share=1.0))
     for i in range(20):
         m.observe(event(f"weather in city{i % 4}", "get_weather", caller=f"c{i % 3}", received=1000.0 + i))
     m.observe(event("send an email to bob", "send_email"))
     raw = m.state_bytes("r")
     assert raw is not None
-    restored = memory(caller_share=1.0)
+    restored = memory(evidence=EvidenceConfig(caller_share=1.0))
     restored.load_state("r", raw)
     assert restored.report("r") == m.report("r")
     q = EMBED.embed_query("weather in city1")

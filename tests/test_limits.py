@@ -14,11 +14,10 @@ import pytest
 
 from registry.errors import InvalidRegistryName
 from registry.feedback import MAX_CALLS
-from registry.index.hybrid import SCORERS
+from registry.request import MAX_K, POLICIES, SCORERS
 from registry.store.base import RegistryRecord
 from registry.store.local import LocalStore
 from registry.tools import MAX_JSON_DEPTH
-from registry.writes.engine import MAX_K, POLICIES
 from service.schemas import MAX_USED_TOOLS, PolicyName, ScorerName
 
 BODY_ROUTES = [
@@ -130,14 +129,6 @@ def test_documented_choices_are_the_engines():
         ({"shortlist_id": "abc", "used": ["t" * 257]}, "used.0"),
         ({"shortlist_id": "abc", "used": [""]}, "used.0"),
         (
-            {
-                "shortlist_id": "abc",
-                "used": ["a"],
-                "calls": [{"tool": "a", "useful": True}] * (MAX_CALLS + 1),
-            },
-            "calls",
-        ),
-        (
             {"shortlist_id": "abc", "used": ["a"], "calls": [{"tool": "t" * 257, "useful": True}]},
             "calls.0.tool",
         ),
@@ -146,6 +137,15 @@ def test_documented_choices_are_the_engines():
 def test_feedback_list_and_string_limits_are_422(client, body, field):
     error = error_of(client.post("/feedback", json=body), 422, "validation")
     assert error["details"][0]["field"] == field
+
+
+def test_feedback_with_too_many_calls_is_422_when_the_body_fits(make_client):
+    body = {"shortlist_id": "abc", "used": ["a"], "calls": [{"tool": "a", "useful": True}] * (MAX_CALLS + 1)}
+    with make_client() as client:  # ~270 KB: past SHORTLIST_MAX_FEEDBACK_BODY_BYTES first
+        error_of(client.post("/feedback", json=body), 413, "payload_too_large")
+    with make_client(max_feedback_body_bytes=1 << 20) as client:
+        error = error_of(client.post("/feedback", json=body), 422, "validation")
+        assert error["details"][0]["field"] == "calls"
 
 
 def test_tool_name_in_the_path_is_at_most_256_chars(client, tools_payload):
@@ -183,7 +183,7 @@ def test_long_field_names_are_not_echoed_in_full(client):
 
 @pytest.mark.parametrize("method, path", BODY_ROUTES)
 def test_absurdly_nested_bodies_are_422_not_500(client, method, path):
-    deep = b"[" * 200_000 + b"]" * 200_000
+    deep = b"[" * 60_000 + b"]" * 60_000  # within even the feedback body limit (128 KiB)
     r = client.request(method, path, content=deep, headers={"content-type": "application/json"})
     error = error_of(r, 422, "validation")
     assert "nested too deeply" in error["message"]

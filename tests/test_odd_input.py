@@ -220,7 +220,7 @@ def test_the_schema_accepts_every_tool_format(client, tools_payload):
 
 
 def test_the_schemas_knob_rules_name_real_policies():
-    from registry.serving.shortlist import POLICIES
+    from registry.request import POLICIES
     from service.schemas import SHORTLIST_KNOB_RULES
 
     for rule in SHORTLIST_KNOB_RULES:

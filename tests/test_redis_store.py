@@ -22,6 +22,7 @@ from registry.feedback import (
     ToolEfficiency,
 )
 from registry.index.embed import HashingEmbedder
+from registry.request import ShortlistRequest
 from registry.store.base import RegistryRecord, SharedStore
 from registry.store.redis import (
     RedisFeedbackLog,
@@ -275,8 +276,8 @@ def test_replicas_refresh_install_and_drop(settings, bor_policy, redis_server, r
     assert [c.info.version for c in seen] == [2]
     assert embedder_b.documents == 0  # b reused the embeddings a cached in Redis
     query = "what is the weather in Paris"
-    assert [t.name for t in b.shortlist("w", query, k=3).tools] == [
-        t.name for t in a.shortlist("w", query, k=3).tools
+    assert [t.name for t in b.shortlist(ShortlistRequest("w", query, k=3)).tools] == [
+        t.name for t in a.shortlist(ShortlistRequest("w", query, k=3)).tools
     ]
     assert b.refresh() == []
     a.delete_registry("w")
@@ -386,7 +387,7 @@ def test_outage_reads_keep_working_writes_fail_then_resync(settings, bor_policy,
     sync.start()
     try:
         own_redis.stop()
-        before = a.shortlist("w", "weather in Paris", k=2)
+        before = a.shortlist(ShortlistRequest("w", "weather in Paris", k=2))
         with pytest.raises(StoreUnavailable) as info:
             a.upsert_tools("w", [tool("x", "Another tool.")])
         assert "unavailable" in info.value.message and info.value.error_type == "unavailable"
@@ -409,7 +410,7 @@ def test_outage_reads_keep_working_writes_fail_then_resync(settings, bor_policy,
         while sync.up:
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        assert [t.name for t in b.shortlist("w", "weather in Paris", k=2).tools] == [
+        assert [t.name for t in b.shortlist(ShortlistRequest("w", "weather in Paris", k=2)).tools] == [
             t.name for t in before.tools
         ]
 
@@ -453,7 +454,7 @@ def test_settings_choose_the_backend(tmp_path, bor_policy, redis_server, redis_p
     from service.state import ServiceState
 
     local = ServiceState(Settings(data_dir=tmp_path / "local", demo_registry=None), bor_policy=bor_policy)
-    assert isinstance(local.store, LocalStore)
+    assert isinstance(local.core.store, LocalStore)
     assert isinstance(local.feedback.memory, ShortlistMemory)
     assert isinstance(local.feedback.log, LocalFeedbackLog)
 
@@ -463,7 +464,7 @@ def test_settings_choose_the_backend(tmp_path, bor_policy, redis_server, redis_p
     )
     assert redis_server.url not in repr(settings)  # the URL may hold a password
     shared = ServiceState(settings, bor_policy=bor_policy)
-    assert isinstance(shared.store, RedisStore) and shared.store.prefix == redis_prefix
+    assert isinstance(shared.core.store, RedisStore) and shared.core.store.prefix == redis_prefix
     assert isinstance(shared.feedback.memory, RedisShortlistMemory)
     assert isinstance(shared.feedback.log, RedisFeedbackLog)
     assert not (tmp_path / "shared").exists()  # nothing is written locally in Redis mode

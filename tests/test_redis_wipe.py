@@ -16,6 +16,7 @@ from pydantic import SecretStr
 
 from registry.errors import RegistryNotFound, StoreUnavailable
 from registry.index.embed import HashingEmbedder
+from registry.request import ShortlistRequest
 from registry.store.redis import RedisStore, connect
 from registry.writes.engine import ShortlistEngine
 from registry.writes.sync import StoreSync
@@ -85,7 +86,7 @@ class Load:
         while not self.stop.is_set():
             core = self.cores[i % 2]
             try:
-                result = core.shortlist("r1", "weather in Paris", k=2)
+                result = core.shortlist(ShortlistRequest("r1", "weather in Paris", k=2))
                 assert result.tools
                 self.queries += 1
             except (RegistryNotFound, AssertionError) as exc:
@@ -112,7 +113,7 @@ def seed(a, b) -> dict:
     wait(lambda: b.engine.current("r1") is not None and b.engine.current("r1").version == 5, 5, "b in step")
     wait(lambda: b.engine.current("r2") is not None, 5, "b has r2")
     for core in (a, b, a):
-        served = core.shortlist("r1", "weather in Paris", k=2)
+        served = core.shortlist(ShortlistRequest("r1", "weather in Paris", k=2))
         core.feedback(served.shortlist_id, [served.tools[0].name])
     wait(lambda: a.feedback_recorder.efficiency.to_state() == b.feedback_recorder.efficiency.to_state(),
          5, "feedback counts in step")

@@ -33,6 +33,7 @@ from registry.feedback.counts import LiveWindow, ToolEfficiency, WindowStats
 from registry.feedback.events import (
     MATCHES,
     MAX_CALLS,
+    MAX_CALLS_BYTES,
     EquivalenceClasses,
     FeedbackEvent,
     RememberedShortlists,
@@ -40,6 +41,8 @@ from registry.feedback.events import (
     ShownShortlist,
     ToolCall,
     build_event,
+    check_event_size,
+    event_line,
     parse_feedback,
     validate_equivalents,
 )
@@ -58,6 +61,7 @@ __all__ = [
     "CHECKPOINT_FORMAT",
     "MATCHES",
     "MAX_CALLS",
+    "MAX_CALLS_BYTES",
     "CompactableFeedbackLog",
     "EquivalenceClasses",
     "FeedbackEvent",
@@ -75,6 +79,8 @@ __all__ = [
     "ToolEfficiency",
     "WindowStats",
     "build_event",
+    "check_event_size",
+    "event_line",
     "parse_checkpoint",
     "parse_feedback",
     "validate_equivalents",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,10 +25,14 @@ from registry.feedback.served import (  # re-exported: they lived here first
 MATCHES: tuple[str, str] = ("exact", "equivalent")
 #: Upper bound on the calls one feedback event may report (keeps log lines bounded).
 MAX_CALLS = 10_000
+#: Upper bound on the bytes those calls take as stored (``[{"tool":..,"useful":..}]`` JSON): the
+#: count alone lets 10,000 long names add megabytes to the log per event.
+MAX_CALLS_BYTES = 64 * 1024
 
 __all__ = [
     "MATCHES",
     "MAX_CALLS",
+    "MAX_CALLS_BYTES",
     "MAX_LOGGED_QUERY_CHARS",
     "RANKING_TAIL",
     "EquivalenceClasses",
@@ -348,10 +353,51 @@ def _check_feedback(used: Any, calls: Any, success: Any) -> _Checked:
                 names.append((f"calls[{i}].tool", tool))
                 calls_out.append(ToolCall(tool, useful))
 
+    stored = _json_bytes([call.to_json() for call in calls_out]) if calls_out else 0
+    if stored > MAX_CALLS_BYTES:
+        problems.append(
+            {
+                "field": "calls",
+                "message": f"the calls take {stored} bytes as stored, more than the limit of "
+                f"{MAX_CALLS_BYTES}: report fewer calls",
+            }
+        )
     if success is not None and not isinstance(success, bool):
         problems.append({"field": "success", "message": "must be true, false or null"})
         success = None
     return tuple(dict.fromkeys(used_out)), names, tuple(calls_out), success, problems
+
+
+def _json_bytes(value: Any) -> int:
+    """Bytes of ``value`` in the log's encoding (compact JSON, ASCII escapes)."""
+    return len(json.dumps(value, separators=(",", ":"), allow_nan=False))
+
+
+def event_line(event: FeedbackEvent) -> bytes:
+    """``event`` as one line of the feedback log (JSON Lines)."""
+    return (json.dumps(event.to_json(), separators=(",", ":"), allow_nan=False) + "\n").encode("utf-8")
+
+
+def check_event_size(event: FeedbackEvent, limit: int) -> None:
+    """Refuse an event whose log line would exceed ``limit`` bytes, naming its largest fields.
+
+    Raises:
+        ValidationFailed: one problem per field, largest first, with its bytes.
+    """
+    size = len(event_line(event))
+    if size <= limit:
+        return
+    fields = sorted(((_json_bytes(v), k) for k, v in event.to_json().items()), reverse=True)
+    largest = ", ".join(f"{name} {n} bytes" for n, name in fields[:3])
+    problems = [
+        {"field": name, "message": f"takes {n} bytes of the {size}-byte event", "bytes": n}
+        for n, name in fields[:3]
+    ]
+    raise ValidationFailed(
+        f"the feedback event would take {size} bytes in the log, more than the limit of "
+        f"{limit} (SHORTLIST_MAX_FEEDBACK_EVENT_BYTES); largest: {largest}",
+        problems,
+    )
 
 
 def parse_feedback(

@@ -13,7 +13,7 @@ from typing import Any, Protocol, cast, runtime_checkable
 
 from registry.errors import ArtifactError
 from registry.feedback.counts import ToolEfficiency
-from registry.feedback.events import FeedbackEvent
+from registry.feedback.events import FeedbackEvent, event_line
 from registry.fsio import append_whole, atomic_write_bytes, fsync_dir, storage_errors
 
 logger = logging.getLogger(__name__)
@@ -47,6 +47,10 @@ class CompactableFeedbackLog(FeedbackLog, Protocol):
 
     def pending_events(self) -> int:
         """Events in the log after the checkpoint (what a restart replays)."""
+        ...
+
+    def pending_bytes(self) -> int:
+        """Bytes those events take (compaction starts on bytes as well as on events)."""
         ...
 
     def compact(self, cutoff: float) -> int:
@@ -101,10 +105,6 @@ def parse_checkpoint(
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ArtifactError(f"feedback checkpoint {where} is unreadable: {exc}", details) from exc
     return cast(dict[str, Any], doc)
-
-
-def _event_line(event: FeedbackEvent) -> bytes:
-    return (json.dumps(event.to_json(), separators=(",", ":"), allow_nan=False) + "\n").encode("utf-8")
 
 
 class LocalFeedbackLog:
@@ -257,7 +257,7 @@ class LocalFeedbackLog:
             StorageFull: no space left; nothing was recorded, a retry is accepted.
             StorageUnavailable: another I/O error (likewise).
         """
-        data = _event_line(event)
+        data = event_line(event)
         with self._lock:
             fd = self._fd
             if fd is None:
@@ -275,6 +275,11 @@ class LocalFeedbackLog:
         """Lines after the checkpoint: what a restart replays."""
         with self._lock:
             return self._pending
+
+    def pending_bytes(self) -> int:
+        """Bytes of the log after the checkpoint."""
+        with self._lock:
+            return self._size - self._start
 
     def _lines(self, start: int, end: int) -> Iterator[tuple[int, bytes]]:
         """``(offset after the line, line)`` for the lines in ``[start, end)``; only the last
@@ -304,6 +309,38 @@ class LocalFeedbackLog:
                 skipped += 1
                 logger.warning("feedback log %s: skipping unreadable line: %s", self.path, exc)
         self.skipped = skipped
+
+    def read_after(self, position: Any = None) -> tuple[list[FeedbackEvent], Any]:
+        """The events after ``position`` (from a previous call; None: after the checkpoint),
+        oldest first, and the position after them: a reader keeping up with the log reads each
+        line once instead of replaying the whole log every time.
+
+        Raises:
+            LogCompacted: a compaction cut events since ``position`` was taken (read again from
+                None: :meth:`replay` no longer yields the events cut).
+        """
+        with self._lock:
+            size, start, generation = self._size, self._start, self._generation
+            if position is None:
+                offset = start
+            elif tuple(position[:2]) != (generation, start):
+                raise LogCompacted(f"feedback log {self.path} was compacted since the last read")
+            else:
+                offset = int(position[2])
+            handle = open(self.path, "rb")  # noqa: SIM115 - opened under the lock (this generation), read outside it
+        events: list[FeedbackEvent] = []
+        with handle:
+            handle.seek(offset)
+            pos = offset
+            for raw in handle:
+                if pos + len(raw) > size or not raw.endswith(b"\n"):
+                    break  # appended after the size was read, or a torn tail
+                pos += len(raw)
+                try:
+                    events.append(FeedbackEvent.from_json(json.loads(raw)))
+                except (ValueError, KeyError, TypeError):
+                    continue  # replay skips (and reports) it too
+        return events, (generation, start, pos)
 
     def compact(self, cutoff: float) -> int:
         """Fold the events received before ``cutoff`` (epoch seconds) into the checkpoint and

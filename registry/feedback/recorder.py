@@ -7,9 +7,10 @@ import math
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable
+from pathlib import Path
 from typing import Any
 
-from registry.errors import ShortlistError, ShortlistNotFound
+from registry.errors import ShortlistError, ShortlistExpired, ShortlistNotFound
 from registry.feedback.counts import LiveWindow, ToolEfficiency
 from registry.feedback.events import (
     EquivalenceClasses,
@@ -17,6 +18,7 @@ from registry.feedback.events import (
     RememberedShortlists,
     ShownShortlist,
     build_event,
+    check_event_size,
 )
 from registry.feedback.log import (
     CompactableFeedbackLog,
@@ -24,6 +26,7 @@ from registry.feedback.log import (
     LogCompacted,
     SharedFeedbackLog,
 )
+from registry.feedback.served import ShortlistMemory, served_at
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +57,11 @@ class FeedbackRecorder:
         on_event: Iterable[FeedbackListener] = (),
         *,
         compact_after_events: int = 200_000,
+        compact_after_bytes: int = 256 * 1024 * 1024,
         compact_margin_seconds: float = 600.0,
         min_compact_interval_seconds: float = 300.0,
+        max_event_bytes: int = 256 * 1024,
+        before_compact: Callable[[], bool] | None = None,
     ) -> None:
         self.memory = memory
         self.log = log
@@ -64,6 +70,8 @@ class FeedbackRecorder:
         self._clock = clock
         self._listeners: list[FeedbackListener] = list(on_event)
         self.compact_after_events = int(compact_after_events)
+        self.compact_after_bytes = int(compact_after_bytes)
+        self.max_event_bytes = int(max_event_bytes)
         self.compact_margin_seconds = float(compact_margin_seconds)
         self.min_compact_interval_seconds = float(min_compact_interval_seconds)
         # Held across "append + count" and across a resynchronisation, so a shared log's
@@ -72,9 +80,12 @@ class FeedbackRecorder:
         self._compacting = threading.Lock()
         self._last_compact = -math.inf
         self.compactions = 0
+        # (when, what) lost remembered shortlists: a restart without a graceful shutdown, a
+        # wiped shared store; feedback for one served before gets 410, not 404
+        self.losses: Callable[[], Iterable[tuple[float, str]]] = lambda: ()
         # Called before a compaction cuts events out of the log; False postpones it (the usage
         # learner saves the evidence it derived from them first: UsageLearner.checkpoint).
-        self.before_compact: Callable[[], bool] | None = None
+        self.before_compact = before_compact
 
     def add_listener(self, listener: FeedbackListener) -> None:
         self._listeners.append(listener)
@@ -82,6 +93,36 @@ class FeedbackRecorder:
     def remember(self, shortlist: ShownShortlist) -> None:
         """Remember a served shortlist so feedback can quote its id."""
         self.memory.remember(shortlist)
+
+    def save_pending(self, path: Path) -> None:
+        """At a graceful shutdown (local memory only): save the shortlists still waiting for
+        feedback, so the next start takes feedback for them (:meth:`restore_pending`)."""
+        if isinstance(self.memory, ShortlistMemory):
+            try:
+                logger.info("saved %d pending shortlists for the next start", self.memory.save(path))
+            except OSError as exc:
+                logger.warning("pending shortlists not saved (feedback for them gets 410): %s", exc)
+
+    def restore_pending(self, path: Path) -> bool:
+        """Take back what :meth:`save_pending` saved; False when nothing was saved (a shared
+        memory keeps them itself: True)."""
+        if not isinstance(self.memory, ShortlistMemory):
+            return True
+        restored = self.memory.load(path)
+        if restored is not None:
+            logger.info("restored %d pending shortlists saved at the last shutdown", restored)
+        return restored is not None
+
+    def _raise_lost(self, shortlist_id: str) -> None:
+        """ShortlistExpired when ``shortlist_id`` was served, within its retention, before an
+        event that lost the remembered shortlists."""
+        at = served_at(shortlist_id)
+        retention = float(getattr(self.memory, "retention_seconds", math.inf))
+        if at is None or self._clock() - at > retention:
+            return
+        for lost_at, why in sorted(self.losses()):
+            if at < lost_at:
+                raise ShortlistExpired(shortlist_id, at, lost_at, why)
 
     def submit(
         self,
@@ -109,12 +150,14 @@ class FeedbackRecorder:
 
         Raises:
             ShortlistNotFound: unknown or expired id.
-            ValidationFailed: bad payload; nothing is recorded.
+            ValidationFailed: bad payload, or the event would take more than
+                ``max_event_bytes`` in the log; nothing is recorded.
             StorageUnavailable: the durable append failed (StorageFull: no space left);
                 nothing is counted and a retry is accepted.
         """
         shortlist = self.memory.get(shortlist_id)
         if shortlist is None:
+            self._raise_lost(shortlist_id)
             raise ShortlistNotFound(shortlist_id)
         event = build_event(
             shortlist,
@@ -126,6 +169,7 @@ class FeedbackRecorder:
             self._clock(),
             caller,
         )
+        check_event_size(event, self.max_event_bytes)  # a resend of a refused one is refused too
         if not self.memory.mark_feedback(shortlist_id):
             return event, True
         with self._count_lock:
@@ -172,7 +216,8 @@ class FeedbackRecorder:
 
     def maybe_compact(self, *, wait: bool = False) -> bool:
         """Start a compaction of a compactable log when it holds more than
-        ``compact_after_events`` events past its checkpoint, at most once every
+        ``compact_after_events`` events or ``compact_after_bytes`` bytes past its checkpoint
+        (few large events fill a disk long before many small ones), at most once every
         ``min_compact_interval_seconds``. Runs on a background thread (``wait``: inline).
 
         Returns:
@@ -185,7 +230,10 @@ class FeedbackRecorder:
         if now - self._last_compact < self.min_compact_interval_seconds:
             return False
         try:
-            if log.pending_events() <= self.compact_after_events:
+            if (
+                log.pending_events() <= self.compact_after_events
+                and log.pending_bytes() <= self.compact_after_bytes
+            ):
                 return False
         except ShortlistError:  # the shared store is down: try again later
             return False

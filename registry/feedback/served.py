@@ -4,15 +4,19 @@ version, margins, scores); the in-process bounded memory of them."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+import uuid
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from registry.errors import ShortlistNotFound
+from registry.fsio import atomic_write_bytes
 
 #: Longest request text remembered with a shortlist (and logged with its feedback).
 MAX_LOGGED_QUERY_CHARS = 1_000
@@ -81,6 +85,25 @@ def learning_fields(d: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- served shortlists ----------------------------------------------------------------------------
+
+
+
+def new_shortlist_id(now: float | None = None) -> str:
+    """32 hex digits: the serve time in milliseconds (12), then 20 random ones. The time lets
+    feedback for a shortlist whose record was lost (a restart, a wiped store) get a clear
+    410 instead of a 404 (:func:`served_at`)."""
+    ms = int((time.time() if now is None else now) * 1000)
+    return f"{ms & 0xFFFFFFFFFFFF:012x}{uuid.uuid4().hex[:20]}"
+
+
+def served_at(shortlist_id: str) -> float | None:
+    """When a shortlist with this id was served (None: not an id of that form)."""
+    if len(shortlist_id) != 32:
+        return None
+    try:
+        return int(shortlist_id[:12], 16) / 1000
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +304,39 @@ class ShortlistMemory:
             entry = self._entries.get(shortlist_id)
             if entry is not None:
                 entry.has_feedback = False
+
+    def save(self, path: Path) -> int:
+        """Write the live entries to ``path`` atomically (at a graceful shutdown: a restart
+        then takes feedback for them); returns how many."""
+        with self._lock:
+            self._evict(self._clock())
+            rows = [(e.shortlist.to_json(), e.has_feedback) for e in self._entries.values()]
+        lines = (json.dumps({"shortlist": row, "feedback": flag}, allow_nan=False) for row, flag in rows)
+        atomic_write_bytes(path, ("".join(line + "\n" for line in lines)).encode("utf-8"))
+        return len(rows)
+
+    def load(self, path: Path) -> int | None:
+        """Restore what :meth:`save` wrote and delete the file (a later crash must not bring
+        back stale flags); returns how many live entries, None when there was no file."""
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        restored = 0
+        with self._lock:
+            for line in raw.splitlines():
+                try:
+                    doc = json.loads(line)
+                    entry = _Entry(ShownShortlist.from_json(doc["shortlist"]))
+                except (ValueError, KeyError, TypeError):
+                    continue
+                entry.has_feedback = bool(doc.get("feedback"))
+                self._entries[entry.shortlist.shortlist_id] = entry
+                restored += 1
+            self._evict(self._clock())
+            restored = min(restored, len(self._entries))
+        path.unlink()
+        return restored
 
     def __len__(self) -> int:
         """Entries held, after dropping expired ones from the old end."""

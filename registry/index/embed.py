@@ -25,7 +25,6 @@ from tokenizers import Encoding, Tokenizer
 
 from registry.errors import ArtifactError
 from registry.onnx import make_session
-from registry.settings import EmbedderName
 
 MINILM_NAME = "all-MiniLM-L6-v2"
 MINILM_DIM = 384
@@ -246,46 +245,6 @@ class HashingEmbedder:
             digest = hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest()
             counts[int.from_bytes(digest, "little") % self.dim] += 1.0
         return (counts / np.linalg.norm(counts)).astype(np.float32)
-
-
-def minilm_model_dir() -> Path:
-    """Directory of the bundled MiniLM weights (see :mod:`registry.index.minilm_export`)."""
-    from registry.index.minilm_export import minilm_model_dir as model_dir
-
-    return model_dir()
-
-
-def ensure_minilm_onnx(cache_dir: Path) -> Path:
-    """The fp32 export under ``cache_dir``, exported first if missing.
-
-    See :func:`registry.index.minilm_export.ensure_embedder_onnx` (int8 as well).
-    """
-    from registry.index.minilm_export import ensure_embedder_onnx
-
-    return ensure_embedder_onnx(cache_dir, "minilm")
-
-
-def load_minilm(
-    cache_dir: Path,
-    *,
-    threads: int = 1,
-    embedder: EmbedderName = "minilm",
-    adapter_dir: Path | None = None,
-) -> OnnxEmbedder:
-    """Make ``embedder``'s ONNX file under ``cache_dir`` if needed (fp32 by default), then load it.
-
-    Args:
-        cache_dir: Cache root (see :mod:`registry.index.minilm_export`).
-        threads: ONNX Runtime intra-op threads.
-        embedder: ``minilm`` (fp32), ``minilm-int8``, ``tuned`` or ``tuned-int8``.
-        adapter_dir: The tool adapter (``Settings.tuned_embedder_dir``), for the tuned ones.
-
-    Raises:
-        ArtifactError: The export failed, a cached file is corrupt or unloadable.
-    """
-    from registry.index.minilm_export import load_embedder
-
-    return load_embedder(cache_dir, embedder, threads=threads, adapter_dir=adapter_dir)
 
 
 def manifest_path(onnx_path: Path) -> Path:

@@ -17,15 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, get_args
 
 import numpy as np
 
 from registry.index.dense import DenseIndex
 from registry.index.lexical import LexicalIndex, top_k
 
-Scorer = Literal["dense", "bm25", "hybrid"]
-SCORERS: tuple[str, ...] = get_args(Scorer)  # the one list of scorer names
 HYBRID_ALPHA = 0.8
 # With an approximate (HNSW) dense index, fuse over the union of both candidate lists.
 HYBRID_CANDIDATES = 200

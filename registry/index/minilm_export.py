@@ -49,6 +49,7 @@ __all__ = [
     "ensure_embedder_onnx",
     "ensure_minilm_onnx",
     "load_embedder",
+    "load_minilm",
     "minilm_model_dir",
 ]
 
@@ -246,6 +247,27 @@ def read_name(adapter: dict[str, str] | None) -> str:
 def ensure_minilm_onnx(cache_dir: Path) -> Path:
     """The fp32 export (see :func:`ensure_embedder_onnx`)."""
     return ensure_embedder_onnx(cache_dir, "minilm")
+
+
+def load_minilm(
+    cache_dir: Path,
+    *,
+    threads: int = 1,
+    embedder: EmbedderName = "minilm",
+    adapter_dir: Path | None = None,
+) -> OnnxEmbedder:
+    """Make ``embedder``'s ONNX file under ``cache_dir`` if needed (fp32 by default), then load it.
+
+    Args:
+        cache_dir: Cache root (see this module's docstring).
+        threads: ONNX Runtime intra-op threads.
+        embedder: ``minilm`` (fp32), ``minilm-int8``, ``tuned`` or ``tuned-int8``.
+        adapter_dir: The tool adapter (``Settings.tuned_embedder_dir``), for the tuned ones.
+
+    Raises:
+        ArtifactError: The export failed, a cached file is corrupt or unloadable.
+    """
+    return load_embedder(cache_dir, embedder, threads=threads, adapter_dir=adapter_dir)
 
 
 def load_embedder(

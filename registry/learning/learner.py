@@ -19,13 +19,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from registry.errors import ShortlistError
+from registry.feedback import FeedbackEvent
 from registry.index.snapshot import Snapshot
+from registry.learning.evidence import evidence_config
 from registry.learning.persist import Control, LearningStore
+from registry.learning.profiles import ProfileConfig, fit_weight
 from registry.learning.usage import UsageConfig, UsageEvent, UsageMemory
 from registry.settings import Settings
 
@@ -33,6 +37,7 @@ __all__ = ["UsageLearner", "usage_config"]
 
 log = logging.getLogger(__name__)
 
+FIT_EVENTS = 5000  # a profile-weight fit reads at most this many of the newest events
 KnownTools = Callable[[str], Collection[str] | None]
 EventSource = Callable[[], Iterable[UsageEvent]]
 
@@ -45,8 +50,17 @@ def usage_config(settings: Settings) -> UsageConfig:
         similarity=settings.learning_similarity,
         beta=settings.learning_beta,
         candidates=settings.learning_candidates,
-        caller_share=settings.learning_caller_share,
+        evidence=evidence_config(settings),
         require_caller=bool(settings.query_token),
+    )
+
+
+def profile_config(settings: Settings) -> ProfileConfig:
+    """The usage profiles' knobs from the settings."""
+    return ProfileConfig(
+        candidates=settings.learning_candidates,
+        evidence=evidence_config(settings),
+        margin=settings.refit_margin,
     )
 
 
@@ -134,6 +148,8 @@ class UsageLearner:
         control = self._controls.get(registry)
         if control is not None and control.wiped_at > 0:
             self._apply_wipe(registry, control.wiped_at)
+        if control is not None:
+            self.memory.set_weight(registry, control.profile_weight)
 
     def close(self) -> None:
         """Stop the thread and save what changed."""
@@ -142,7 +158,7 @@ class UsageLearner:
             self._thread.join(10)
             self._thread = None
         if self.attached:
-            self.save()
+            self.save(everything=True)  # a checkpoint of every memory at a graceful shutdown
 
     def _run(self) -> None:
         self._fold(self._backlog)
@@ -161,9 +177,7 @@ class UsageLearner:
         """Apply other replicas' switches and wipes, fold new shared events, save when due."""
         if self._source is not None:
             self._controls = self._read_controls()
-            for registry, control in self._controls.items():
-                if control.wiped_at > self._wiped_at(registry):
-                    self._apply_wipe(registry, control.wiped_at)
+            self._apply_controls()
             self._fold_source()
         if time.monotonic() - self._last_save >= self.save_interval:
             self.save()
@@ -227,7 +241,10 @@ class UsageLearner:
             return ids, scores
         top = ids[: self.memory.config.candidates]
         names = [snap.tools[int(i)].name for i in top]
-        return self.memory.rerank(snap.registry, query, names, ids, scores)
+        extra = None
+        if self.memory.weight(snap.registry) > 0:
+            extra = self.memory.profile_lift(snap.registry, query, names, snap.dense.scores_for(query, top))
+        return self.memory.rerank(snap.registry, query, names, ids, scores, extra)
 
     # -- registry changes, switches, wipes ------------------------------------------------------
 
@@ -242,7 +259,7 @@ class UsageLearner:
 
     def set_enabled(self, registry: str, enabled: bool) -> dict[str, Any]:
         """Switch learning on or off for ``registry`` (memory is kept; off: no lift, no folding)."""
-        control = Control(enabled=enabled, wiped_at=self._control(registry).wiped_at)
+        control = replace(self._control(registry), enabled=enabled)
         self.store.set_control(registry, control)
         self._controls = {**self._controls, registry: control}
         return self.report(registry)
@@ -256,6 +273,51 @@ class UsageLearner:
         self._apply_wipe(registry, at)
         self.store.delete_state(registry)
         return self.report(registry)
+
+    def set_profile_weight(self, registry: str, weight: float, fit: dict[str, Any]) -> None:
+        """Ship a fitted profile weight for ``registry`` (a refit), on every replica."""
+        control = replace(self._control(registry), profile_weight=float(weight), profile_fit=fit)
+        self.store.set_control(registry, control)
+        self._controls = {**self._controls, registry: control}
+        self.memory.set_weight(registry, weight)
+
+    def fit_profile_weight(self, snap: Snapshot, events: Iterable[FeedbackEvent]) -> dict[str, Any]:
+        """Fit ``snap``'s registry's profile fusion weight on its logged events (the most recent
+        :data:`FIT_EVENTS`) and ship it on every replica when the guard passes; the fit report."""
+        registry = snap.registry
+        rows = [e for e in events if e.registry == registry and e.query and e.used][-FIT_EVENTS:]
+        ids = snap.by_name
+        rows = [e for e in rows if any(u in ids for u in e.used)]
+        cfg = profile_config(self.settings)
+        if not self.attached or len(rows) < cfg.min_fit_events:
+            fit = {"events": len(rows), "reason": f"{len(rows)} events; fitting a weight needs {cfg.min_fit_events}"}
+            weight = 0.0
+        else:
+            vecs = np.stack([np.asarray(self.memory.embed(e.query), np.float32) for e in rows])
+            cands: list[np.ndarray] = []
+            base: list[np.ndarray] = []
+            for e in rows:
+                names = [n for n in (e.ranking or e.shown) if n in ids][: cfg.candidates]
+                cands.append(np.array([ids[n] for n in names], np.int64))
+                scores = np.asarray(e.scores, np.float32)[: len(names)]
+                if len(scores) < len(names):  # no logged scores: dense cosines stand in
+                    scores = snap.dense.scores_for(vecs[len(base)], cands[-1])
+                base.append(scores)
+            weight, fit = fit_weight(
+                vecs, [[ids[u] for u in e.used if u in ids] for e in rows], [e.caller for e in rows],
+                snap.dense.embeddings, cfg, candidates=cands, base_scores=base,
+                keys=[e.query for e in rows], received=[e.received for e in rows],
+            )
+        if weight != self.memory.weight(registry) or fit.get("reason") == "shipped":
+            self.set_profile_weight(registry, weight, fit)
+        return {**fit, "weight": weight}
+
+    def _apply_controls(self) -> None:
+        for registry, control in self._controls.items():
+            if control.wiped_at > self._wiped_at(registry):
+                self._apply_wipe(registry, control.wiped_at)
+            if self.memory.weight(registry) != control.profile_weight:
+                self.memory.set_weight(registry, control.profile_weight)
 
     def _apply_wipe(self, registry: str, at: float) -> None:
         if at > self._wiped_at(registry):
@@ -282,16 +344,31 @@ class UsageLearner:
     def report(self, registry: str) -> dict[str, Any]:
         """The registry report's ``learning`` section."""
         return {
+            "profile_fit": self._control(registry).profile_fit,
             "enabled": self.enabled(registry),
             "global_enabled": bool(self.settings.learning),
             "registry_enabled": self._control(registry).enabled,
             **self.memory.report(registry),
         }
 
-    def save(self) -> int:
-        """Save every registry whose memory changed since the last save; returns how many."""
+    def write_back(self) -> int:
+        """After the shared store lost its data: write every memory and switch this replica
+        holds back to it (a replica started later, or one that restarts, finds them). Returns
+        how many memories were saved."""
+        for registry, control in sorted(self._controls.items()):
+            try:
+                self.store.set_control(registry, control)
+            except (OSError, ShortlistError) as exc:
+                log.warning("learning switch of %r not written back: %s", registry, exc)
+        return self.save(everything=True)
+
+    def save(self, *, everything: bool = False) -> int:
+        """Save every registry whose memory changed since the last save (``everything``: every
+        registry it holds); returns how many."""
         with self._dirty_lock:
             dirty, self._dirty = self._dirty, set()
+            if everything:
+                dirty |= set(self.memory.registries())
         self._last_save = time.monotonic()
         saved = 0
         for registry in sorted(dirty):

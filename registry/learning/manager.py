@@ -1,26 +1,31 @@
 """Refit jobs and policy versions of every registry: what the admin routes and the CLI call.
 
 A refit reads the feedback log, fits and evaluates a rule (:func:`registry.learning.refit.refit`)
-and, when it passes the guard, stores it as the registry's new active version. It runs on the
-caller's thread (synchronous) or on a background thread (a *job*, polled by id), never on the
-query path. Job states: ``running``, then ``done`` (a new version is active), ``refused`` (the
-guard said no; nothing changed) or ``failed`` (an error; nothing changed).
+and, when it passes the guard, stores it as the registry's new active version. Every refit is
+a durable *job* (:mod:`registry.jobs`) run by one worker thread per process, never on the query
+path: one refit at a time, at most ``refit_queue_max`` queued (then 429), and a job a restart
+interrupted runs again at the next start. It reads only the log lines appended since the
+previous refit (:class:`registry.learning.refit_events.RefitEvents`). Job states: ``queued``,
+``running``, then ``done`` (a new version is active), ``candidate`` (a new version is stored
+but not active: it changes mean K so much that an admin activates it), ``refused`` (the guard
+said no; nothing changed) or ``failed`` (an error; nothing changed).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from registry.errors import NotFound
-from registry.feedback import FeedbackEvent
+from registry.feedback import FeedbackEvent, FeedbackLog
+from registry.jobs import OPEN_STATES, JobQueue, JobRecords, LocalJobRecords, RedisJobRecords, Task
+from registry.learning.evidence import evidence_config
 from registry.learning.refit import refit
+from registry.learning.refit_events import RefitEvents
 from registry.serving.stop_rules import (
     LocalPolicyStore,
     PolicyBook,
@@ -33,15 +38,15 @@ __all__ = ["JOB_STATES", "PolicyManager", "RefitJob", "refit_from_settings"]
 
 log = logging.getLogger(__name__)
 
-JOB_STATES = ("running", "done", "refused", "failed")
-JOB_TTL_SECONDS = 86_400
+JOB_STATES = ("queued", "running", "done", "candidate", "refused", "failed")
+WAIT_SECONDS = 3600.0  # a synchronous refit (CLI, in-process) waits at most this long
 
 
 @dataclass(frozen=True, slots=True)
 class RefitJob:
     job: str
     registry: str
-    state: str = "running"
+    state: str = "queued"
     reason: str = ""
     version: str | None = None  # the version activated (done) or None
     active: str | None = None  # the registry's active version when the job ended
@@ -65,33 +70,8 @@ class RefitJob:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> RefitJob:
         fields: dict[str, Any] = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        fields.setdefault("job", d.get("id"))
         return cls(**fields)
-
-
-class _Jobs:
-    """Job records: in memory, or in Redis (``<prefix>policy-job:<id>``, a day's TTL) so any
-    replica answers a poll."""
-
-    def __init__(self, client: Any = None, prefix: str = "") -> None:
-        self._client = client
-        self._key = f"{prefix}policy-job:"
-        self._local: dict[str, RefitJob] = {}
-        self._lock = threading.Lock()
-
-    def put(self, job: RefitJob) -> None:
-        with self._lock:
-            self._local[job.job] = job
-            while len(self._local) > 1000:
-                self._local.pop(next(iter(self._local)))
-        if self._client is not None:
-            self._client.set(self._key + job.job, json.dumps(job.to_json()), ex=JOB_TTL_SECONDS)
-
-    def get(self, job_id: str) -> RefitJob | None:
-        if self._client is not None:
-            raw = self._client.get(self._key + job_id)
-            if raw is not None:
-                return RefitJob.from_json(json.loads(raw))
-        return self._local.get(job_id)
 
 
 class PolicyManager:
@@ -99,42 +79,58 @@ class PolicyManager:
 
     Args:
         book: the active rules this replica serves.
-        events: the feedback log's events (read once per refit).
-        settings: refit knobs (``refit_min_events``, ``refit_margin``, ``refit_confidence``).
+        feedback_log: the log refits read (incrementally).
+        settings: refit knobs (``refit_min_events``, ``refit_margin``, ``refit_confidence``,
+            ``refit_queue_max``).
+        records: where refit jobs are kept (default: in the data directory).
     """
 
     def __init__(
         self,
         book: PolicyBook,
-        events: Callable[[], Iterable[FeedbackEvent]],
+        feedback_log: FeedbackLog,
         settings: Settings,
-        jobs: _Jobs | None = None,
+        records: JobRecords | None = None,
     ) -> None:
         self.book = book
-        self.events = events
+        self.events = RefitEvents(feedback_log)
         self.settings = settings
-        self._jobs = jobs or _Jobs()
-        self._running: dict[str, RefitJob] = {}
+        self.queue = JobQueue(
+            "refit",
+            records or LocalJobRecords(settings.data_dir),
+            limit=settings.refit_queue_max,
+            what="refits",
+            lease_seconds=settings.job_lease_seconds,
+        )
+        self._open: dict[str, str] = {}  # registry -> its unfinished job here
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self._poller: threading.Thread | None = None
+        #: a refit's first step, the usage profiles' weight (set by the core; None: none)
+        self.fit_profiles: Callable[[str, list[FeedbackEvent]], dict[str, Any] | None] | None = None
 
     @classmethod
     def for_settings(
-        cls, settings: Settings, events: Callable[[], Iterable[FeedbackEvent]], *, shared: bool
+        cls,
+        settings: Settings,
+        feedback_log: FeedbackLog,
+        *,
+        shared: bool,
+        client: Any = None,
+        jobs: JobRecords | None = None,
     ) -> PolicyManager:
-        """Redis-backed when the settings name a Redis and the registry store is shared."""
+        """Redis-backed when the settings name a Redis and the registry store is shared; on
+        ``client`` when given (the connection :func:`registry.backends.build_backends` shares)."""
         store: PolicyStore
-        jobs = None
         if shared and settings.redis_url is not None:
             from registry.store.redis import connect
 
-            client = connect(settings.redis_url.get_secret_value())
+            client = client or connect(settings.redis_url.get_secret_value())
             store = RedisPolicyStore(client, settings.redis_prefix)
-            jobs = _Jobs(client, settings.redis_prefix)
+            jobs = jobs or RedisJobRecords(client, settings.redis_prefix)
         else:
             store = LocalPolicyStore(settings.data_dir)
-        return cls(PolicyBook(store), events, settings, jobs)
+        return cls(PolicyBook(store), feedback_log, settings, jobs)
 
     # -- serving ----------------------------------------------------------------------------------
 
@@ -161,6 +157,7 @@ class PolicyManager:
 
     def close(self) -> None:
         self._closing.set()
+        self.queue.close()
 
     # -- admin ------------------------------------------------------------------------------------
 
@@ -189,70 +186,92 @@ class PolicyManager:
     # -- refits -----------------------------------------------------------------------------------
 
     def refit(self, registry: str, *, background: bool = False) -> RefitJob:
-        """Run a refit of ``registry`` (on a thread with ``background``); one at a time per
-        registry (a second request returns the running job)."""
+        """Queue a refit of ``registry`` and, unless ``background``, wait for its outcome. A
+        registry with a refit queued or running here gets that job back.
+
+        Raises:
+            QueueFull: ``refit_queue_max`` refits are unfinished here (nothing was queued).
+        """
         with self._lock:
-            running = self._running.get(registry)
-            if running is not None:
-                return running
-            job = RefitJob(uuid.uuid4().hex[:16], registry, created=time.time())
-            self._running[registry] = job
-        self._jobs.put(job)
-        if not background:
-            return self._run(job)
-        threading.Thread(target=self._run, args=(job,), name=f"refit-{registry}", daemon=True).start()
-        return job
+            job_id = self._open.get(registry)
+            record = self.queue.get(job_id) if job_id is not None else None
+            if record is None or record.get("state") not in OPEN_STATES:
+                job_id = uuid.uuid4().hex[:16]
+                record = self.queue.submit(
+                    {"id": job_id, "job": job_id, "registry": registry}, self._task(registry)
+                )
+                self._open[registry] = job_id
+        if background:
+            return RefitJob.from_json(record)
+        return RefitJob.from_json(self.queue.wait(record["id"], WAIT_SECONDS) or record)
 
     def job(self, registry: str, job_id: str) -> RefitJob:
-        job = self._jobs.get(job_id)
-        if job is None or job.registry != registry:
+        record = self.queue.get(job_id)
+        if record is None or record.get("registry") != registry:
             raise NotFound(
-                f"no refit job {job_id!r} for registry {registry!r}",
+                f"no refit job {job_id!r} for registry {registry!r} (finished jobs are kept a day)",
                 {"registry": registry, "job": job_id},
             )
-        return job
+        return RefitJob.from_json(record)
 
-    def _run(self, job: RefitJob) -> RefitJob:
-        registry = job.registry
+    def resume(self) -> int:
+        """Queue again the refits a stopped process left unfinished (at start)."""
+
+        def make_task(record: dict[str, Any], _: bytes | None) -> Task:
+            with self._lock:
+                self._open[record["registry"]] = record["id"]
+            return self._task(record["registry"])
+
+        return self.queue.resume(make_task)
+
+    def _task(self, registry: str) -> Task:
+        def run() -> dict[str, Any]:
+            try:
+                return self._run(registry)
+            finally:
+                with self._lock:
+                    self._open.pop(registry, None)
+
+        return run
+
+    def _run(self, registry: str) -> dict[str, Any]:
         try:
             current = self.book.history(registry).active_rule
+            events = self.events.of(registry)
+            profile = self.fit_profiles(registry, events) if self.fit_profiles is not None else None
             outcome = refit(
-                self.events(),
+                events,
                 registry,
                 current,
                 min_events=self.settings.refit_min_events,
                 margin=self.settings.refit_margin,
                 confidence=self.settings.refit_confidence,
-                caller_share=self.settings.learning_caller_share,
+                evidence=evidence_config(self.settings),
+                max_mean_k=self.settings.refit_max_mean_k,
+                review_factor=self.settings.refit_review_factor,
             )
             version = None
-            if outcome.state == "done" and outcome.rule is not None:
-                history = self.book.add(outcome.rule, registry, activate=True)
-                version = history.active
+            if outcome.state in ("done", "candidate") and outcome.rule is not None:
+                history = self.book.add(outcome.rule, registry, activate=outcome.state == "done")
+                version = history.versions[-1].version
             log.info("refit of %r: %s (%s)", registry, outcome.state, outcome.reason)
-            finished = replace(
-                job,
-                state=outcome.state,
-                reason=outcome.reason,
-                version=version,
-                active=self.book.history(registry).active,
-                estimate=outcome.estimate,
-            )
+            return {
+                "state": outcome.state,
+                "reason": outcome.reason,
+                "version": version,
+                "active": self.book.history(registry).active,
+                "estimate": {**outcome.estimate, "profile": profile} if profile else outcome.estimate,
+            }
         except Exception as exc:
             log.exception("refit of %r failed", registry)
-            finished = replace(job, state="failed", reason=f"{type(exc).__name__}: {exc}")
-        finished = replace(finished, finished=time.time())
-        self._jobs.put(finished)
-        with self._lock:
-            self._running.pop(registry, None)
-        return finished
+            return {"state": "failed", "reason": f"{type(exc).__name__}: {exc}"}
 
 
 def refit_from_settings(settings: Settings, registry: str) -> RefitJob:
     """``shortlist refit``: refit one registry from the configured store's feedback log (local
     directory or Redis), outside any server; running replicas pick the result up (Redis: on
     their next policy poll; local: at restart)."""
-    from registry.feedback import FeedbackLog, LocalFeedbackLog
+    from registry.feedback import LocalFeedbackLog
 
     feedback_log: FeedbackLog
     shared = settings.redis_url is not None
@@ -263,5 +282,8 @@ def refit_from_settings(settings: Settings, registry: str) -> RefitJob:
         feedback_log = RedisFeedbackLog(client, settings.redis_prefix, StoreHealth())
     else:
         feedback_log = LocalFeedbackLog.in_data_dir(settings.data_dir, archive=settings.feedback_archive)
-    manager = PolicyManager.for_settings(settings, feedback_log.replay, shared=shared)
-    return manager.refit(registry)
+    manager = PolicyManager.for_settings(settings, feedback_log, shared=shared)
+    try:
+        return manager.refit(registry)
+    finally:
+        manager.close()

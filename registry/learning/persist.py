@@ -4,8 +4,9 @@ Two things per registry:
 
 * the usage-memory state, one blob (``UsageMemory.state_bytes``): written by every replica now
   and then (they fold the same events, so the blobs agree up to the order events arrived in);
-* its control record ``{"enabled": bool, "wiped_at": epoch seconds}``: small, read by every
-  replica on each sync tick, so a switch-off or a wipe reaches all of them.
+* its control record ``{"enabled": bool, "wiped_at": epoch seconds, "profile_weight": float,
+  "profile_fit": {...}}``: small, read by every replica on each sync tick, so a switch-off, a
+  wipe or a newly fitted profile weight reaches all of them.
 
 Local layout: ``<data_dir>/learning/<registry>.usage.npz`` and ``<data_dir>/learning/control.json``.
 Redis: ``<prefix>usage:<registry>`` (string) and ``<prefix>learning:control`` (hash registry -> JSON).
@@ -33,14 +34,23 @@ class Control:
 
     enabled: bool = True
     wiped_at: float = 0.0
+    profile_weight: float = 0.0  # the usage profiles' fitted fusion weight (a refit sets it)
+    profile_fit: dict[str, Any] | None = None  # how that weight was chosen
 
     def to_json(self) -> str:
-        return json.dumps({"enabled": self.enabled, "wiped_at": self.wiped_at})
+        return json.dumps({"enabled": self.enabled, "wiped_at": self.wiped_at,
+                           "profile_weight": self.profile_weight, "profile_fit": self.profile_fit})
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Control:
         doc = json.loads(raw)
-        return cls(enabled=bool(doc.get("enabled", True)), wiped_at=float(doc.get("wiped_at", 0.0)))
+        fit = doc.get("profile_fit")
+        return cls(
+            enabled=bool(doc.get("enabled", True)),
+            wiped_at=float(doc.get("wiped_at", 0.0)),
+            profile_weight=float(doc.get("profile_weight", 0.0)),
+            profile_fit=fit if isinstance(fit, dict) else None,
+        )
 
 
 class LearningStore(Protocol):

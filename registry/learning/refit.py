@@ -23,9 +23,15 @@ stopping at the first ``k`` with that probability at most ``threshold`` (grid). 
 the largest mean gain on the fitting part, among those whose found rate is not below the
 current policy's there, is the candidate.
 
-Guard. On the held-out part (30%, split by shortlist id) the bootstrap lower bound of the mean
-gain at ``confidence`` must be above ``margin``, and the candidate's found rate must not be
-below the current one's. Otherwise the refit is refused.
+Guard. Every event is weighted by the evidence rule the usage memory applies
+(:mod:`registry.learning.evidence`: rate-limited events out, a caller's repeated claims decay),
+in the fit and in the held-out estimate alike. On the held-out part (30%, split by shortlist
+id) the bootstrap lower bound of the weighted mean gain at ``confidence`` must be above
+``margin``, the candidate's found rate must not be below the current one's, and a candidate
+whose mean K grows past ``max_mean_k`` times the current one must find more than fixed top-K
+does at its own mean K (extra depth must pay for itself on the fixed-K curve). Otherwise the
+refit is refused. A passing candidate that changes mean K by more than ``review_factor`` (either
+way) is stored but not activated (``candidate``): an admin activates it.
 """
 
 from __future__ import annotations
@@ -33,19 +39,19 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from registry.bor import k_equivalent
 from registry.feedback import FeedbackEvent
-from registry.offline.metrics import k_equivalent
+from registry.learning.evidence import EvidenceConfig, EvidenceCounter
 from registry.serving.features import depth_features
 from registry.serving.stop_rules import StopRule
 
-__all__ = ["HOLDOUT_SHARE", "Estimate", "LoggedEvents", "RefitOutcome", "evaluate_rule", "refit"]
+__all__ = ["HOLDOUT_SHARE", "Estimate", "LoggedEvents", "RefitOutcome", "evaluate_rule", "fixed_found_at", "refit"]
 
 HOLDOUT_SHARE = 0.3
 BIAS_GRID = tuple(np.round(np.arange(-3.0, 3.01, 0.25), 2))
@@ -62,6 +68,7 @@ class LoggedEvent:
     features: np.ndarray  # (D, F)
     bias: float
     rank: float  # 0-based logged rank of the first used tool; inf: past the logged ranking
+    weight: float = 1.0  # the evidence rule's weight of the event
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,13 +77,19 @@ class LoggedEvents:
 
     @classmethod
     def of(
-        cls, events: Iterable[FeedbackEvent], registry: str, caller_share: float = 1.0
+        cls, events: Iterable[FeedbackEvent], registry: str, evidence: EvidenceConfig | None = None
     ) -> LoggedEvents:
         """The registry's events the learned policy served (with margins and scores), each
-        caller's (token's) kept to at most ``caller_share`` of them (its earliest events)."""
-        mine = [e for e in events if e.registry == registry and e.margins and e.scores]
+        weighted by the evidence rule (:mod:`registry.learning.evidence`, the one the usage
+        memory applies): rate-limited events are left out, repeated claims of one caller decay."""
+        counter = EvidenceCounter(evidence or EvidenceConfig())
         out = []
-        for e in capped(mine, caller_share):
+        for e in events:
+            if e.registry != registry or counter.check(e.caller, e.received) is not None:
+                continue
+            weights = counter.weigh(e.caller, e.used, e.received)
+            if not (e.margins and e.scores):
+                continue
             depth = len(e.margins)
             feats = depth_features(np.asarray(e.scores, np.float64), e.n_tools, depth)
             if feats.shape[0] != depth:
@@ -89,9 +102,13 @@ class LoggedEvents:
                     feats.astype(np.float64),
                     float(e.depth_bias or 0.0),
                     math.inf if rank is None else float(rank),
+                    max(weights.values(), default=1.0),
                 )
             )
         return cls(tuple(out))
+
+    def weights(self) -> np.ndarray:
+        return np.array([e.weight for e in self.events], np.float64)
 
     def split(self, share: float = HOLDOUT_SHARE) -> tuple[LoggedEvents, LoggedEvents]:
         """``(fit, held out)``, by a hash of the shortlist id (stable across refits)."""
@@ -104,33 +121,6 @@ class LoggedEvents:
 
     def __len__(self) -> int:
         return len(self.events)
-
-
-def capped(events: list[FeedbackEvent], share: float) -> list[FeedbackEvent]:
-    """``events`` with every identified caller's count cut to ``m``, the largest count with
-    ``m <= share * kept events`` (events without a caller, no tokens configured, all stay)."""
-    counts = Counter(e.caller for e in events if e.caller is not None)
-    if share >= 1.0 or not counts:
-        return events
-    anonymous = len(events) - sum(counts.values())
-
-    def kept(m: int) -> int:
-        return anonymous + sum(min(n, m) for n in counts.values())
-
-    lo, hi = 1, max(counts.values())
-    while lo < hi:  # the largest m with m <= share * kept(m)
-        mid = (lo + hi + 1) // 2
-        if mid <= share * kept(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    seen: Counter[str | None] = Counter()
-    out = []
-    for e in events:
-        seen[e.caller] += 1
-        if e.caller is None or seen[e.caller] <= lo:
-            out.append(e)
-    return out
 
 
 def rule_depths(rule: StopRule, data: LoggedEvents) -> np.ndarray:
@@ -181,10 +171,21 @@ def _metrics(depths: np.ndarray, ranks: np.ndarray, weights: np.ndarray) -> tupl
 
 
 def evaluate_rule(rule: StopRule, data: LoggedEvents) -> Estimate:
+    """Weighted (evidence rule) off-policy metrics of ``rule`` on ``data``."""
     depths = rule_depths(rule, data)
     ranks = np.array([e.rank for e in data.events])
-    found, mean_k, eff = _metrics(depths, ranks, np.ones(len(ranks)))
-    return Estimate(len(data), found, mean_k, eff, float(np.mean(ranks < 1)) if len(ranks) else 0.0)
+    w = data.weights()
+    found, mean_k, eff = _metrics(depths, ranks, w)
+    at1 = float(w @ (ranks < 1) / w.sum()) if len(ranks) else 0.0
+    return Estimate(len(data), found, mean_k, eff, at1)
+
+
+def fixed_found_at(ranks: np.ndarray, weights: np.ndarray, k: float) -> float:
+    """Found rate of fixed top-K at (fractional, interpolated) depth ``k`` on these events."""
+    lo = math.floor(k)
+    f_lo = float(weights @ (ranks < lo) / weights.sum())
+    f_hi = float(weights @ (ranks < lo + 1) / weights.sum())
+    return f_lo + (k - lo) * (f_hi - f_lo)
 
 
 def _fit_logistic(data: LoggedEvents, l2: float = 1.0, steps: int = 25) -> StopRule | None:
@@ -237,7 +238,8 @@ def candidates(fit: LoggedEvents, current: StopRule) -> list[StopRule]:
 
 @dataclass(frozen=True, slots=True)
 class RefitOutcome:
-    """What a refit concluded: ``state`` is ``done`` (candidate better: ``rule`` to ship) or
+    """What a refit concluded: ``state`` is ``done`` (candidate better: ``rule`` to ship),
+    ``candidate`` (better, but changing mean K so much an admin must activate it) or
     ``refused`` (``reason`` says why; ``rule`` may still show the best candidate)."""
 
     state: str
@@ -257,11 +259,14 @@ def event_gains(cand: np.ndarray, cur: np.ndarray, ranks: np.ndarray, slope: flo
     return (ranks < cand).astype(np.float64) - (ranks < cur) - slope * (cand - cur)
 
 
-def _bootstrap_mean(values: np.ndarray, confidence: float, seed: int = 0) -> tuple[float, float]:
-    """Bootstrap ``(lower, upper)`` bounds of the mean at ``confidence`` (one-sided each)."""
+def _bootstrap_mean(
+    values: np.ndarray, confidence: float, weights: np.ndarray | None = None, seed: int = 0
+) -> tuple[float, float]:
+    """Bootstrap ``(lower, upper)`` bounds of the (weighted) mean at ``confidence`` (one-sided each)."""
     rng = np.random.default_rng(seed)
+    w = np.ones(len(values)) if weights is None else weights
     idx = rng.integers(0, len(values), size=(BOOTSTRAP, len(values)))
-    means = values[idx].mean(axis=1)
+    means = (values[idx] * w[idx]).sum(axis=1) / np.maximum(w[idx].sum(axis=1), 1e-12)
     return float(np.quantile(means, 1 - confidence)), float(np.quantile(means, confidence))
 
 
@@ -273,13 +278,17 @@ def refit(
     min_events: int = 200,
     margin: float = 0.0,
     confidence: float = 0.95,
-    caller_share: float = 1.0,
+    evidence: EvidenceConfig | None = None,
+    max_mean_k: float = 2.0,
+    review_factor: float = 1.5,
 ) -> RefitOutcome:
-    """Fit, evaluate and decide (see the module docstring). ``caller_share`` caps any one
-    caller's share of the events used (a poisoner's reports count at most that much). Never
-    raises on thin data."""
+    """Fit, evaluate and decide (see the module docstring). ``evidence``: the rule weighting
+    events (the usage memory's). ``max_mean_k``: a candidate deeper than the current mean K
+    times this must beat fixed top-K at its own depth; ``review_factor``: a candidate changing
+    mean K by more than this factor is kept as ``candidate`` (not activated). Never raises on
+    thin data."""
     started = time.perf_counter()
-    data = LoggedEvents.of(events, registry, caller_share)
+    data = LoggedEvents.of(events, registry, evidence)
     if len(data) < min_events:
         return RefitOutcome(
             "refused", f"{len(data)} usable feedback events; a refit needs {min_events}", None,
@@ -287,14 +296,15 @@ def refit(
         )
     fit, held = data.split()
     fit_ranks = np.array([e.rank for e in fit.events])
+    fit_w = fit.weights()
     fit_cur = rule_depths(current, fit)
     fit_slope = tradeoff_slope(fit_ranks, float(fit_cur.mean()))
     best: tuple[float, StopRule] | None = None
     for rule in candidates(fit, current):
         depths = rule_depths(rule, fit)
-        if np.mean(fit_ranks < depths) + 1e-12 < np.mean(fit_ranks < fit_cur):
+        if fit_w @ (fit_ranks < depths) + 1e-9 < fit_w @ (fit_ranks < fit_cur):
             continue
-        gain = float(event_gains(depths, fit_cur, fit_ranks, fit_slope).mean())
+        gain = float(fit_w @ event_gains(depths, fit_cur, fit_ranks, fit_slope) / fit_w.sum())
         if best is None or gain > best[0] + 1e-12:
             best = (gain, rule)
     if best is None:
@@ -304,9 +314,11 @@ def refit(
     cand_d, cur_d = rule_depths(rule, held), rule_depths(current, held)
     cand, cur = evaluate_rule(rule, held), evaluate_rule(current, held)
     slope = tradeoff_slope(ranks, cur.mean_k)
+    held_w = held.weights()
     gains = event_gains(cand_d, cur_d, ranks, slope)
-    point = float(gains.mean())
-    lower, upper = _bootstrap_mean(gains, confidence)
+    point = float(held_w @ gains / held_w.sum())
+    lower, upper = _bootstrap_mean(gains, confidence, held_w)
+    fixed = fixed_found_at(ranks, held_w, cand.mean_k)
     estimate = {
         "events": len(data),
         "fit_events": len(fit),
@@ -318,6 +330,7 @@ def refit(
         "gain_ci": [round(lower, 5), round(upper, 5)],
         "confidence": confidence,
         "margin": margin,
+        "fixed_found_at_candidate_k": round(fixed, 4),
         "kind": rule.kind,
         "seconds": round(time.perf_counter() - started, 3),
     }
@@ -331,6 +344,19 @@ def refit(
             f"{lower:+.4f} at {confidence:.0%} is not above the margin {margin:g}"
         )
         return RefitOutcome("refused", reason, rule, estimate)
+    if cand.mean_k > max_mean_k * max(cur.mean_k, 1.0) and not cand.found > fixed + 1e-9:
+        reason = (
+            f"held-out mean K {cur.mean_k:.2f} -> {cand.mean_k:.2f} grows past {max_mean_k:g}x while "
+            f"its found rate {cand.found:.4f} does not beat fixed top-K at that depth ({fixed:.4f})"
+        )
+        return RefitOutcome("refused", reason, rule, estimate)
+    ratio = cand.mean_k / cur.mean_k if cur.mean_k > 0 else math.inf
+    if not 1 / review_factor <= ratio <= review_factor:
+        reason = (
+            f"mean K {cur.mean_k:.2f} -> {cand.mean_k:.2f} changes by more than {review_factor:g}x: "
+            f"kept as a candidate for an admin to activate (gain {point:+.4f}, lower bound {lower:+.4f})"
+        )
+        return RefitOutcome("candidate", reason, rule, estimate)
     reason = (
         f"gain {point:+.4f} (lower bound {lower:+.4f}); found {cur.found:.3f} -> {cand.found:.3f}, "
         f"mean K {cur.mean_k:.2f} -> {cand.mean_k:.2f}, efficiency {cur.efficiency:.3f} -> "

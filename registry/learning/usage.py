@@ -22,10 +22,14 @@ never brings in a tool the query does not match), by::
 so a tool gains at most ``beta`` and only as far as past queries close to this one used it
 rather than the other candidates; one stray event weighs ``1 / (1 + n0)`` of that.
 
+Each event's evidence is weighted by the one evidence rule (:mod:`registry.learning.evidence`:
+a per-caller rate per minute, decay per caller and tool, a soft share across callers), and the
+positive part also feeds the tool's usage profile (:mod:`registry.learning.profiles`), scored
+with the registry's fitted weight (:meth:`profile_lift`; 0 until a refit ships one).
+
 Safety: with ``require_caller`` (query tokens configured) an event without a caller does not
-count; a caller whose counted events would exceed ``max(caller_min_events, caller_share *
-counted events)`` of the registry is not counted (the poisoning cap); :meth:`wipe` forgets a
-registry. Events are deduplicated by ``shortlist_id`` (a restart or a replica replaying the
+count; the evidence rule bounds what one caller moves without ever locking learning;
+:meth:`wipe` forgets a registry. Events are deduplicated by ``shortlist_id`` (a restart or a replica replaying the
 shared log does not count one twice) and events received before a wipe are ignored.
 
 API (thread-safe; :meth:`boost` reads immutable per-tool arrays without locking)::
@@ -42,11 +46,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
+from registry.learning.evidence import EvidenceConfig, EvidenceCounter
 from registry.learning.usage_state import RegistryMemory, ToolMemory, decode_state, encode_state
 
 __all__ = ["UsageConfig", "UsageEvent", "UsageMemory", "tool_evidence"]
@@ -55,6 +60,7 @@ __all__ = ["UsageConfig", "UsageEvent", "UsageMemory", "tool_evidence"]
 #: replicas, clock skew); older ones are taken as folded already when the memory is restored.
 REPLAY_HORIZON_SECONDS = 600.0
 _MAX_SEEN_IDS = 100_000
+REPORT_TOOLS = 1000  # the report lists the tools with most evidence, at most this many
 
 
 class _Call(Protocol):
@@ -92,8 +98,8 @@ class UsageConfig:
     beta: float = 0.3
     n0: float = 2.0
     candidates: int = 10
-    caller_share: float = 0.2
-    caller_min_events: int = 20
+    evidence: EvidenceConfig = field(default_factory=EvidenceConfig)
+    profile_n0: float = 2.0
     require_caller: bool = False
 
 
@@ -126,6 +132,7 @@ class UsageMemory:
         self.embed = embed
         self.config = config or UsageConfig()
         self._registries: dict[str, RegistryMemory] = {}
+        self._weights: dict[str, float] = {}
         self._lock = threading.RLock()
 
     # -- writes ---------------------------------------------------------------------------------
@@ -147,13 +154,13 @@ class UsageMemory:
         Returns:
             ``"counted"``, or why not: ``"duplicate"``, ``"stale"`` (before a wipe or far
             before a restored state), ``"no_query"``, ``"untrusted"`` (no caller while callers
-            are required), ``"capped"`` (the caller's share), ``"no_evidence"``.
+            are required), ``"rate_limited"`` (the caller's events this minute), ``"no_evidence"``.
         """
         query = str(getattr(event, "query", "") or "")
         caller = getattr(event, "caller", None)
         cfg = self.config
         with self._lock:
-            reg = self._registries.setdefault(event.registry, RegistryMemory())
+            reg = self._registries.setdefault(event.registry, self._new_registry())
             reason = self._admit(reg, event, query, caller)
             if reason is None:
                 evidence = tool_evidence(event)
@@ -172,16 +179,23 @@ class UsageMemory:
             self._remember_id(reg, event)
         q = _unit(vector if vector is not None else self.embed(query))
         with self._lock:
-            reg = self._registries.setdefault(event.registry, RegistryMemory())
+            reg = self._registries.setdefault(event.registry, self._new_registry())
             reg.seq += 1
+            weights = reg.counter.weigh(caller, evidence, event.received)
             for tool, sign in evidence.items():
-                self._add(reg, tool, q, float(sign))
+                self._add(reg, tool, q, float(sign) * weights[tool])
+                if sign > 0:
+                    reg.add_profile(tool, q, weights[tool])
             while reg.entries > cfg.per_registry:
                 self._evict_one(reg)
             reg.counted += 1
             key = caller if caller is not None else ""
             reg.callers[key] = reg.callers.get(key, 0) + 1
+            reg.bound_callers()
         return "counted"
+
+    def _new_registry(self) -> RegistryMemory:
+        return RegistryMemory(counter=EvidenceCounter(self.config.evidence))
 
     def _admit(self, reg: RegistryMemory, event: UsageEvent, query: str, caller: str | None) -> str | None:
         cfg = self.config
@@ -193,11 +207,7 @@ class UsageMemory:
             return "no_query"
         if caller is None and cfg.require_caller:
             return "untrusted"
-        if caller is not None and cfg.caller_share < 1.0:
-            limit = max(cfg.caller_min_events, cfg.caller_share * (reg.counted + 1))
-            if reg.callers.get(caller, 0) + 1 > limit:
-                return "capped"
-        return None
+        return reg.counter.check(caller, event.received)
 
     @staticmethod
     def _remember_id(reg: RegistryMemory, event: UsageEvent) -> None:
@@ -257,17 +267,22 @@ class UsageMemory:
             gone = [t for t in reg.tools if t not in keep]
             for tool in gone:
                 reg.entries -= len(reg.tools.pop(tool).counts)
-            return len(gone)
+            profiles = [t for t in reg.profile_sums if t not in keep]
+            for tool in profiles:
+                reg.drop_profile(tool)
+            return len({*gone, *profiles})
 
     def wipe(self, registry: str, at: float) -> None:
         """Forget everything learned for ``registry``; events received before ``at`` never count."""
         with self._lock:
-            self._registries[registry] = RegistryMemory(wiped_at=float(at))
+            self._registries[registry] = RegistryMemory(wiped_at=float(at), counter=EvidenceCounter(self.config.evidence))
+            self._weights.pop(registry, None)
 
     def forget(self, registry: str) -> None:
         """Drop ``registry`` from memory entirely (it was deleted)."""
         with self._lock:
             self._registries.pop(registry, None)
+            self._weights.pop(registry, None)
 
     def registries(self) -> list[str]:
         with self._lock:
@@ -276,7 +291,7 @@ class UsageMemory:
     def has_memory(self, registry: str) -> bool:
         """Whether ``registry`` has any entry (the query path's fast exit)."""
         reg = self._registries.get(registry)
-        return reg is not None and bool(reg.tools)
+        return reg is not None and (bool(reg.tools) or bool(reg.profile_sums))
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -316,12 +331,52 @@ class UsageMemory:
         np.maximum(out, 0.0, out=out)  # rounding
         return out
 
+    def profile_lift(
+        self, registry: str, query: np.ndarray, names: Sequence[str], description_scores: np.ndarray
+    ) -> np.ndarray:
+        """``weight * lift_t`` of the usage profiles (:mod:`registry.learning.profiles`) for
+        ``names`` (the candidates), given ``cos(q, d_t)`` of each; zeros while the registry's
+        fitted weight is 0."""
+        out = np.zeros(len(names), np.float32)
+        reg = self._registries.get(registry)
+        weight = self._weights.get(registry, 0.0)
+        if reg is None or weight <= 0 or not reg.profile_sums:
+            return out
+        n0 = self.config.profile_n0
+        for j, name in enumerate(names):
+            total = reg.profile_sums.get(name)
+            if total is None:
+                continue
+            mass = reg.profile_mass[name]
+            norm = float(np.linalg.norm(total))
+            if norm > 0:
+                cos = float(total @ query) / norm
+                out[j] = weight * mass / (mass + n0) * (cos - float(description_scores[j]))
+        return out
+
+    def set_weight(self, registry: str, weight: float) -> None:
+        """The registry's fitted fusion weight of the usage profiles (0: no profile lift)."""
+        with self._lock:
+            self._weights[registry] = float(weight)
+
+    def weight(self, registry: str) -> float:
+        return self._weights.get(registry, 0.0)
+
     def rerank(
-        self, registry: str, query: np.ndarray, names: Sequence[str], ids: np.ndarray, scores: np.ndarray
+        self,
+        registry: str,
+        query: np.ndarray,
+        names: Sequence[str],
+        ids: np.ndarray,
+        scores: np.ndarray,
+        extra: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """A ranking ``(ids, scores)`` (``names[j]`` is tool ``ids[j]``'s name) lifted and
-        re-sorted, best first (stable: ties keep the base order)."""
+        """A ranking ``(ids, scores)`` (``names[j]`` is tool ``ids[j]``'s name) lifted (plus
+        ``extra`` on the first ``len(extra)``, the profile lift) and re-sorted, best first
+        (stable: ties keep the base order)."""
         lifted = self.boost(registry, query, names, scores)
+        if extra is not None and len(extra):
+            lifted[: len(extra)] += extra[: len(lifted)]
         order = np.argsort(-lifted, kind="stable")
         return np.asarray(ids)[order], lifted[order]
 
@@ -331,7 +386,14 @@ class UsageMemory:
             reg = self._registries.get(registry) or RegistryMemory()
             counted = reg.counted
             callers = sorted(reg.callers.items(), key=lambda kv: (-kv[1], kv[0]))[:top_callers]
+            ranked = sorted(reg.profile_mass.items(), key=lambda kv: (-kv[1], kv[0]))
             return {
+                "profile_weight": self._weights.get(registry, 0.0),
+                "profiles": [
+                    {"tool": t, "evidence": round(m, 3), "shrink": round(m / (m + self.config.profile_n0), 3)}
+                    for t, m in ranked[:REPORT_TOOLS]
+                ],
+                "tools_with_profile": len(ranked),
                 "events": counted,
                 "skipped": dict(sorted(reg.skipped.items())),
                 "tools_with_memory": len(reg.tools),
@@ -369,7 +431,7 @@ class UsageMemory:
             ValueError: the blob is unreadable or of another format.
         """
         try:
-            reg = decode_state(raw)
+            reg = decode_state(raw, self.config.evidence)
         except (KeyError, TypeError, ValueError, OSError) as exc:
             raise ValueError(f"usage memory state of {registry!r} is unreadable: {exc}") from exc
         with self._lock:

@@ -9,9 +9,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from registry.learning.evidence import EvidenceConfig, EvidenceCounter
+
 __all__ = ["STATE_FORMAT", "RegistryMemory", "ToolMemory", "decode_state", "encode_state"]
 
-STATE_FORMAT = 1
+STATE_FORMAT = 2
+_READABLE = (1, 2)  # format 1: no evidence counter, no profiles (relearnt from new events)
+_MAX_CALLERS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +47,31 @@ class RegistryMemory:
     watermark: float = 0.0  # newest ``received`` folded
     wiped_at: float = 0.0
     seen_ids: OrderedDict[str, float] = field(default_factory=OrderedDict)
+    counter: EvidenceCounter = field(default_factory=EvidenceCounter)
+    profile_sums: dict[str, np.ndarray] = field(default_factory=dict)  # tool -> sum of w * q
+    profile_mass: dict[str, float] = field(default_factory=dict)  # tool -> sum of w
+    profile_seq: int = 0  # bumped on every profile change (readers cache by it)
+
+    def add_profile(self, tool: str, q: np.ndarray, weight: float) -> None:
+        """Fold ``weight * q`` into ``tool``'s usage profile (issue 22)."""
+        if weight <= 0:
+            return
+        total = self.profile_sums.get(tool)
+        add = (weight * q).astype(np.float32)
+        self.profile_sums[tool] = add if total is None else total + add
+        self.profile_mass[tool] = self.profile_mass.get(tool, 0.0) + float(weight)
+        self.profile_seq += 1
+
+    def drop_profile(self, tool: str) -> None:
+        self.profile_sums.pop(tool, None)
+        if self.profile_mass.pop(tool, None) is not None:
+            self.profile_seq += 1
+
+    def bound_callers(self) -> None:
+        """Keep the per-caller event counts (the report's shares) to the busiest callers."""
+        if len(self.callers) > _MAX_CALLERS:
+            for key in sorted(self.callers, key=self.callers.__getitem__)[: len(self.callers) - _MAX_CALLERS]:
+                del self.callers[key]
 
 
 def encode_state(reg: RegistryMemory) -> bytes:
@@ -60,7 +89,11 @@ def encode_state(reg: RegistryMemory) -> bytes:
         "watermark": reg.watermark,
         "wiped_at": reg.wiped_at,
         "seen_ids": list(reg.seen_ids.items()),
+        "counter": reg.counter.to_json(),
+        "profile_tools": list(reg.profile_sums),
+        "profile_mass": [reg.profile_mass[t] for t in reg.profile_sums],
     }
+    sums = [reg.profile_sums[t] for t in reg.profile_sums]
     dim = mems[0].vectors.shape[1] if mems else 0
     buffer = io.BytesIO()
     np.savez(
@@ -71,11 +104,12 @@ def encode_state(reg: RegistryMemory) -> bytes:
         else np.empty((0, dim), np.float16),
         counts=np.concatenate([m.counts for m in mems]) if mems else np.empty(0, np.float32),
         seen=np.concatenate([m.seen for m in mems]) if mems else np.empty(0, np.int64),
+        profiles=np.stack(sums).astype(np.float32) if sums else np.empty((0, dim), np.float32),
     )
     return buffer.getvalue()
 
 
-def decode_state(raw: bytes) -> RegistryMemory:
+def decode_state(raw: bytes, config: EvidenceConfig | None = None) -> RegistryMemory:
     """Inverse of :func:`encode_state`.
 
     Raises:
@@ -86,8 +120,9 @@ def decode_state(raw: bytes) -> RegistryMemory:
         vectors = data["vectors"].astype(np.float32)
         counts = data["counts"].astype(np.float32)
         seen = data["seen"].astype(np.int64)
-    if meta.get("format") != STATE_FORMAT:
-        raise ValueError(f"format {meta.get('format')!r}, expected {STATE_FORMAT}")
+        profiles = data["profiles"].astype(np.float32) if "profiles" in data else None
+    if meta.get("format") not in _READABLE:
+        raise ValueError(f"format {meta.get('format')!r}, expected one of {_READABLE}")
     reg = RegistryMemory(
         counted=int(meta["counted"]),
         callers={str(k): int(v) for k, v in meta["callers"].items()},
@@ -96,7 +131,12 @@ def decode_state(raw: bytes) -> RegistryMemory:
         watermark=float(meta["watermark"]),
         wiped_at=float(meta["wiped_at"]),
         seen_ids=OrderedDict((str(i), float(t)) for i, t in meta["seen_ids"]),
+        counter=EvidenceCounter.from_json(meta.get("counter"), config or EvidenceConfig()),
     )
+    if profiles is not None:
+        for row, (tool, mass) in enumerate(zip(meta["profile_tools"], meta["profile_mass"], strict=True)):
+            reg.profile_sums[str(tool)] = profiles[row]
+            reg.profile_mass[str(tool)] = float(mass)
     start = 0
     for name, size in zip(meta["tools"], meta["sizes"], strict=True):
         rows = slice(start, start + int(size))

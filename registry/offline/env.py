@@ -20,6 +20,10 @@ Rewards:
         than fixed K=1. The floor prices depth on a small registry as on a larger one (the
         value of a shortlist to an agent does not collapse because the server is small), so
         the policy still goes deeper when the scores are ambiguous.
+      - :class:`NeedsReward` (``"needs"``): every needed tool counts, chance-corrected
+        (:func:`registry.bor.needs_bits_curve`: half recall priced at ``-log2 P_rand(N, 1, k)``,
+        half ``BoR_all`` per needed tool when all are shown), the registry size floored at
+        ``n_min`` as above. Equal to ``"bor"`` on single-tool episodes.
     * CONTINUE: ``-step_cost``.
 
 The depth cap is ``D = min(max_depth, len(scores), policy_depth_limit(n_tools))`` (half the
@@ -34,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from registry.bor import log_p_rand_curve
+from registry.bor import log_p_rand_curve, needs_bits_curve
 from registry.offline.episodes import Episode
 from registry.serving.depth_policies import policy_depth_limit
 from registry.serving.features import depth_features
@@ -44,6 +48,8 @@ __all__ = [
     "REWARD_FUNCTIONS",
     "STOP",
     "DepthEnv",
+    "Featurize",
+    "NeedsReward",
     "Replay",
     "RewardFn",
     "bor_reward",
@@ -92,7 +98,37 @@ def bor_reward_floor(n_min: int) -> RewardFn:
     return reward
 
 
+@dataclass(frozen=True)
+class NeedsReward:
+    """The needs reward (module docstring); it reads every gold rank, not just the first."""
+
+    n_min: int = 1
+
+    def __post_init__(self) -> None:
+        if self.n_min < 1:
+            raise ValueError(f"n_min must be >= 1, got {self.n_min}")
+
+    @property
+    def __name__(self) -> str:
+        return "needs" if self.n_min == 1 else f"needs_floor_{self.n_min}"
+
+    def curve(self, episode: Episode, d: int) -> np.ndarray:
+        """The reward of STOP at ``k = 1..d``."""
+        if episode.n_gold == 0:
+            return np.zeros(d, dtype=np.float64)
+        n = max(episode.n_tools, self.n_min)
+        hits = np.searchsorted(np.sort(episode.gold_ranks), np.arange(1, d + 1), side="left")
+        return needs_bits_curve(n, min(episode.n_gold, n), hits)
+
+
 REWARD_FUNCTIONS: dict[str, RewardFn] = {"bor": bor_reward, "f1": f1_reward}
+
+Featurize = Callable[[Episode, int], np.ndarray]
+"""``featurize(episode, depth) -> (depth, F)`` state features (default: schema-1 ``depth_features``)."""
+
+
+def _schema1(episode: Episode, d: int) -> np.ndarray:
+    return depth_features(episode.scores, episode.n_tools, d)
 
 
 def get_reward_fn(reward: str | RewardFn) -> RewardFn:
@@ -111,10 +147,14 @@ def depth_cap(episode: Episode, max_depth: int) -> int:
 
 
 def stop_rewards(
-    episode: Episode, *, reward: str | RewardFn = "bor", max_depth: int = DEFAULT_MAX_DEPTH
+    episode: Episode, *, reward: str | RewardFn | NeedsReward = "bor", max_depth: int = DEFAULT_MAX_DEPTH
 ) -> np.ndarray:
     """Reward of STOP at each depth ``k = 1..D`` (float64, length ``D``), success-gated."""
     d = depth_cap(episode, max_depth)
+    if reward == "needs":
+        reward = NeedsReward()
+    if isinstance(reward, NeedsReward):
+        return reward.curve(episode, d)
     k = np.arange(1, d + 1)
     success = k > episode.first_gold_rank
     out = np.zeros(d, dtype=np.float64)
@@ -216,17 +256,21 @@ class Replay:
 def build_replay(
     episodes: Sequence[Episode],
     *,
-    reward: str | RewardFn = "bor",
+    reward: str | RewardFn | NeedsReward = "bor",
     max_depth: int = DEFAULT_MAX_DEPTH,
+    featurize: Featurize | None = None,
 ) -> Replay:
     """All states and transitions of ``episodes`` (exhaustive replay for DQN)."""
     if not episodes:
         raise ValueError("no episodes")
-    reward_fn = get_reward_fn(reward)
+    if reward == "needs":
+        reward = NeedsReward()
+    reward_fn: RewardFn | NeedsReward = reward if isinstance(reward, NeedsReward) else get_reward_fn(reward)
+    featurize = featurize or _schema1
     feats, rewards, has_next, next_cap, depth, owner = [], [], [], [], [], []
     for i, ep in enumerate(episodes):
         d = depth_cap(ep, max_depth)
-        feats.append(depth_features(ep.scores, ep.n_tools, d))
+        feats.append(featurize(ep, d))
         rewards.append(stop_rewards(ep, reward=reward_fn, max_depth=d))
         hn = np.ones(d, dtype=bool)
         hn[-1] = False

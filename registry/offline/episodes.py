@@ -36,12 +36,15 @@ class Episode:
             ``>= L``: the gold tool exists but is not among the kept candidates).
         n_tools: registry (candidate-set) size ``N`` the ranking was made over.
         query_id: identifier of the query, for bookkeeping.
+        signals: the request's :func:`registry.serving.needs.request_signals` (schema-2 training),
+            or ``None``; kept in memory only, not written by :func:`save_episodes`.
     """
 
     scores: np.ndarray
     gold_ranks: np.ndarray
     n_tools: int
     query_id: str = ""
+    signals: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.scores = np.asarray(self.scores, dtype=np.float32).reshape(-1)

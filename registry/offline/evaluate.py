@@ -45,7 +45,6 @@ from typing import Any
 import numpy as np
 
 from registry.fsio import json_safe
-from registry.index.hybrid import SCORERS
 from registry.offline.metrics import (
     DEFAULT_CAP,
     DEFAULT_SCORER,
@@ -68,6 +67,7 @@ from registry.offline.tables import (
     rank_table,
     score_table,
 )
+from registry.request import SCORERS
 
 __all__ = [
     "DEFAULT_BUCKETS",
@@ -503,7 +503,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     import sys
 
     from registry.offline.cli_support import HelpFormatter, ProgressEmbedder, plain, progress_step
-    from registry.serving.depth_policies import MAX_DEPTH_BIAS, GapPolicy, ThresholdPolicy
+    from registry.request import MAX_DEPTH_BIAS
+    from registry.serving.depth_policies import GapPolicy, ThresholdPolicy
 
     log = logging.getLogger(__name__)
     ap = argparse.ArgumentParser(
@@ -538,7 +539,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     embedder = None
     if args.scorer != "bm25":
-        from registry.index.embed import load_minilm
+        from registry.index.minilm_export import load_minilm
         from registry.settings import Settings
 
         with progress_step(log, "loading the MiniLM embedder (exported to ONNX on first use)"):

@@ -131,6 +131,7 @@ def export_onnx(
                 trained.feature_names, trained.network.low.tolist(), trained.network.high.tolist()
             )
         },
+        **({"needs_model": trained.needs_model.to_json()} if trained.needs_model is not None else {}),
         "training_data": training_data,
         "metrics": metrics,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from registry.bor import log_p_rand_all, p_rand
+from registry.bor import k_equivalent, log_p_rand_all, p_rand
 from registry.offline.env import DEFAULT_MAX_DEPTH
 from registry.offline.episodes import Episode
 from registry.serving.depth_policies import FixedPolicy
@@ -104,24 +104,6 @@ def fixed_found_at(curve: np.ndarray, mean_k: float) -> float:
     """Found rate of a fixed depth at a fractional ``mean_k``, linear on ``curve[K], K = 0..``."""
     c = np.asarray(curve, dtype=np.float64)
     return float(np.interp(mean_k, np.arange(c.size), c))
-
-
-def k_equivalent(curve: np.ndarray, found: float) -> float:
-    """Fixed depth with found rate ``found``, linear between integer depths (``inf``: none).
-
-    ``curve[K]`` is the found rate at fixed depth ``K`` (``curve[0] = 0``), non-decreasing.
-    On a flat stretch the smallest depth reaching ``found`` is used.
-    """
-    c = np.asarray(curve, dtype=np.float64)
-    if found <= 0.0:
-        return 0.0
-    if found > c[-1] + 1e-12:
-        return math.inf
-    i = int(np.argmax(c >= found - 1e-12))
-    if i == 0:
-        return 0.0
-    lo, hi = c[i - 1], c[i]
-    return float(i - 1 + (found - lo) / (hi - lo)) if hi > lo else float(i)
 
 
 def depth_efficiency(curve: np.ndarray, found: float, mean_k: float) -> float:

@@ -17,6 +17,7 @@ from torch import nn
 
 from registry.serving.depth_policies import first_stop, policy_depth_limit
 from registry.serving.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, depth_features
+from registry.serving.needs import NeedsModel, needs_features
 
 __all__ = ["INPUT_CLIP", "QEnsemble", "QNetwork", "SizeGatedQ", "TrainedPolicy"]
 
@@ -165,6 +166,7 @@ class TrainedPolicy:
     feature_schema_version: str = FEATURE_SCHEMA_VERSION
     history: list[dict[str, float]] = field(default_factory=list)
     name: str = "bor"
+    needs_model: NeedsModel | None = None  # set: feature schema 2 (registry.serving.needs)
 
     @property
     def max_depth(self) -> int:
@@ -176,8 +178,17 @@ class TrainedPolicy:
         with torch.no_grad():
             return self.network(torch.as_tensor(np.asarray(features, dtype=np.float32))).numpy()
 
-    def choose_depth(self, scores: np.ndarray, n_tools: int, max_k: int, bias: float = 0.0) -> int:
+    def features(self, scores: np.ndarray, n_tools: int, d: int, signals: np.ndarray | None = None) -> np.ndarray:
+        """The policy's input rows for depths ``1..d`` (its feature schema)."""
+        if self.needs_model is None:
+            return depth_features(np.asarray(scores), n_tools, d)
+        return needs_features(np.asarray(scores), n_tools, d, signals, self.needs_model)
+
+    def choose_depth(
+        self, scores: np.ndarray, n_tools: int, max_k: int, bias: float = 0.0,
+        signals: np.ndarray | None = None,
+    ) -> int:
         d = min(int(max_k), len(scores), self.max_depth, policy_depth_limit(n_tools))
         if d < 1:
             return 0
-        return first_stop(self.q_values(depth_features(np.asarray(scores), n_tools, d)), bias)
+        return first_stop(self.q_values(self.features(scores, n_tools, d, signals)), bias)

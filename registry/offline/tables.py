@@ -25,10 +25,11 @@ from typing import Any
 import numpy as np
 
 from registry.index.embed import Embedder
-from registry.index.hybrid import HYBRID_ALPHA, SCORERS, fuse
+from registry.index.hybrid import HYBRID_ALPHA, fuse
 from registry.index.lexical import LexicalIndex, tokenize
 from registry.offline.datasets import LabelledQuery, load_dataset, needed_groups
 from registry.offline.episodes import Episode
+from registry.request import SCORERS
 from registry.serving.features import FEATURE_WINDOW
 
 __all__ = [

@@ -44,7 +44,6 @@ from torch import nn
 
 from registry.fsio import json_safe
 from registry.index.embed import sha256_file
-from registry.index.hybrid import SCORERS
 from registry.offline.carve import ANCHOR_SIZES, FILL_KINDS, SIZE_RANGE, carve_training, load_source
 from registry.offline.cli_support import HelpFormatter, ProgressEmbedder, plain, progress_step
 from registry.offline.env import (
@@ -52,6 +51,8 @@ from registry.offline.env import (
     DEFAULT_MAX_DEPTH,
     DEFAULT_STEP_COST,
     REWARD_FUNCTIONS,
+    Featurize,
+    NeedsReward,
     RewardFn,
     bor_reward_floor,
     build_replay,
@@ -65,6 +66,7 @@ from registry.offline.metrics import (
 )
 from registry.offline.model import QEnsemble, QNetwork, SizeGatedQ, TrainedPolicy
 from registry.offline.tables import candidate_episodes, load_or_build_table, rank_table
+from registry.request import SCORERS
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +114,7 @@ def train_dqn(
     huber_delta: float | None = None,
     log_every: int = 0,
     progress: bool = False,
+    featurize: Featurize | None = None,
 ) -> TrainedPolicy:
     """Train a DQN depth policy with exhaustive replay. Deterministic given ``seed``.
 
@@ -138,6 +141,8 @@ def train_dqn(
             (a delta of 1 bit makes every state with P(found) > 0.5 look certain).
         log_every: print the loss to stderr every this many steps (0: silent).
         progress: show a tqdm bar over the gradient steps.
+        featurize: state features of an episode (default: schema-1 ``depth_features``; the
+            needs-aware policy passes :func:`registry.serving.needs.needs_features`).
 
     Returns:
         The trained policy; ``history`` holds the loss every 100 steps.
@@ -147,9 +152,12 @@ def train_dqn(
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     reward_name = reward if isinstance(reward, str) else getattr(reward, "__name__", "custom")
+    resolved: str | RewardFn | NeedsReward = reward
     if reward == "bor" and reward_min_n > 1:
-        reward = bor_reward_floor(reward_min_n)
-    replay = build_replay(episodes, reward=reward, max_depth=max_depth)
+        resolved = bor_reward_floor(reward_min_n)
+    elif reward == "needs":
+        resolved = NeedsReward(reward_min_n)
+    replay = build_replay(episodes, reward=resolved, max_depth=max_depth, featurize=featurize)
     mean, std = _feature_stats(replay.states)
 
     states = torch.from_numpy(replay.states)
@@ -447,7 +455,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sizes = _parse_sizes(args.candidate_sizes)
         embedder = None
         if scorer != "bm25":
-            from registry.index.embed import load_minilm
+            from registry.index.minilm_export import load_minilm
             from registry.settings import Settings
 
             with progress_step(log, "loading the MiniLM embedder (exported to ONNX on first use)"):

@@ -151,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, log: Callable[[str], None] | None = None) -> int:
     args = build_parser().parse_args(argv)
     say = log or (lambda m: print(time.strftime("%H:%M:%S"), m, file=sys.stderr, flush=True))
-    from registry.index.embed import load_minilm
+    from registry.index.minilm_export import load_minilm
     from registry.settings import Settings
 
     settings = Settings()

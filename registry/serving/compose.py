@@ -125,6 +125,7 @@ def interleave(
     *,
     cap: int,
     named: Sequence[tuple[int, float]] = (),
+    intent_depth: Callable[[int, np.ndarray], int] | None = None,
 ) -> list[Pick]:
     """The composed shortlist (see the module docstring); ``cap`` bounds its length.
 
@@ -134,6 +135,8 @@ def interleave(
         choose_depth: the depth policy on one folded score list.
         cap: the most tools to show (named tools included).
         named: ``(tool, score)`` of the tools the request names, in the order named.
+        intent_depth: ``(intent index, folded scores) -> depth`` for the intents' rankings
+            (a needs-aware policy reads each intent's own text); default ``choose_depth``.
     """
     if main.ids.size == 0 and not named:
         return []
@@ -155,7 +158,7 @@ def interleave(
     shares = []  # (intent index, ranking, how many it adds, is a step)
     for index, (ranking, step) in enumerate(intents):
         if ranking.ids.size:
-            depth = choose_depth(ranking.scores)
+            depth = intent_depth(index, ranking.scores) if intent_depth else choose_depth(ranking.scores)
             if step or depth <= INTENT_CONFIDENT_DEPTH:
                 shares.append((index, ranking, min(MAX_EXTRA_PER_INTENT, depth), step))
     added = [0] * len(shares)

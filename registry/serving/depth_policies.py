@@ -19,11 +19,16 @@ import numpy as np
 from registry.errors import ArtifactError, PolicySchemaMismatch
 from registry.onnx import make_session
 from registry.serving.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, depth_features
+from registry.serving.needs import (
+    NEEDS_FEATURE_NAMES,
+    NEEDS_SCHEMA_VERSION,
+    NeedsModel,
+    needs_features,
+)
 
 __all__ = [
     "INPUT_NAME",
     "MANIFEST_NAME",
-    "MAX_DEPTH_BIAS",
     "OUTPUT_NAME",
     "WHOLE_REGISTRY_MIN",
     "DepthPolicy",
@@ -36,6 +41,11 @@ __all__ = [
 ]
 
 MANIFEST_NAME = "manifest.json"
+# the feature schemas this build computes: 1 = score features, 2 = + the request's needs
+FEATURE_SCHEMAS: dict[str, tuple[str, ...]] = {
+    FEATURE_SCHEMA_VERSION: FEATURE_NAMES,
+    NEEDS_SCHEMA_VERSION: NEEDS_FEATURE_NAMES,
+}
 INPUT_NAME = "features"
 OUTPUT_NAME = "q_values"  # (batch, 2) = [Q_stop, Q_continue]
 
@@ -165,7 +175,6 @@ def _load_manifest(directory: Path) -> dict[str, Any]:
     return manifest
 
 
-MAX_DEPTH_BIAS = 10.0  # bits; beyond this every list is 1 tool or the cap
 
 
 def first_stop(q: np.ndarray, bias: float = 0.0) -> int:
@@ -198,10 +207,13 @@ class OnnxDepthPolicy:
     (:class:`ArtifactError`).
     """
 
-    def __init__(self, session: Any, manifest: dict[str, Any], name: str = "bor") -> None:
+    def __init__(
+        self, session: Any, manifest: dict[str, Any], name: str = "bor", needs_model: NeedsModel | None = None
+    ) -> None:
         self._session = session
         self.manifest = manifest
         self.name = name
+        self.needs_model = needs_model  # set: schema 2, the request's signals are inputs
         self.max_depth = int(manifest.get("max_depth") or 10**9)
         # False only to replay a policy as served before the whole-registry guarantee (benchmarks)
         self.limit_depth = True
@@ -221,18 +233,26 @@ class OnnxDepthPolicy:
         directory = Path(path)
         manifest = _load_manifest(directory)
         version = str(manifest["feature_schema_version"])
-        if version != FEATURE_SCHEMA_VERSION:
+        if version not in FEATURE_SCHEMAS:
             raise PolicySchemaMismatch(
                 f"depth policy in {directory} was trained on feature schema {version!r}, "
-                f"this build computes schema {FEATURE_SCHEMA_VERSION!r}; retrain or re-export it",
-                {"artifact": version, "expected": FEATURE_SCHEMA_VERSION, "path": str(directory)},
+                f"this build computes schemas {sorted(FEATURE_SCHEMAS)}; retrain or re-export it",
+                {"artifact": version, "expected": sorted(FEATURE_SCHEMAS), "path": str(directory)},
             )
-        if tuple(manifest["feature_names"]) != FEATURE_NAMES:
+        names = FEATURE_SCHEMAS[version]
+        if tuple(manifest["feature_names"]) != names:
             raise PolicySchemaMismatch(
-                f"depth policy in {directory} lists other feature names than schema "
-                f"{FEATURE_SCHEMA_VERSION!r} defines",
-                {"artifact": manifest["feature_names"], "expected": list(FEATURE_NAMES)},
+                f"depth policy in {directory} lists other feature names than schema {version!r} defines",
+                {"artifact": manifest["feature_names"], "expected": list(names)},
             )
+        needs_model = None
+        if version == NEEDS_SCHEMA_VERSION:
+            try:
+                needs_model = NeedsModel.from_json(manifest.get("needs_model"))
+            except ValueError as exc:
+                raise ArtifactError(
+                    f"{directory / MANIFEST_NAME}: {exc}", {"path": str(directory / MANIFEST_NAME)}
+                ) from exc
         onnx_path = directory / str(manifest["onnx_file"])
         if onnx_path.resolve().parent != directory.resolve():
             raise ArtifactError(f"onnx_file {manifest['onnx_file']!r} must lie inside {directory}")
@@ -246,28 +266,40 @@ class OnnxDepthPolicy:
                 f"{onnx_path} sha256 {digest} does not match the manifest's {manifest['sha256']}",
                 {"path": str(onnx_path), "expected": manifest["sha256"], "actual": digest},
             )
-        session = _make_session(blob, threads, onnx_path)
-        return cls(session, manifest, name=str(manifest.get("name", "bor")))
+        session = _make_session(blob, threads, onnx_path, len(names))
+        return cls(session, manifest, name=str(manifest.get("name", "bor")), needs_model=needs_model)
 
-    def q_values(self, scores: np.ndarray, n_tools: int, max_k: int) -> np.ndarray:
-        """``(D, 2)`` float32 ``[Q_stop, Q_continue]`` per depth (``D = 0``: empty)."""
+    def q_values(
+        self, scores: np.ndarray, n_tools: int, max_k: int, signals: np.ndarray | None = None
+    ) -> np.ndarray:
+        """``(D, 2)`` float32 ``[Q_stop, Q_continue]`` per depth (``D = 0``: empty).
+
+        ``signals``: the request's :func:`registry.serving.needs.request_signals`, read by a
+        schema-2 policy (``None``: a one-intent request), ignored by a schema-1 one.
+        """
         d = min(_upper(scores, n_tools, max_k), self.max_depth)
         if self.limit_depth:
             d = min(d, policy_depth_limit(n_tools))
         if d == 0:
             return np.zeros((0, 2), dtype=np.float32)
-        feats = depth_features(np.asarray(scores), n_tools, d)
+        if self.needs_model is None:
+            feats = depth_features(np.asarray(scores), n_tools, d)
+        else:
+            feats = needs_features(np.asarray(scores), n_tools, d, signals, self.needs_model)
         (q,) = self._session.run([OUTPUT_NAME], {INPUT_NAME: feats})
         return np.asarray(q)
 
-    def choose_depth(self, scores: np.ndarray, n_tools: int, max_k: int, bias: float = 0.0) -> int:
-        return first_stop(self.q_values(scores, n_tools, max_k), bias)
+    def choose_depth(
+        self, scores: np.ndarray, n_tools: int, max_k: int, bias: float = 0.0,
+        signals: np.ndarray | None = None,
+    ) -> int:
+        return first_stop(self.q_values(scores, n_tools, max_k, signals), bias)
 
     def __repr__(self) -> str:
         return f"OnnxDepthPolicy(name={self.name!r}, sha256={str(self.manifest.get('sha256'))[:12]})"
 
 
-def _make_session(blob: bytes, threads: int, origin: Path) -> Any:
+def _make_session(blob: bytes, threads: int, origin: Path, n_features: int = len(FEATURE_NAMES)) -> Any:
     session = make_session(blob, threads=threads, origin=origin)
     inputs = {i.name: i for i in session.get_inputs()}
     outputs = {o.name for o in session.get_outputs()}
@@ -278,9 +310,9 @@ def _make_session(blob: bytes, threads: int, origin: Path) -> Any:
             {"path": str(origin)},
         )
     shape = inputs[INPUT_NAME].shape
-    if len(shape) != 2 or (isinstance(shape[1], int) and shape[1] != len(FEATURE_NAMES)):
+    if len(shape) != 2 or (isinstance(shape[1], int) and shape[1] != n_features):
         raise ArtifactError(
-            f"{origin}: input {INPUT_NAME!r} has shape {shape}, expected (batch, {len(FEATURE_NAMES)})",
+            f"{origin}: input {INPUT_NAME!r} has shape {shape}, expected (batch, {n_features})",
             {"path": str(origin)},
         )
     return session

@@ -17,24 +17,24 @@ from __future__ import annotations
 
 import math
 import time
-import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import Any, Protocol
 
 import numpy as np
 
 from registry import bor
-from registry.errors import ValidationFailed
 from registry.feedback import ShownShortlist
 from registry.feedback.events import MAX_LOGGED_QUERY_CHARS, RANKING_TAIL
+from registry.feedback.served import new_shortlist_id
 from registry.index.embed import Embedder
-from registry.index.hybrid import SCORERS, Query, best_scores, rank_windows
+from registry.index.hybrid import Query, best_scores, rank_windows
 from registry.index.lexical import tokenize
 from registry.index.snapshot import Snapshot
+from registry.request import ResolvedRequest
 from registry.serving.compose import Pick, fold_duplicates, interleave
 from registry.serving.depth_policies import (
-    MAX_DEPTH_BIAS,
     DepthPolicy,
     FixedPolicy,
     GapPolicy,
@@ -45,19 +45,22 @@ from registry.serving.depth_policies import (
 from registry.serving.explore import DepthTrace, Explorer
 from registry.serving.features import FEATURE_WINDOW, depth_features
 from registry.serving.intents import Intent, split_request
+from registry.serving.needs import request_signals
 from registry.serving.relevance import RelevanceModel
 from registry.serving.stop_rules import PolicyBook
 from registry.serving.windows import query_windows
 from registry.settings import Settings
 
-if TYPE_CHECKING:
-    from registry.learning.learner import UsageLearner
+__all__ = ["QueryRunner", "Shortlist", "ShortlistItem", "UsageRerank"]
 
-__all__ = ["MAX_K", "POLICIES", "PolicyName", "QueryRunner", "Shortlist", "ShortlistItem", "depth_bias_problem"]
 
-PolicyName = Literal["bor", "fixed", "gap", "threshold"]
-POLICIES: tuple[str, ...] = get_args(PolicyName)  # the one list of policy names
-MAX_K = 1000
+class UsageRerank(Protocol):
+    """Lifts a ranking by what agents used for similar queries (the learning loop's usage memory)."""
+
+    def rerank(
+        self, snap: Snapshot, query: np.ndarray, ids: np.ndarray, scores: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]: ...
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,30 +149,6 @@ class Shortlist:
         )
 
 
-def depth_bias_problem(depth_bias: Any, k: int | None, policy: str) -> str | None:
-    """What is wrong with a request's ``depth_bias`` (``None``: nothing, or none was sent)."""
-    if depth_bias is None:
-        return None
-    number = isinstance(depth_bias, (int, float)) and not isinstance(depth_bias, bool)
-    if not (number and math.isfinite(depth_bias) and abs(depth_bias) <= MAX_DEPTH_BIAS):
-        return f"must be a number between {-MAX_DEPTH_BIAS:g} and {MAX_DEPTH_BIAS:g} bits, got {depth_bias!r}"
-    if k is not None:
-        return "tunes the 'bor' policy; it has no effect with k (a fixed depth)"
-    if policy != "bor":
-        return f"tunes the 'bor' policy only; this request uses {policy!r}"
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class _Request:
-    policy: str
-    scorer: str
-    cap: int
-    k: int | None
-    bias: float | None
-    allow_empty: bool
-
-
 class QueryRunner:
     """Answers shortlist requests on snapshots; holds the embedder and the depth policies."""
 
@@ -179,6 +158,9 @@ class QueryRunner:
         embedder: Embedder,
         bor_policy: TunableDepthPolicy,
         relevance: RelevanceModel | None = None,
+        *,
+        usage: UsageRerank | None = None,
+        policy_book: PolicyBook | None = None,
     ) -> None:
         self.settings = settings
         self.embedder = embedder
@@ -187,79 +169,13 @@ class QueryRunner:
         self._gap = GapPolicy()
         self._threshold = ThresholdPolicy(settings.threshold)
         self._fixed = FixedPolicy(settings.fixed_k)
-        self.usage: UsageLearner | None = None  # the core installs it when learning is on
-        self.policy_book = PolicyBook()  # per-registry stop rules (the core installs its own)
+        self.usage = usage  # the usage memory's lift (learning), when the core has one
+        self.policy_book = policy_book or PolicyBook()  # per-registry stop rules
         self.explorer = Explorer(settings.explore_share)
 
-    def check(
-        self,
-        query: str,
-        k: int | None,
-        max_k: int | None,
-        policy: str | None,
-        scorer: str | None,
-        depth_bias: float | None = None,
-        allow_empty: bool = False,
-    ) -> _Request:
-        """Validate a request's parameters (all problems at once).
-
-        Raises:
-            ValidationFailed: listing every invalid field.
-        """
-        problems = []
-        if not isinstance(query, str) or not query.strip():
-            problems.append({"field": "query", "message": "must not be empty"})
-        elif len(query) > self.settings.max_query_chars:
-            problems.append(
-                {
-                    "field": "query",
-                    "message": f"is {len(query)} characters; the limit is "
-                    f"{self.settings.max_query_chars} (SHORTLIST_MAX_QUERY_CHARS)",
-                }
-            )
-        for field_name, value in (("k", k), ("max_k", max_k)):
-            if value is not None and not 1 <= value <= MAX_K:
-                problems.append(
-                    {"field": field_name, "message": f"must be between 1 and {MAX_K}, got {value}"}
-                )
-        policy_name = policy or self.settings.default_policy
-        scorer_name = scorer or self.settings.default_scorer
-        if policy_name not in POLICIES:
-            problems.append(
-                {"field": "policy", "message": f"unknown policy {policy_name!r}; use one of {list(POLICIES)}"}
-            )
-        if scorer_name not in SCORERS:
-            problems.append(
-                {"field": "scorer", "message": f"unknown scorer {scorer_name!r}; use one of {list(SCORERS)}"}
-            )
-        if k is not None and policy not in (None, "fixed"):
-            problems.append(
-                {
-                    "field": "k",
-                    "message": f"fixes the depth (policy 'fixed'); it cannot be combined with "
-                    f"policy {policy!r}",
-                }
-            )
-        bias_problem = depth_bias_problem(depth_bias, k, policy_name)
-        if bias_problem:
-            problems.append({"field": "depth_bias", "message": bias_problem})
-        if problems:
-            summary = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
-            raise ValidationFailed(f"invalid shortlist request: {summary}", problems)
-        bias = None
-        if policy_name == "bor" and k is None:
-            bias = self.settings.depth_bias if depth_bias is None else float(depth_bias)
-        return _Request(
-            policy="fixed" if k is not None else policy_name,
-            scorer=scorer_name,
-            cap=max_k or self.settings.default_max_k,
-            k=k,
-            bias=bias,
-            allow_empty=bool(allow_empty),
-        )
-
-    def run(self, snap: Snapshot, query: str, request: _Request) -> Shortlist:
-        """Answer ``query`` on ``snap`` (parameters already checked)."""
+    def run(self, snap: Snapshot, request: ResolvedRequest) -> Shortlist:
+        """Answer ``request`` on ``snap`` (already resolved: checked, defaults filled)."""
+        query = request.query
         started = time.perf_counter()
         timings: dict[str, float] = {}
         n = snap.n_tools
@@ -292,7 +208,8 @@ class QueryRunner:
         elif request.k is not None:
             picks = self._fixed_picks(rankings[0], named, request.k)
         else:
-            picks = self._compose(snap, rankings, [i.step for i in intents], named, request, trace)
+            texts = [query, *(i.text for i in intents)]
+            picks = self._compose(snap, rankings, [i.step for i in intents], named, request, trace, texts)
         timings["policy"] = time.perf_counter() - t2
 
         items = [
@@ -312,7 +229,7 @@ class QueryRunner:
         p_rand = bor.p_rand(n, 1, depth) if n and depth else 0.0
         timings["total"] = time.perf_counter() - started
         return Shortlist(
-            shortlist_id=uuid.uuid4().hex,
+            shortlist_id=new_shortlist_id(),
             registry=snap.registry,
             version=snap.version,
             policy=request.policy,
@@ -333,7 +250,7 @@ class QueryRunner:
 
     # -- steps ----------------------------------------------------------------------------------
 
-    def _intents(self, query: str, request: _Request) -> tuple[Intent, ...]:
+    def _intents(self, query: str, request: ResolvedRequest) -> tuple[Intent, ...]:
         if request.k is not None or not self.settings.multi_intent:
             return ()
         intents = split_request(query)
@@ -349,7 +266,7 @@ class QueryRunner:
             for window in query_windows(text)
         ]
 
-    def _wanted(self, request: _Request) -> int:
+    def _wanted(self, request: ResolvedRequest) -> int:
         if request.k is not None:
             return request.k
         if request.policy == "bor":  # the features read a window of FEATURE_WINDOW scores
@@ -393,8 +310,9 @@ class QueryRunner:
         rankings: list[tuple[np.ndarray, np.ndarray]],
         steps: list[bool],
         named: list[tuple[int, float]],
-        request: _Request,
+        request: ResolvedRequest,
         trace: DepthTrace | None = None,
+        texts: Sequence[str] = (),
     ) -> list[Pick]:
         n = snap.n_tools
         # names are only read to fold declared equivalents
@@ -406,11 +324,19 @@ class QueryRunner:
         ]
         cap = min(request.cap, policy_depth_limit(n))  # only k may ask for the whole registry
 
+        # a needs-aware (schema 2) policy reads each ranking's own text
+        reads_text = request.policy == "bor" and getattr(self.bor_policy, "needs_model", None) is not None
+        signals = [request_signals(t) for t in texts] if reads_text else []
+
         def choose(scores: np.ndarray) -> int:
-            return self._choose_depth(request, scores, n, cap, trace)
+            return self._choose_depth(request, scores, n, cap, trace, signals[0] if signals else None)
+
+        def choose_intent(index: int, scores: np.ndarray) -> int:
+            text_signals = signals[index + 1] if len(signals) > index + 1 else None
+            return self._choose_depth(request, scores, n, cap, trace, text_signals)
 
         intents = list(zip(folded[1:], steps, strict=True))
-        return interleave(folded[0], intents, choose, cap=cap, named=named)
+        return interleave(folded[0], intents, choose, cap=cap, named=named, intent_depth=choose_intent)
 
     @staticmethod
     def _ranking(snap: Snapshot, items: list[ShortlistItem], ids: np.ndarray) -> tuple[str, ...]:
@@ -422,14 +348,15 @@ class QueryRunner:
         return (*shown, *rest)
 
     def _choose_depth(
-        self, request: _Request, scores: np.ndarray, n: int, cap: int, trace: DepthTrace | None = None
+        self, request: ResolvedRequest, scores: np.ndarray, n: int, cap: int, trace: DepthTrace | None = None,
+        signals: np.ndarray | None = None,
     ) -> int:
         available = int(scores.shape[0])
         if available == 0:
             return 0
         chosen: DepthPolicy
         if request.policy == "bor":
-            depth = self._bor_depth(request, scores, n, cap, trace)
+            depth = self._bor_depth(request, scores, n, cap, trace, signals)
         else:
             if request.policy == "gap":
                 chosen = self._gap
@@ -446,7 +373,8 @@ class QueryRunner:
         return shown
 
     def _bor_depth(
-        self, request: _Request, scores: np.ndarray, n: int, cap: int, trace: DepthTrace | None
+        self, request: ResolvedRequest, scores: np.ndarray, n: int, cap: int, trace: DepthTrace | None,
+        signals: np.ndarray | None = None,
     ) -> int:
         """The learned policy's depth under the registry's stop rule (margins and scores of the
         request's own ranking kept in ``trace``, for a refit)."""
@@ -454,9 +382,10 @@ class QueryRunner:
         bias = request.bias or 0.0
         limit = min(cap, rule.max_depth or cap)
         q_values = getattr(self.bor_policy, "q_values", None)
+        extra = {"signals": signals} if signals is not None else {}  # only a schema-2 policy reads it
         if q_values is None or (rule.kind == "bias" and (trace is None or trace.done)):
-            return int(self.bor_policy.choose_depth(scores, n, limit, bias=bias + rule.bias_offset))
-        q = np.asarray(q_values(scores, n, cap))
+            return int(self.bor_policy.choose_depth(scores, n, limit, bias=bias + rule.bias_offset, **extra))
+        q = np.asarray(q_values(scores, n, cap, **extra))
         if trace is not None and not trace.done:
             margins = q[:, 0] - q[:, 1]
             trace.margins = tuple(round(float(m), 4) if math.isfinite(m) else 0.0 for m in margins)

@@ -12,6 +12,7 @@ read on the query path without a lock and reloaded when the store says something
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -35,6 +36,8 @@ __all__ = [
     "RedisPolicyStore",
     "StopRule",
 ]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_VERSION = "default"
 
@@ -300,6 +303,20 @@ class RedisPolicyStore:
         raw = self._client.get(self._epoch_key)
         return "0" if raw is None else (raw.decode() if isinstance(raw, bytes) else str(raw))
 
+    def lost(self) -> bool:
+        """Whether the store lost its data (its epoch counter, set by every save, is gone)."""
+        return not self._client.exists(self._epoch_key)
+
+    def restore(self, histories: list[PolicyHistory]) -> int:
+        """Write back histories the store lost, each only if absent (the first replica to
+        write one back wins); returns how many this call wrote."""
+        written = 0
+        for history in histories:
+            raw = json.dumps(history.to_json(), separators=(",", ":"))
+            written += bool(self._client.set(self._key + history.registry, raw, nx=True))
+        self._client.incr(self._epoch_key)
+        return written
+
 
 class PolicyBook:
     """The active rule of every registry, as served by this replica.
@@ -311,6 +328,7 @@ class PolicyBook:
     def __init__(self, store: PolicyStore | None = None) -> None:
         self.store = store
         self._rules: dict[str, StopRule] = {}
+        self._histories: dict[str, PolicyHistory] = {}  # what a store that lost its data gets back
         self._epoch: str | None = None
         self._lock = threading.Lock()
 
@@ -326,14 +344,32 @@ class PolicyBook:
             epoch = store.epoch()
             if epoch == self._epoch and not force:
                 return False
+            histories = {registry: store.load(registry) for registry in store.registries()}
+            if not histories and self._histories and getattr(store, "lost", lambda: False)():
+                # the shared store lost its data: keep serving, and write back what is held
+                self.write_back()
+                return False
             rules = {}
-            for registry in store.registries():
-                rule = store.load(registry).active_rule
+            for registry, history in histories.items():
+                rule = history.active_rule
                 if rule.version != DEFAULT_VERSION:
                     rules[registry] = rule
             self._rules = rules
+            self._histories = histories
             self._epoch = epoch
             return True
+
+    def write_back(self) -> int:
+        """After the shared store lost its data: write back every history this replica holds
+        (absent ones only); returns how many it wrote."""
+        store = self.store
+        restore = getattr(store, "restore", None)
+        if restore is None or not self._histories:
+            return 0
+        written: int = restore(list(self._histories.values()))
+        if written:
+            log.warning("wrote %d depth-policy histories back to the shared store", written)
+        return written
 
     def history(self, registry: str) -> PolicyHistory:
         return self.store.load(registry) if self.store is not None else PolicyHistory(registry)

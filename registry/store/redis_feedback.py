@@ -267,6 +267,11 @@ class RedisFeedbackLog(RedisBase):
         with self._call("length", FEEDBACK_DOWN):
             return int(self.client.xlen(self.stream))
 
+    def pending_bytes(self) -> int:
+        """Redis's estimate of the stream's memory (``MEMORY USAGE``, sampled: O(1))."""
+        with self._call("length", FEEDBACK_DOWN):
+            return int(self.client.memory_usage(self.stream, samples=5) or 0)
+
     def rewind(self) -> dict[str, Any] | None:
         with self._read_lock:
             doc = self._checkpoint()
@@ -286,6 +291,32 @@ class RedisFeedbackLog(RedisBase):
             if len(page) < 1000:
                 return
             start = b"(" + page[-1][0]
+
+    def read_after(self, position: Any = None) -> tuple[list[FeedbackEvent], Any]:
+        """Every replica's events after ``position`` (from a previous call; None: after the
+        checkpoint), oldest first, and the position after them (see
+        :meth:`registry.feedback.LocalFeedbackLog.read_after`).
+
+        Raises:
+            LogCompacted: the checkpoint moved since ``position`` was taken.
+        """
+        last = self._checkpoint_id()
+        if position is not None and position[0] != (last.decode() if last else None):
+            raise LogCompacted(f"feedback stream {self.stream} was compacted since the last read")
+        after = position[1].encode() if position is not None and position[1] else last
+        start = b"(" + after if after else b"-"
+        events: list[FeedbackEvent] = []
+        while True:
+            page = self._page(start, 1000)
+            for entry_id, fields in page:
+                event = self._decode(entry_id, fields)
+                if event is not None:
+                    events.append(event)
+                after = entry_id
+            if len(page) < 1000:
+                break
+            start = b"(" + page[-1][0]
+        return events, (last.decode() if last else None, after.decode() if after else None)
 
     def read_new(self, limit: int = 1000, *, include_own: bool = False) -> list[FeedbackEvent]:
         with self._read_lock:

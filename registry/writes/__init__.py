@@ -2,7 +2,9 @@
 
 * :mod:`registry.writes.engine`: ``ShortlistEngine``, the registry snapshots and their writes.
 * :mod:`registry.writes.jobs`: prepared writes (parse, validate, embed off the lock), group
-  commit, 202 write jobs.
+  commit.
+* :mod:`registry.writes.write_jobs`: 202 write jobs, durable across restarts
+  (:mod:`registry.jobs`).
 * :mod:`registry.writes.commits`: the commit path (sync, derive, persist, install).
 * :mod:`registry.writes.sync`: replicas installing what other replicas wrote.
 """

@@ -18,9 +18,11 @@ from registry.errors import (
 from registry.feedback import validate_equivalents
 from registry.index.embed import Embedder
 from registry.index.snapshot import Snapshot
+from registry.request import ShortlistRequest
 from registry.serving.depth_policies import TunableDepthPolicy
 from registry.serving.relevance import RelevanceModel
-from registry.serving.shortlist import MAX_K, POLICIES, QueryRunner, Shortlist, ShortlistItem
+from registry.serving.shortlist import QueryRunner, Shortlist, ShortlistItem, UsageRerank
+from registry.serving.stop_rules import PolicyBook
 from registry.settings import Settings
 from registry.store.base import SharedStore, Store
 from registry.tools import Tool, ToolLimits, parse_tools, validate_registry_name
@@ -35,8 +37,6 @@ from registry.writes.jobs import (
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "MAX_K",
-    "POLICIES",
     "RegistryChange",
     "RegistryInfo",
     "Shortlist",
@@ -70,12 +70,17 @@ class ShortlistEngine(CommitPath):
         embedder: Embedder,
         bor_policy: TunableDepthPolicy,
         relevance: RelevanceModel | None = None,
+        *,
+        usage: UsageRerank | None = None,
+        policy_book: PolicyBook | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.embedder = embedder
         self.bor_policy = bor_policy
-        self.queries = QueryRunner(settings, embedder, bor_policy, relevance)
+        self.queries = QueryRunner(
+            settings, embedder, bor_policy, relevance, usage=usage, policy_book=policy_book
+        )
         self.limits = ToolLimits(
             max_tools=settings.max_tools_per_registry,
             max_tool_bytes=settings.max_tool_bytes,
@@ -281,28 +286,15 @@ class ShortlistEngine(CommitPath):
 
     # -- queries --------------------------------------------------------------------------------
 
-    def shortlist(
-        self,
-        registry: str,
-        query: str,
-        *,
-        k: int | None = None,
-        max_k: int | None = None,
-        policy: str | None = None,
-        scorer: str | None = None,
-        depth_bias: float | None = None,
-        allow_empty: bool = False,
-    ) -> Shortlist:
-        """Rank the registry's tools for ``query`` and cut the list where the policy says.
+    def shortlist(self, request: ShortlistRequest) -> Shortlist:
+        """Rank the registry's tools for the request's query and cut the list where the policy says.
 
-        A request holding several intents gets each of them covered, tools it names verbatim
-        come first, near-duplicates share one slot (:mod:`registry.serving.shortlist`).
-        ``depth_bias`` (bits, ``|bias| <= 10``) tunes the ``bor`` policy for this request: it
-        stops only where STOP beats CONTINUE by at least that much (default: the
-        ``depth_bias`` setting). It is refused with ``k`` or another policy. ``allow_empty``
-        lets the list be empty when no tool fits (the response's ``confidence`` says how sure).
+        The request is checked first (every invalid field at once, see
+        :meth:`~registry.request.ShortlistRequest.resolve`), then the registry's snapshot is read
+        once. A request holding several intents gets each of them covered, tools it names
+        verbatim come first, near-duplicates share one slot (:mod:`registry.serving.shortlist`).
         """
-        request = self.queries.check(query, k, max_k, policy, scorer, depth_bias, allow_empty)
-        return self.queries.run(self.snapshot(registry), query, request)
+        resolved = request.resolve(self.settings)
+        return self.queries.run(self.snapshot(request.registry), resolved)
 
     # -- internals ------------------------------------------------------------------------------

@@ -1,23 +1,20 @@
-"""The write path's helpers: prepared writes, stored tools reused across versions, write jobs.
+"""The write path's helpers: prepared writes, stored tools reused across versions, group commits.
 
 A write is *prepared* first (payload parsed and validated: a bad tool is refused before
 anything is accepted), then *run*. Between the two, :meth:`PreparedWrite.embed` embeds the
 texts the registry has never seen, in batches written to the store's embedding cache, outside
 the registry's write lock: the commit that follows finds every vector cached and only derives
-the new snapshot from the current one (:func:`registry.index.snapshot.build_snapshot`). A prepared
-write with many new texts can run as a :class:`WriteJob` in the background (HTTP: 202 and a
-job to poll).
+the new snapshot from the current one (:func:`registry.index.snapshot.build_snapshot`). A
+prepared write with many new texts can run as a durable background job
+(:mod:`registry.writes.write_jobs`; HTTP: 202 and a job to poll).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
-import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from registry.errors import ShortlistError
@@ -123,91 +120,6 @@ class PreparedWrite:
         self.embed()
         self.fresh = []  # the texts are cached now; drop the references
         return self.apply()
-
-
-@dataclass
-class WriteJob:
-    """A write running in the background. ``info`` is the new version once ``done``;
-    ``error`` the domain error once ``failed``."""
-
-    id: str
-    registry: str
-    new_texts: int
-    state: JobState = "queued"
-    created_at: float = field(default_factory=time.time)
-    finished_at: float | None = None
-    info: Any = None
-    error: ShortlistError | None = None
-
-
-class WriteJobs:
-    """Runs prepared writes one at a time on a background thread (one large embedding at a
-    time bounds memory) and remembers the last ``keep`` jobs of this process.
-
-    Jobs live in the process that accepted them: with several replicas, poll the one that
-    answered 202 (or watch the registry's version).
-    """
-
-    def __init__(self, keep: int = 1000) -> None:
-        self.keep = keep
-        self._jobs: OrderedDict[str, WriteJob] = OrderedDict()
-        self._queue: list[tuple[WriteJob, PreparedWrite]] = []
-        self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)
-        self._thread: threading.Thread | None = None
-
-    def submit(self, prepared: PreparedWrite) -> WriteJob:
-        job = WriteJob(uuid.uuid4().hex, prepared.registry, prepared.new_texts)
-        with self._lock:
-            self._jobs[job.id] = job
-            while len(self._jobs) > self.keep:
-                oldest = next(iter(self._jobs.values()))
-                if oldest.state in ("queued", "running"):
-                    break
-                self._jobs.popitem(last=False)
-            self._queue.append((job, prepared))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="write-jobs", daemon=True)
-                self._thread.start()
-            self._wake.notify()
-        return job
-
-    def get(self, registry: str, job_id: str) -> WriteJob | None:
-        job = self._jobs.get(job_id)
-        return job if job is not None and job.registry == registry else None
-
-    def wait(self, job: WriteJob, timeout: float) -> bool:
-        """Block until ``job`` finished (True) or ``timeout`` passed (tests, CLI)."""
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            while job.state in ("queued", "running"):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._wake.wait(min(left, 0.1))
-        return True
-
-    def _run(self) -> None:
-        while True:
-            with self._lock:
-                while not self._queue:
-                    self._wake.wait()
-                job, prepared = self._queue.pop(0)
-                job.state = "running"
-            try:
-                job.info = prepared.run()
-                state: JobState = "done"
-            except ShortlistError as exc:
-                job.error = exc
-                state = "failed"
-            except Exception as exc:  # a bug must not kill the worker: report it on the job
-                log.exception("write job %s failed", job.id)
-                job.error = ShortlistError(f"the write failed: {type(exc).__name__}")
-                state = "failed"
-            with self._lock:
-                job.finished_at = time.time()
-                job.state = state
-                self._wake.notify_all()
 
 
 class RegistryState(Protocol):

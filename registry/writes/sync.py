@@ -64,10 +64,14 @@ def held_records(engine: ShortlistEngine) -> list[RegistryRecord]:
 
 
 def republish_from(
-    engine: ShortlistEngine, store: Store, feedback: FeedbackRecorder | None = None
+    engine: ShortlistEngine,
+    store: Store,
+    feedback: FeedbackRecorder | None = None,
+    learned: Callable[[bool], None] | None = None,
 ) -> None:
     """Tell a store that can lose its data what to re-publish then: ``engine``'s registry
-    versions, then (the winner) their embeddings, then ``feedback``'s counts (a no-op for
+    versions, then (the winner) their embeddings, then ``feedback``'s counts, then ``learned``
+    (called with whether this replica won: policy versions, usage memories) (a no-op for
     stores that cannot lose their data, e.g. local)."""
     register = getattr(store, "set_republish_source", None)
     if register is None:
@@ -82,6 +86,8 @@ def republish_from(
                     store.put_embeddings(model_id, dict(zip(snap.content_hashes, snap.dense.embeddings)))
         if feedback is not None:
             feedback.republish_counts()
+        if learned is not None:
+            learned(won)
 
     register(
         lambda: held_records(engine),
@@ -98,6 +104,7 @@ class StoreSync:
         store: the shared store.
         interval: poll period in seconds, and the pause after a failure.
         feedback: when given, its shared log is tailed on every tick.
+        learned: called after a re-publish with whether this replica won (learning state, jobs).
         on_status: called with True/False when the store comes back / goes away.
         on_tick: called after every successful tick (e.g. to retry deferred work).
         settle_seconds: after a wipe this replica claims, how long writes wait for every
@@ -114,6 +121,7 @@ class StoreSync:
         on_status: StatusListener | None = None,
         on_tick: Callable[[], None] | None = None,
         settle_seconds: float | None = None,
+        learned: Callable[[bool], None] | None = None,
     ) -> None:
         if not interval > 0:
             raise ValueError(f"interval must be > 0, got {interval}")
@@ -127,7 +135,7 @@ class StoreSync:
         self.ticks = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        republish_from(engine, store, feedback)
+        republish_from(engine, store, feedback, learned)
         epoch = getattr(store, "epoch", None)
         if epoch is not None:
             settle = settle_seconds if settle_seconds is not None else max(5.0, 3 * interval + 2)

@@ -13,7 +13,7 @@ router = APIRouter(tags=["feedback"], dependencies=[Depends(require_json)])
 @router.post(
     "/feedback",
     response_model=FeedbackResponse,
-    responses=error_responses(404, 413, 415, 422, 503),
+    responses=error_responses(404, 410, 413, 415, 422, 503),
 )
 def feedback(body: FeedbackRequest, core: CoreDep, caller: CallerIdDep) -> FeedbackResponse:
     """Record which tools the agent used for a shortlist (a resend is not counted twice)."""

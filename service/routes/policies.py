@@ -6,13 +6,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from registry.errors import ValidationFailed
+from registry.learning.manager import WAIT_SECONDS, RefitJob
 from service.deps import CoreDep, require_json
 from service.routes.registries import RegistryPath
 from service.schemas import error_responses
@@ -47,10 +51,14 @@ class PolicyList(BaseModel):
 class RefitJobOut(BaseModel):
     job: str
     registry: str
-    state: str = Field(description="running, done (a new version is active), refused (the "
-                       "guard said no) or failed.")
+    state: str = Field(description="queued, running, done (a new version is active), candidate "
+                       "(a new version is stored, not active: it changes mean K past "
+                       "SHORTLIST_REFIT_REVIEW_FACTOR; activate it by hand), refused (the guard "
+                       "said no) or failed. The estimate's 'profile' says what the usage-profile "
+                       "weight fit (its first step) concluded.")
     reason: str = ""
-    version: str | None = Field(None, description="The version a done refit activated.")
+    version: str | None = Field(None, description="The version a done refit activated (a "
+                                "candidate refit stored).")
     active: str | None = None
     estimate: dict[str, Any] = Field(default_factory=dict)
     created: float | None = None
@@ -86,10 +94,10 @@ def list_policies(registry: RegistryPath, core: CoreDep) -> PolicyList:
 @admin_router.post(
     "/{registry}/policies/refit",
     response_model=RefitJobOut,
-    responses={202: {"description": "Started (async=true): poll the job."},
-               **error_responses(404, 415, 422, 503)},
+    responses={202: {"description": "Queued (async=true): poll the job."},
+               **error_responses(404, 415, 422, 429, 503)},
 )
-def refit(
+async def refit(
     registry: RegistryPath,
     core: CoreDep,
     request: Request,
@@ -97,16 +105,26 @@ def refit(
                                      "id; poll GET .../refit/{job} until its state is final.")] = False,
 ) -> Any:
     """Refit the registry's depth policy from its feedback; activate it only when it beats the
-    current one on held-out feedback (bootstrap lower bound above the margin, found rate kept)."""
+    current one on held-out feedback (bootstrap lower bound above the margin, found rate kept).
+    Refits are queued and run one at a time per replica; a full queue answers 429."""
     unknown = sorted(set(request.query_params) - {"async"})
     if unknown:  # a misspelt 'async' must not silently run a synchronous refit
         problems = [{"field": name[:100], "message": "unknown query parameter"} for name in unknown]
         raise ValidationFailed(f"unknown query parameter(s): {unknown[:5]}", problems)
     core.snapshot(registry)
-    job = core.policies.refit(registry, background=run_async)
+    job = await run_in_threadpool(core.policies.refit, registry, background=True)
     if run_async:
         return JSONResponse({"job": job.job, "state": job.state}, status_code=202)
+    deadline = time.monotonic() + WAIT_SECONDS
+    while job.state in ("queued", "running") and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)  # waits on the event loop, holding no worker thread
+        job = await _job_now(core, job)
     return RefitJobOut.model_validate(job.to_json())
+
+
+async def _job_now(core: Any, job: RefitJob) -> RefitJob:
+    found: RefitJob = await run_in_threadpool(core.policies.job, job.registry, job.job)
+    return found
 
 
 @admin_router.get(
@@ -117,7 +135,8 @@ def refit(
 def refit_job(
     registry: RegistryPath, job: Annotated[str, Path(max_length=64)], core: CoreDep
 ) -> RefitJobOut:
-    """A refit job's state: running, done, refused or failed (kept a day)."""
+    """A refit job's state: queued, running, done, refused or failed (kept a day, and after a
+    restart: an interrupted job runs again)."""
     return RefitJobOut.model_validate(core.policies.job(registry, job).to_json())
 
 

@@ -19,7 +19,7 @@ from registry.tools import (
     validate_registry_name,
 )
 from registry.writes.engine import RegistryInfo
-from registry.writes.jobs import WriteJob
+from registry.writes.write_jobs import WriteJob
 from service.deps import CoreDep, require_json
 from service.errors import invalid_body
 from service.schemas import (
@@ -90,8 +90,8 @@ async def _json_body(request: Request) -> Any:
 class JobNotFound(NotFound):
     def __init__(self, registry: str, job: str) -> None:
         super().__init__(
-            f"no write job {job!r} for registry {registry!r} on this replica "
-            "(jobs are kept by the replica that answered 202, for its last 1,000 jobs)",
+            f"no write job {job!r} for registry {registry!r} (finished jobs are kept a day, "
+            "the last 1,000 per replica; with Redis every replica answers for every job)",
             {"registry": registry, "job": job},
         )
 
@@ -152,7 +152,7 @@ WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
         "description": "Accepted: many new texts to embed; poll the job in Location",
         "headers": {"Location": {"description": "The job's URL.", "schema": {"type": "string"}}},
     },
-    **error_responses(409, 413, 415, 422, 503),
+    **error_responses(409, 413, 415, 422, 429, 503),
 }
 
 
@@ -191,7 +191,8 @@ def write_job(
     core: CoreDep,
 ) -> WriteJobOut:
     """State of a large upload accepted with 202: queued, running, done (with the new
-    version) or failed (with the error). Jobs are kept by the replica that accepted them."""
+    version) or failed (with the error). Jobs are persisted before the 202 and survive a
+    restart (an interrupted one runs again, or reports failed saying why)."""
     found = core.write_job(registry, job)
     if found is None:
         raise JobNotFound(registry, job)

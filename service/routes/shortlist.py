@@ -20,17 +20,7 @@ router = APIRouter(tags=["shortlist"], dependencies=[Depends(require_json)])
 )
 def shortlist(body: ShortlistRequest, core: CoreDep, caller: CallerIdDep) -> Response:
     """Rank a registry's tools for a query and return the shortlist the depth policy chose."""
-    result = core.shortlist(
-        body.registry,
-        body.query,
-        k=body.k,
-        max_k=body.max_k,
-        policy=body.policy,
-        scorer=body.scorer,
-        depth_bias=body.depth_bias,
-        allow_empty=body.allow_empty,
-        caller=caller,
-    )
+    result = core.shortlist(body.to_request(), caller=caller)
     # Serialised here, not through the response model: the body is built from typed engine
     # values, and re-validating every tool definition (on a second thread hop) cost more
     # than the rest of the route.

@@ -4,7 +4,9 @@
 retrieve_tools_coroutine=...)`` calls the function with the model's search query and expects
 tool ids (keys of ``tool_registry``) back. Here the ids are the tool names of the service's
 registry, or whatever ``tool_ids`` maps them to; names the agent does not know are dropped (the
-graph would fail on them).
+graph would fail on them). A ``tool_registry`` keyed by uuid (as bigtool's README builds it) is
+mapped by each tool's ``name``; when no shortlisted name maps to any id, the retriever raises
+instead of silently returning no tools.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ class ShortlistRetriever:
         if client is None and async_client is None:
             raise ValueError("give a client, an async_client, or both")
         self.shortlists: list[Shortlist] = []
-        self._ids = tool_ids
+        self._ids = _name_to_id(tool_ids)
 
         def retrieve_tools(query: str) -> list[str]:
             if client is None:
@@ -75,10 +77,35 @@ class ShortlistRetriever:
         ids = self._ids
         if ids is None:
             return shortlist.names
-        chosen = [name for name in shortlist.names if name in ids]
-        if isinstance(ids, Mapping):  # a name -> id map, or bigtool's tool_registry itself
-            return [ids[n] if isinstance(ids[n], str) else n for n in chosen]
+        chosen = [ids[name] for name in shortlist.names if name in ids]
+        if shortlist.names and not chosen:
+            raise ValueError(
+                f"none of the shortlisted tools {shortlist.names[:5]} is in tool_ids: its keys "
+                "(or, for a uuid-keyed tool_registry, its tools' .name) must be the registry's "
+                f"tool names (registry {shortlist.registry!r})"
+            )
         return chosen
+
+
+def _tool_name(tool: Any) -> str | None:
+    name = tool.get("name") if isinstance(tool, Mapping) else getattr(tool, "name", None)
+    return name if isinstance(name, str) else None
+
+
+def _name_to_id(ids: Mapping[str, Any] | Collection[str] | None) -> dict[str, str] | None:
+    """Tool name -> bigtool id, from a name -> id map, a tool_registry keyed by name or by
+    uuid (its tools' ``name`` then says which), or a collection of ids that are names."""
+    if ids is None:
+        return None
+    if not isinstance(ids, Mapping):
+        return {name: name for name in ids}
+    mapped: dict[str, str] = {}
+    for key, value in ids.items():
+        if isinstance(value, str):  # name -> id
+            mapped[key] = value
+        else:  # tool_registry: id -> tool
+            mapped[_tool_name(value) or key] = key
+    return mapped
 
 
 def retrieve_tools_function(

@@ -16,7 +16,9 @@ to return a matching ``tool_search_output``), so with the SDK this is a manual R
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import inspect
+import json
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from openai.types.responses import (
@@ -37,7 +39,7 @@ from tool_shortlist_client.models import Shortlist
 from tool_shortlist_client.names import PROVIDER_NAMES, ProviderNames
 
 if TYPE_CHECKING:
-    from agents import ToolSearchTool
+    from agents import FunctionTool, ToolSearchTool
 
 ToolSearchCallLike = ResponseToolSearchCall | Mapping[str, Any]
 
@@ -63,6 +65,51 @@ def agents_tool_search_tool(
     return ToolSearchTool(
         description=description, execution="client", parameters=dict(parameters or QUERY_SCHEMA)
     )
+
+
+ToolRunner = Callable[[str, dict[str, Any]], Any]
+"""Runs a registry tool: ``(registry tool name, arguments) -> result`` (sync or async)."""
+
+
+def agents_deferred_tools(
+    definitions: Iterable[Mapping[str, Any]],
+    run: ToolRunner,
+    *,
+    names: ProviderNames = PROVIDER_NAMES,
+    namespace: str | None = None,
+    namespace_description: str | None = None,
+) -> list[FunctionTool]:
+    """The registry's tools as Agents SDK function tools with ``defer_loading=True``: the
+    searchable surface :func:`agents_tool_search_tool` needs (without one the SDK refuses the
+    Agent: "ToolSearchTool() requires at least one searchable Responses surface").
+
+    Names are provider-safe; ``run`` gets the registry name back. With ``namespace`` (and its
+    ``namespace_description``) the tools are grouped with the SDK's ``tool_namespace``.
+    """
+    from agents import FunctionTool, tool_namespace
+    from agents.tool_context import ToolContext
+
+    tools: list[FunctionTool] = []
+    for definition in definitions:
+        spec = tool_spec(definition)
+
+        async def invoke(_: ToolContext[Any], arguments: str, name: str = spec.name) -> Any:
+            result = run(name, json.loads(arguments) if arguments else {})
+            return await result if inspect.isawaitable(result) else result
+
+        tools.append(
+            FunctionTool(
+                name=names.to_provider(spec.name),
+                description=spec.description,
+                params_json_schema=spec.parameters,
+                on_invoke_tool=invoke,
+                strict_json_schema=False,
+                defer_loading=True,
+            )
+        )
+    if namespace is not None:
+        return tool_namespace(name=namespace, description=namespace_description, tools=tools)
+    return tools
 
 
 def function_tool(

@@ -1,0 +1,231 @@
+"""Our default shortlist against the peers' documented defaults and the fixed-K frontier, per source.
+
+    nice -n 10 python bench/peers.py --embedding-cache /tmp/i19d/emb --json out/peers.json
+
+Peers return a fixed count; each is emulated with our own scorers, so the comparison is about
+list length, not about ranking: Anthropic's tool search = BM25 top-5, bigtool = dense top-2,
+ToolHive = hybrid top-8, LiteLLM = dense top-10. The **frontier** is the best of BM25, dense and
+hybrid top-K at our default's mean K (linear between integer K), per metric.
+
+Per source (the ten sets of ``../shared/data/train`` and the three dev sets, ``--max-queries``
+sampled with seed 0, the same sample as the score tables), every query goes through an
+in-process :class:`registry.writes.engine.ShortlistEngine` built as the service builds it (real
+MiniLM, the ``--policy`` artifact, multi-intent composition on), once with the defaults and
+once per scorer with ``k=20`` (the plain ranking, from which every fixed-K point comes).
+Printed: any-found (a needed tool shown), recall (share of needed tools shown), all-needed,
+mean K and the definition tokens shown (JSON characters / 4), for our default, each peer and
+the frontier; then the goal checks of issue 19 (multi-tool sources: recall and all-needed
+>= 5 points above the frontier, >= 95% of hybrid top-8's recall with >= 25% fewer tokens;
+single-tool sources: any-found not below the frontier, depth efficiency >= 1.3) and, per
+source, which peer points the default beats on both recall and tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from registry.request import ShortlistRequest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.needs_loso import MULTI_SHARE, efficiency, source_dirs  # noqa: E402
+
+DEEP_K = 20
+SCORER_NAMES = ("bm25", "dense", "hybrid")
+PEERS: dict[str, tuple[str, int]] = {
+    "BM25 top-5 (Anthropic)": ("bm25", 5),
+    "dense top-2 (bigtool)": ("dense", 2),
+    "hybrid top-8 (ToolHive)": ("hybrid", 8),
+    "dense top-10 (LiteLLM)": ("dense", 10),
+}
+METRICS = ("any", "recall", "all")
+
+
+def _sample(queries: list[Any], n: int | None) -> list[Any]:
+    return random.Random(0).sample(queries, n) if n is not None and len(queries) > n else queries
+
+
+def _engine(tools: Any, registry: str, tmp: Path, embedder: Any, policy_dir: Path) -> Any:
+    from registry.serving.depth_policies import OnnxDepthPolicy
+    from registry.settings import Settings
+    from registry.store.local import LocalStore
+    from registry.writes.engine import ShortlistEngine
+
+    settings = Settings(data_dir=tmp, demo_registry=None, policy_dir=policy_dir)
+    engine = ShortlistEngine(settings, LocalStore(tmp), embedder, OnnxDepthPolicy.from_dir(policy_dir))
+    engine.put_registry(registry, tools)
+    return engine
+
+
+def _score(names: Sequence[str], gold: set[str], tokens: dict[str, float]) -> dict[str, float]:
+    hits = len(gold & set(names))
+    return {
+        "any": float(hits > 0),
+        "recall": hits / len(gold),
+        "all": float(hits == len(gold)),
+        "k": float(len(names)),
+        "tokens": float(sum(tokens.get(n, 0.0) for n in names)),
+    }
+
+
+def run_source(directory: Path, embedder: Any, policy_dir: Path, max_queries: int | None) -> dict[str, Any]:
+    from registry.errors import ValidationFailed
+    from registry.offline.datasets import load_dataset
+
+    tools = json.loads((directory / "tools.json").read_text(encoding="utf-8"))
+    tokens = {t["name"]: len(json.dumps(t, ensure_ascii=False)) / 4 for t in tools}
+    queries = [q for q in _sample(load_dataset(directory).queries, max_queries) if q.gold]
+    registry = "peers"
+    ours: list[dict[str, float]] = []
+    ranked: dict[str, list[list[str]]] = {s: [] for s in SCORER_NAMES}
+    golds: list[set[str]] = []
+    rejected = 0
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="peers-") as tmp:
+        engine = _engine(tools, registry, Path(tmp), embedder, policy_dir)
+        for q in queries:
+            gold = set(q.gold)
+            try:
+                answer = engine.shortlist(ShortlistRequest(registry, q.query))
+                lists = {s: [t.name for t in engine.shortlist(ShortlistRequest(registry, q.query, k=DEEP_K, scorer=s)).tools]
+                         for s in SCORER_NAMES}
+            except ValidationFailed:  # a request over max_query_chars: the service's 422
+                rejected += 1
+                continue
+            ours.append(_score([t.name for t in answer.tools], gold, tokens))
+            for s in SCORER_NAMES:
+                ranked[s].append(lists[s])
+            golds.append(gold)
+    mean = {m: float(np.mean([o[m] for o in ours])) for m in (*METRICS, "k", "tokens")}
+    curves: dict[str, dict[str, np.ndarray]] = {}
+    for s in SCORER_NAMES:
+        curves[s] = {m: np.zeros(DEEP_K + 1) for m in (*METRICS, "tokens")}
+        for k in range(1, DEEP_K + 1):
+            rows = [_score(r[:k], g, tokens) for r, g in zip(ranked[s], golds)]
+            for m in (*METRICS, "tokens"):
+                curves[s][m][k] = float(np.mean([row[m] for row in rows]))
+    peers = {
+        name: {m: float(curves[s][m][k]) for m in (*METRICS, "tokens")} | {"k": float(k)}
+        for name, (s, k) in PEERS.items()
+    }
+    frontier = {
+        m: max(float(np.interp(mean["k"], np.arange(DEEP_K + 1), curves[s][m])) for s in SCORER_NAMES)
+        for m in METRICS
+    }
+    frontier["tokens"] = float(np.interp(mean["k"], np.arange(DEEP_K + 1), curves["hybrid"]["tokens"]))
+    multi_share = float(np.mean([len(g) > 1 for g in golds])) if golds else 0.0
+    return {
+        "source": directory.name,
+        "n_tools": len(tools),
+        "n_queries": len(ours),
+        "rejected": rejected,
+        "multi_share": multi_share,
+        "multi_tool": multi_share >= MULTI_SHARE,
+        "mean_gold": float(np.mean([len(g) for g in golds])) if golds else 0.0,
+        "ours": mean,
+        "peers": peers,
+        "frontier": frontier,
+        "efficiency": efficiency(curves["hybrid"]["any"], mean["any"], mean["k"]),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+
+
+def goals(row: dict[str, Any]) -> dict[str, Any]:
+    ours, front, top8 = row["ours"], row["frontier"], row["peers"]["hybrid top-8 (ToolHive)"]
+    beats = [
+        name for name, p in row["peers"].items() if ours["recall"] >= p["recall"] and ours["tokens"] < p["tokens"]
+    ]
+    if row["multi_tool"]:
+        checks = {
+            "recall_vs_frontier": ours["recall"] - front["recall"],
+            "all_vs_frontier": ours["all"] - front["all"],
+            "recall_share_of_top8": ours["recall"] / top8["recall"] if top8["recall"] else float("nan"),
+            "token_saving_vs_top8": 1 - ours["tokens"] / top8["tokens"] if top8["tokens"] else float("nan"),
+        }
+        met = (checks["recall_vs_frontier"] >= 0.05 and checks["all_vs_frontier"] >= 0.05
+               and checks["recall_share_of_top8"] >= 0.95 and checks["token_saving_vs_top8"] >= 0.25)
+    else:
+        checks = {"any_vs_frontier": ours["any"] - front["any"], "efficiency": row["efficiency"]}
+        met = checks["any_vs_frontier"] >= 0 and checks["efficiency"] >= 1.3
+    return {"checks": checks, "met": bool(met), "beats_on_recall_and_tokens": beats}
+
+
+def _p(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def markdown(rows: Sequence[dict[str, Any]]) -> str:
+    head = ["source (tools, multi-tool share)", "our default", "frontier at our mean K", *PEERS, "goal checks"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def cell(r: dict[str, float], k: float | None = None) -> str:
+        k = r["k"] if k is None else k
+        tail = f" @ {k:.2f}" + (f", {r['tokens']:.0f} tok" if "tokens" in r else "")
+        return f"{_p(r['any'])} / {_p(r['recall'])} / {_p(r['all'])}{tail}"
+
+    for row in rows:
+        g = row["goals"]
+        checks = ", ".join(
+            f"{name} {value:+.3f}" if "vs" in name else f"{name} {value:.2f}" for name, value in g["checks"].items()
+        )
+        lines.append(
+            f"| {row['source']} ({row['n_tools']}, {_p(row['multi_share'])}%) | {cell(row['ours'])} | "
+            f"{_p(row['frontier']['any'])} / {_p(row['frontier']['recall'])} / {_p(row['frontier']['all'])} | "
+            + " | ".join(cell(p) for p in row["peers"].values())
+            + f" | {'met' if g['met'] else 'NOT met'}: {checks} |"
+        )
+    lines.append("")
+    lines.append("Cells: any-found / recall / all-needed (%) @ mean K, definition tokens shown per request.")
+    for row in rows:
+        beats = row["goals"]["beats_on_recall_and_tokens"]
+        lines.append(f"- {row['source']}: the default beats on both recall and tokens: {', '.join(beats) or 'none'}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--max-queries", type=int, default=600, help="queries sampled per source (seed 0)")
+    ap.add_argument("--policy", type=Path, default=ROOT / "models" / "default")
+    ap.add_argument("--embedder-cache", type=Path, default=None, help="MiniLM ONNX cache")
+    ap.add_argument("--embedding-cache", type=Path, default=None, help="text embeddings (bench/embed_cache.py)")
+    ap.add_argument("--sources", nargs="*", default=None, help="source names (default: all)")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+
+    from bench.embed_cache import DiskCachedEmbedder
+    from registry.index.minilm_export import load_minilm
+    from registry.settings import Settings
+
+    embedder: Any = load_minilm(args.embedder_cache or Settings().resolved_embedder_cache())
+    if args.embedding_cache:
+        embedder = DiskCachedEmbedder(embedder, args.embedding_cache)
+    rows = []
+    for directory in source_dirs():
+        if args.sources and directory.name not in args.sources:
+            continue
+        row = run_source(directory, embedder, args.policy, args.max_queries)
+        row["goals"] = goals(row)
+        rows.append(row)
+        print(f"{row['source']}: {json.dumps(row['ours'])} ({row['seconds']}s)", file=sys.stderr, flush=True)
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"policy": str(args.policy), "sources": rows}, indent=2))
+    if isinstance(embedder, DiskCachedEmbedder):
+        embedder.save()
+    print(markdown(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

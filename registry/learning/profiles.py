@@ -1,0 +1,238 @@
+"""Usage profiles: how a registry's users ask for each tool, learned from feedback, scored
+against new requests (issue 22; Tool2Vec-style usage embeddings).
+
+Evidence. Every counted event adds its query's unit embedding ``q`` to the profile of each
+tool it reports as used, with the weight ``w`` the evidence rule gives it
+(:mod:`registry.learning.evidence`: per-caller rate, decay per caller and tool, soft share).
+
+Profile. Per tool ``t`` with evidence ``n_t = sum w`` and weighted query sum ``S_t``::
+
+    c_t     = S_t / |S_t|                  the usage centroid (unit)
+    a_t     = n_t / (n_t + n0)             shrinkage: one event weighs 1 / (1 + n0)
+    lift_t  = a_t * (cos(q, c_t) - cos(q, d_t))
+
+with ``d_t`` the tool's description embedding: the lift says how much better the request
+matches how users asked for the tool than how the tool describes itself; a tool without
+evidence has lift 0. The ranking adds ``weight * lift_t`` to the ``candidates`` best tools'
+scores (usage never brings in a tool the request does not match).
+
+Weight. :func:`fit_weight` fits the registry's fusion weight on its own logged events: the
+profiles are built from 70% (split by a hash of the request text, so every held-out request
+is a new phrasing, never a repeat a memory would recall), every weight of ``WEIGHT_GRID`` is
+replayed on the other 30% (the used tool's reciprocal rank among the candidates, events
+weighted by the same evidence rule), and the best weight ships only when the bootstrap lower
+bound of its gain over weight 0 is above ``margin``; else the weight is 0 (no lift).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from registry.learning.evidence import EvidenceConfig, EvidenceCounter
+
+__all__ = [
+    "WEIGHT_GRID",
+    "ProfileConfig",
+    "Profiles",
+    "build_profiles",
+    "event_weights",
+    "fit_weight",
+    "profile_lift",
+]
+
+WEIGHT_GRID = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)
+HOLDOUT_SHARE = 0.3
+BOOTSTRAP = 300
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileConfig:
+    """Knobs of the usage profiles (``SHORTLIST_LEARNING_*`` settings in the service)."""
+
+    n0: float = 2.0
+    evidence: EvidenceConfig = field(default_factory=EvidenceConfig)
+    candidates: int = 10
+    margin: float = 0.0
+    confidence: float = 0.9
+    min_fit_events: int = 50
+
+
+def event_weights(
+    callers: Sequence[str | None],
+    tools_of: Sequence[Sequence[int]],
+    cfg: ProfileConfig,
+    received: Sequence[float] | None = None,
+) -> list[dict[int, float]]:
+    """Per event, the weight of each reported tool by the evidence rule
+    (:mod:`registry.learning.evidence`), replayed in order; rate-limited events weigh nothing."""
+    counter = EvidenceCounter(cfg.evidence)
+    out: list[dict[int, float]] = []
+    for i, (caller, tools) in enumerate(zip(callers, tools_of, strict=True)):
+        at = float(received[i]) if received is not None else float(i)
+        if counter.check(caller, at) is not None:
+            out.append({})
+            continue
+        weights = counter.weigh(caller, [str(t) for t in tools], at)
+        out.append({int(t): w for t, w in weights.items()})
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Profiles:
+    """Per tool id with evidence: unit centroid, shrinkage and evidence (read-only arrays)."""
+
+    index: dict[int, int]  # tool id -> row
+    centroids: np.ndarray  # (n, dim) float32 unit rows
+    shrink: np.ndarray  # (n,) a_t
+    evidence: np.ndarray  # (n,) n_t
+    descriptions: np.ndarray  # (n, dim) d_t of the same rows
+
+    @classmethod
+    def empty(cls, dim: int) -> Profiles:
+        z = np.empty((0, dim), np.float32)
+        return cls({}, z, np.empty(0, np.float32), np.empty(0, np.float32), z)
+
+
+def build_profiles(
+    vecs: np.ndarray,
+    tools_of: Sequence[Sequence[int]],
+    callers: Sequence[str | None],
+    tool_vecs: np.ndarray,
+    cfg: ProfileConfig,
+    weights: Sequence[dict[int, float]] | None = None,
+) -> Profiles:
+    """Profiles from events (query vectors ``vecs``, reported tool ids, callers)."""
+    weights = event_weights(callers, tools_of, cfg) if weights is None else weights
+    sums: dict[int, np.ndarray] = {}
+    mass: dict[int, float] = {}
+    for q, per_tool in zip(vecs, weights, strict=True):
+        for t, w in per_tool.items():
+            if w <= 0:
+                continue
+            if t in sums:
+                sums[t] += w * q
+            else:
+                sums[t] = (w * q).astype(np.float64)
+            mass[t] = mass.get(t, 0.0) + w
+    return profiles_from_sums(sums, mass, tool_vecs, cfg)
+
+
+def profiles_from_sums(
+    sums: dict[int, np.ndarray], mass: dict[int, float], tool_vecs: np.ndarray, cfg: ProfileConfig
+) -> Profiles:
+    """Profiles from per-tool weighted query sums and evidence (what the service keeps)."""
+    ids = [t for t in sums if mass.get(t, 0.0) > 0 and 0 <= t < len(tool_vecs)]
+    if not ids:
+        return Profiles.empty(tool_vecs.shape[1])
+    s = np.stack([sums[t] for t in ids]).astype(np.float32)
+    norms = np.linalg.norm(s, axis=1, keepdims=True)
+    centroids = s / np.maximum(norms, 1e-9)
+    n = np.array([mass[t] for t in ids], np.float32)
+    for a in (centroids,):
+        a.setflags(write=False)
+    return Profiles({t: i for i, t in enumerate(ids)}, centroids, n / (n + cfg.n0), n,
+                    np.asarray(tool_vecs[ids], np.float32))
+
+
+def profile_lift(profiles: Profiles, query: np.ndarray, candidates: np.ndarray, cfg: ProfileConfig) -> np.ndarray:
+    """``lift_t`` (module doc) of each of ``candidates`` (tool ids, best first); only the first
+    ``cfg.candidates`` can be non-zero."""
+    out = np.zeros(len(candidates), np.float32)
+    if not profiles.index:
+        return out
+    rows = [(j, profiles.index.get(int(t))) for j, t in enumerate(candidates[: cfg.candidates])]
+    rows = [(j, r) for j, r in rows if r is not None]
+    if not rows:
+        return out
+    cols = np.array([j for j, _ in rows])
+    idx = np.array([r for _, r in rows])
+    q = np.asarray(query, np.float32)
+    out[cols] = profiles.shrink[idx] * (profiles.centroids[idx] @ q - profiles.descriptions[idx] @ q)
+    return out
+
+
+def held_out(key: str, share: float = HOLDOUT_SHARE) -> bool:
+    """Whether an event (by id) is in the held-out part (stable across refits and replicas)."""
+    h = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big")
+    return h / 2**32 < share
+
+
+def fit_weight(
+    vecs: np.ndarray,
+    tools_of: Sequence[Sequence[int]],
+    callers: Sequence[str | None],
+    tool_vecs: np.ndarray,
+    cfg: ProfileConfig,
+    *,
+    candidates: Sequence[np.ndarray] | None = None,
+    base_scores: Sequence[np.ndarray] | None = None,
+    keys: Sequence[str] | None = None,
+    received: Sequence[float] | None = None,
+) -> tuple[float, dict[str, Any]]:
+    """The fusion weight for this registry and how it was chosen (module doc).
+
+    ``candidates[i]`` / ``base_scores[i]``: event ``i``'s base ranking (tool ids, best first) and
+    scores; by default the dense cosine against ``tool_vecs``. ``keys``: what the split hashes,
+    the events' request texts (normalised here): every event of one request falls on one side,
+    so the held-out part measures *new phrasings*, not repeats a memory would recall.
+    """
+    n = len(tools_of)
+    weights = event_weights(callers, tools_of, cfg, received)
+    keys = keys if keys is not None else [f"event-{i}" for i in range(n)]
+    held = np.array([held_out(" ".join(k.lower().split())) for k in keys], bool)
+    report: dict[str, Any] = {"events": n, "fit_events": int((~held).sum()), "held_out_events": int(held.sum())}
+    if int((~held).sum()) < cfg.min_fit_events or int(held.sum()) < cfg.min_fit_events // 3:
+        return 0.0, {**report, "reason": f"{n} events; fitting a weight needs {cfg.min_fit_events}"}
+    fit_idx = [int(i) for i in np.flatnonzero(~held)]
+    profiles = build_profiles(
+        vecs[fit_idx], [tools_of[i] for i in fit_idx], [callers[i] for i in fit_idx], tool_vecs, cfg,
+        [weights[i] for i in fit_idx],
+    )
+    rows: list[np.ndarray] = []  # per held-out event: reciprocal rank of the used tool per weight
+    event_w: list[float] = []
+    for i in (int(j) for j in np.flatnonzero(held)):
+        used = {t for t, w in weights[i].items() if w > 0}
+        if not used:
+            continue
+        if candidates is None or base_scores is None:
+            scores_all = tool_vecs @ vecs[i]
+            cand = np.argsort(-scores_all)[: cfg.candidates]
+            base = scores_all[cand]
+        else:
+            cand = np.asarray(candidates[i])[: cfg.candidates]
+            base = np.asarray(base_scores[i], np.float32)[: len(cand)]
+        hit = np.array([int(t) in used for t in cand])
+        if not hit.any():
+            continue  # the used tool is past the candidates: no weight changes it
+        lift = profile_lift(profiles, vecs[i], cand, cfg)
+        rr = []
+        for w in WEIGHT_GRID:
+            order = np.argsort(-(base + w * lift), kind="stable")
+            rr.append(1.0 / (1 + int(np.argmax(hit[order]))))
+        rows.append(np.array(rr))
+        event_w.append(max(weights[i].values()))
+    if len(rows) < cfg.min_fit_events // 3:
+        return 0.0, {**report, "reason": f"{len(rows)} held-out events rank a used tool among the candidates"}
+    table = np.stack(rows)
+    ew = np.array(event_w)
+    means = ew @ table / ew.sum()
+    best = int(np.argmax(means))
+    gains = (table[:, best] - table[:, 0]) * ew / ew.mean()
+    rng = np.random.default_rng(0)
+    boot = gains[rng.integers(0, len(gains), size=(BOOTSTRAP, len(gains)))].mean(axis=1)
+    lower = float(np.quantile(boot, 1 - cfg.confidence))
+    report.update({
+        "scored_events": len(rows),
+        "mrr_by_weight": {str(w): round(float(m), 4) for w, m in zip(WEIGHT_GRID, means, strict=True)},
+        "best_weight": WEIGHT_GRID[best],
+        "gain": round(float(gains.mean()), 5),
+        "gain_lower": round(lower, 5),
+    })
+    if best == 0 or not lower > cfg.margin:
+        return 0.0, {**report, "reason": f"lower bound {lower:+.4f} of the gain is not above {cfg.margin:g}"}
+    return float(WEIGHT_GRID[best]), {**report, "reason": "shipped"}

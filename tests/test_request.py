@@ -1,0 +1,77 @@
+"""The shortlist request is one value: the HTTP and MCP schemas are checked against it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from registry.errors import ValidationFailed
+from registry.request import MAX_DEPTH_BIAS, MAX_K, POLICIES, SCORERS, ShortlistRequest
+from registry.settings import Settings
+from service.mcp import FindToolsArgs
+from service.schemas import ShortlistRequest as ShortlistBody
+
+FIELDS = {f.name: f for f in dataclasses.fields(ShortlistRequest)}
+HTTP_ONLY = {"explain"}  # shapes the HTTP response, not the shortlist
+MCP_ALIASES = {"limit"}  # langgraph-bigtool's name for a cap; the MCP face folds it into max_k
+
+
+def test_the_http_body_declares_exactly_the_request_fields_with_the_same_defaults():
+    body = ShortlistBody.model_fields
+    assert set(body) - HTTP_ONLY == set(FIELDS)
+    for name, field in FIELDS.items():
+        if field.default is not dataclasses.MISSING:
+            assert body[name].default == field.default, name
+        else:
+            assert body[name].is_required(), name
+
+
+def test_the_mcp_arguments_are_request_fields_with_the_same_defaults():
+    args = FindToolsArgs.model_fields
+    assert set(args) - MCP_ALIASES <= set(FIELDS)
+    for name, field in args.items():
+        if name == "registry" or name in MCP_ALIASES:  # the face fills these in
+            continue
+        if FIELDS[name].default is dataclasses.MISSING:
+            assert field.is_required(), name
+        else:
+            assert field.default == FIELDS[name].default, name
+
+
+def test_the_schemas_share_the_request_ranges_and_names():
+    schema = ShortlistBody.model_json_schema()["properties"]
+    k = schema["k"]["anyOf"][0]
+    assert (k["minimum"], k["maximum"]) == (1, MAX_K)
+    bias = schema["depth_bias"]["anyOf"][0]
+    assert (bias["minimum"], bias["maximum"]) == (-MAX_DEPTH_BIAS, MAX_DEPTH_BIAS)
+    assert tuple(schema["policy"]["anyOf"][0]["enum"]) == POLICIES
+    assert tuple(schema["scorer"]["anyOf"][0]["enum"]) == SCORERS
+
+
+def test_the_http_body_converts_to_the_request_whole():
+    body = ShortlistBody.model_validate(
+        {"registry": "r", "query": "q", "max_k": 7, "policy": "gap", "scorer": "bm25",
+         "allow_empty": True, "explain": True}
+    )
+    assert body.to_request() == ShortlistRequest(
+        registry="r", query="q", max_k=7, policy="gap", scorer="bm25", allow_empty=True
+    )
+
+
+def test_resolve_fills_the_settings_defaults():
+    settings = Settings(default_max_k=9, depth_bias=0.5)
+    resolved = ShortlistRequest("r", "weather").resolve(settings)
+    assert (resolved.policy, resolved.scorer, resolved.cap, resolved.k, resolved.bias) == (
+        "bor", "hybrid", 9, None, 0.5
+    )
+    fixed = ShortlistRequest("r", "weather", k=3).resolve(settings)
+    assert (fixed.policy, fixed.k, fixed.bias) == ("fixed", 3, None)
+
+
+def test_resolve_names_every_invalid_field_at_once():
+    request = ShortlistRequest("r", " ", k=0, max_k=MAX_K + 1, policy="nope", scorer="x", depth_bias=99.0)
+    with pytest.raises(ValidationFailed) as caught:
+        request.resolve(Settings())
+    fields = [p["field"] for p in caught.value.details]
+    assert fields == ["query", "k", "max_k", "policy", "scorer", "k", "depth_bias"]
