@@ -127,4 +127,4 @@ def test_nothing_missing_is_a_silent_no_op(tmp_path: Path) -> None:
 def test_ci_is_the_one_line_call() -> None:
     lines = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
              if line.strip() and not line.startswith("#")]
-    assert lines == ['exec make -C "$(dirname "$0")/.." test']
+    assert lines == ['cd "$(dirname "$0")/.." && exec make test']
