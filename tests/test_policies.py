@@ -304,7 +304,8 @@ def test_refit_rate_limits_a_caller_per_minute():
     from registry.learning.evidence import EvidenceConfig
     from registry.learning.refit import LoggedEvents
 
-    burst = [replace(e, caller="c", received=START + i / 100, used=(f"t{i % 10}",))
+    minute = (START // 60) * 60  # the limit counts per clock minute: keep the burst inside one
+    burst = [replace(e, caller="c", received=minute + i / 100, used=(f"t{i % 10}",))
              for i, e in enumerate(easy_events(300))]
     assert len(LoggedEvents.of(burst, "r", EvidenceConfig(per_minute=100))) == 100
 
