@@ -55,7 +55,8 @@ def embeddings(name: str, cache: Path, max_queries: int, root: Path = SHARED_DAT
 
 
 def run_set(
-    name: str, cache: Path, checkpoints: list[int], max_queries: int, cfg: ProfileConfig, root: Path
+    name: str, cache: Path, checkpoints: list[int], max_queries: int, cfg: ProfileConfig, root: Path,
+    unseen_share: float = 0.0,
 ) -> dict[str, Any]:
     names, tv, queries, qv = embeddings(name, cache, max_queries, root)
     index = {n: i for i, n in enumerate(names)}
@@ -64,6 +65,9 @@ def run_set(
     rng.shuffle(order)
     half = len(order) // 2
     stream_ids, held_ids = order[:half], order[half:][:2000]
+    if unseen_share > 0:  # tools whose requests never reach the stream: their held-out
+        hidden = set(random.Random(SEED + 2).sample(names, int(unseen_share * len(names))))  # requests
+        stream_ids = [i for i in stream_ids if not hidden & set(queries[i]["gold"])]  # are unseen
     base = qv @ tv.T
     top = np.argsort(-base, axis=1)[:, :SHOWN]
     out: dict[str, Any] = {"set": name, "tools": len(names), "held_out": len(held_ids), "rows": []}
@@ -117,13 +121,16 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=Path("data/cache/profile_offline"))
     parser.add_argument("--knob", action="append", default=[], help="ProfileConfig field=value")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--unseen-share", type=float, default=0.0,
+                        help="share of tools kept out of the stream (their requests are unseen-tool)")
     parser.add_argument("--data", type=Path, default=SHARED_DATA, help="the dev sets' folder")
     args = parser.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
     knobs = {k: float(v) for k, v in (kv.split("=") for kv in args.knob)}
     cfg = ProfileConfig(**knobs)  # type: ignore[arg-type]
     checkpoints = [int(x) for x in args.events.split(",")]
-    results = {"config": str(cfg), "sets": [run_set(s, args.cache, checkpoints, args.max_queries, cfg, args.data)
+    results = {"config": str(cfg), "sets": [run_set(s, args.cache, checkpoints, args.max_queries, cfg, args.data,
+                                                      args.unseen_share)
                                               for s in args.sets]}
     if args.out:
         args.out.write_text(json.dumps(results, indent=1))

@@ -43,14 +43,40 @@ def test_soft_share_scales_a_dominant_caller():
 def test_profile_lift_golden_values():
     tools = np.stack([unit(1, 0, 0), unit(0, 0, 1)])  # d_0, d_1
     q = unit(0, 1, 0)
-    profiles = build_profiles(q[None, :], [[0]], ["a"], tools, ProfileConfig(n0=2.0))
+    raw = ProfileConfig(n0=2.0, center=0)
+    profiles = build_profiles(q[None, :], [[0]], ["a"], tools, raw)
     assert profiles.shrink.tolist() == pytest.approx([1 / 3])
-    lift = profile_lift(profiles, q, np.array([1, 0]), ProfileConfig(n0=2.0))
+    lift = profile_lift(profiles, q, np.array([1, 0]), raw)
     assert lift.tolist() == pytest.approx([0.0, 1 / 3])  # a_t * (cos(q, c_t) - cos(q, d_t)) = 1/3 * (1 - 0)
     probe = unit(1, 1, 0)  # half-way between the description and how users asked
-    assert profile_lift(profiles, probe, np.array([0]), ProfileConfig())[0] == pytest.approx(0.0, abs=1e-6)
+    assert profile_lift(profiles, probe, np.array([0]), raw)[0] == pytest.approx(0.0, abs=1e-6)
     # only the first `candidates` can be lifted
     assert profile_lift(profiles, q, np.array([1, 0]), ProfileConfig(candidates=1)).tolist() == [0.0, 0.0]
+
+
+def test_centered_profile_lift_golden_values_and_the_service_agrees():
+    """About the mean request mu = (1/sqrt2, 0, 0) of two tools asked for as (1, 1, 0) and
+    (1, -1, 0): a request like tool 0's lifts it by 1/3 (unit(m_0 - mu) = (0, 1, 0)) and
+    lowers tool 1 by 1/3, where raw cosines gave tool 1 nothing (cos 0) and, with a style
+    shared by all requests, a lift: the style is what centering removes."""
+    from registry.learning.usage import UsageConfig, UsageMemory
+
+    qa, qb, d = unit(1, 1, 0), unit(1, -1, 0), unit(0, 0, 1)
+    tools = np.stack([d, d])
+    cfg = ProfileConfig(n0=2.0)
+    profiles = build_profiles(np.stack([qa, qb]), [[0], [1]], ["a", "b"], tools, cfg)
+    assert profiles.mean.tolist() == pytest.approx([2**-0.5, 0.0, 0.0], abs=1e-6)
+    assert profile_lift(profiles, qa, np.array([0, 1]), cfg).tolist() == pytest.approx([1 / 3, -1 / 3], abs=1e-6)
+    raw = ProfileConfig(n0=2.0, center=0)
+    assert profile_lift(profiles, qa, np.array([0, 1]), raw).tolist() == pytest.approx([1 / 3, 0.0], abs=1e-6)
+    memory = UsageMemory(lambda text: qa, UsageConfig())
+    reg = memory._new_registry()
+    reg.add_profile("t0", qa, 1.0)
+    reg.add_profile("t1", qb, 1.0)
+    memory._registries["r"] = reg
+    memory.set_weight("r", 1.0)
+    served = memory.profile_lift("r", qa, ["t0", "t1"], tools)
+    assert served.tolist() == pytest.approx([1 / 3, -1 / 3], abs=1e-5)
 
 
 def _needs(rng: np.random.Generator, n_tools: int, dim: int = 16):
@@ -107,3 +133,35 @@ def test_thin_data_gives_no_weight():
     q, used = _requests(rng, asked, 20)
     weight, report = fit_weight(q, used, [None] * 20, described, ProfileConfig())
     assert weight == 0.0 and "needs" in report["reason"]
+
+
+def test_the_weight_never_costs_requests_for_tools_without_feedback():
+    """Requests share a style the descriptions lack: every usage centroid carries it, so a
+    profile lifts its tool over a tool nobody has used yet. The fitted weight must not cost the
+    held-out requests whose tool has no profile (issue 22: unseen tool not lower than before)."""
+    from registry.learning.profiles import held_out
+
+    rng = np.random.default_rng(4)
+    asked, described = _needs(rng, 20)
+    style = rng.normal(size=16)
+    style /= np.linalg.norm(style)
+    q, used = _requests(rng, asked, 600)
+    q = q + 0.8 * style.astype(np.float32)
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    keys = []
+    for i, u in enumerate(used):  # tools 15-19 are only ever asked for in the held-out part
+        j = 0
+        while u[0] >= 15 and not held_out(f"request {i} {j}"):
+            j += 1
+        keys.append(f"request {i} {j}")
+    callers = [f"a{i % 10}" for i in range(600)]
+    weight, report = fit_weight(q, used, callers, described, ProfileConfig(center=0), keys=keys)
+    unseen = report["unseen_mrr_by_weight"]
+    assert report["unseen_scored_events"] >= 20
+    assert any(unseen[w] < unseen["0.0"] for w in unseen)  # raw cosines: some weight costs them
+    assert unseen[str(report["best_weight"])] >= unseen["0.0"]
+    assert unseen[str(weight)] >= unseen["0.0"]
+    # about the mean request the style cancels: a weight ships and costs them nothing
+    weight, report = fit_weight(q, used, callers, described, ProfileConfig(), keys=keys)
+    unseen = report["unseen_mrr_by_weight"]
+    assert weight > 0 and unseen[str(weight)] >= unseen["0.0"]

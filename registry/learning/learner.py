@@ -245,7 +245,7 @@ class UsageLearner:
         names = [snap.tools[int(i)].name for i in top]
         extra = None
         if self.memory.weight(snap.registry) > 0:
-            extra = self.memory.profile_lift(snap.registry, query, names, snap.dense.scores_for(query, top))
+            extra = self.memory.profile_lift(snap.registry, query, names, snap.dense.embeddings[top])
         return self.memory.rerank(snap.registry, query, names, ids, scores, extra, exclude_repeats)
 
     # -- registry changes, switches, wipes ------------------------------------------------------

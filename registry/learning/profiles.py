@@ -16,12 +16,25 @@ matches how users asked for the tool than how the tool describes itself; a tool 
 evidence has lift 0. The ranking adds ``weight * lift_t`` to the ``candidates`` best tools'
 scores (usage never brings in a tool the request does not match).
 
+Centering (``center``, the default). Requests resemble each other more than they resemble tool
+descriptions (phrasing, "I want to ..."), so every usage centroid carries that shared style and
+raw cosines lift *any* profiled tool over a tool nobody has used yet, whatever the request: the
+unseen-tool harm of the first version (MetaTool, -6.3 found@1). The cosines are therefore taken
+about the registry's evidence-weighted mean request ``mu``::
+
+    lift_t = a_t * (cos(q - mu, m_t - mu) - cos(q - mu, d_t - mu))     m_t = S_t / n_t
+
+which is near 0 for a request unrelated to ``t`` and negative for one that points away from it.
+
 Weight. :func:`fit_weight` fits the registry's fusion weight on its own logged events: the
 profiles are built from 70% (split by a hash of the request text, so every held-out request
 is a new phrasing, never a repeat a memory would recall), every weight of ``WEIGHT_GRID`` is
 replayed on the other 30% (the used tool's reciprocal rank among the candidates, events
 weighted by the same evidence rule), and the best weight ships only when the bootstrap lower
-bound of its gain over weight 0 is above ``margin``; else the weight is 0 (no lift).
+bound of its gain over weight 0 is above ``margin``; else the weight is 0 (no lift). Weights
+whose mean reciprocal rank on the held-out events of tools *without a profile* in the fitting
+part (unseen tools) is below weight 0's are never chosen: the gain on seen tools must not be
+bought with requests for tools nobody has used yet.
 """
 
 from __future__ import annotations
@@ -60,6 +73,7 @@ class ProfileConfig:
     margin: float = 0.0
     confidence: float = 0.9
     min_fit_events: int = 50
+    center: float = 1.0  # cosines about the registry's mean request (0: raw cosines; module doc)
 
 
 def event_weights(
@@ -91,6 +105,9 @@ class Profiles:
     shrink: np.ndarray  # (n,) a_t
     evidence: np.ndarray  # (n,) n_t
     descriptions: np.ndarray  # (n, dim) d_t of the same rows
+    mean: np.ndarray | None = None  # (dim,) the evidence-weighted mean request, mu
+    centered: np.ndarray | None = None  # (n, dim) unit(S_t / n_t - mu)
+    centered_descriptions: np.ndarray | None = None  # (n, dim) unit(d_t - mu)
 
     @classmethod
     def empty(cls, dim: int) -> Profiles:
@@ -133,10 +150,14 @@ def profiles_from_sums(
     norms = np.linalg.norm(s, axis=1, keepdims=True)
     centroids = s / np.maximum(norms, 1e-9)
     n = np.array([mass[t] for t in ids], np.float32)
-    for a in (centroids,):
-        a.setflags(write=False)
-    return Profiles({t: i for i, t in enumerate(ids)}, centroids, n / (n + cfg.n0), n,
-                    np.asarray(tool_vecs[ids], np.float32))
+    descriptions = np.asarray(tool_vecs[ids], np.float32)
+    mu = (s.sum(axis=0) / max(float(n.sum()), 1e-9)).astype(np.float32)
+    return Profiles({t: i for i, t in enumerate(ids)}, centroids, n / (n + cfg.n0), n, descriptions,
+                    mu, _unit_rows(s / n[:, None] - mu), _unit_rows(descriptions - mu))
+
+
+def _unit_rows(a: np.ndarray) -> np.ndarray:
+    return (a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-9)).astype(np.float32)
 
 
 def profile_lift(profiles: Profiles, query: np.ndarray, candidates: np.ndarray, cfg: ProfileConfig) -> np.ndarray:
@@ -152,6 +173,13 @@ def profile_lift(profiles: Profiles, query: np.ndarray, candidates: np.ndarray, 
     cols = np.array([j for j, _ in rows])
     idx = np.array([r for _, r in rows])
     q = np.asarray(query, np.float32)
+    if cfg.center and profiles.mean is not None and profiles.centered is not None:
+        u = q - profiles.mean
+        u = u / max(float(np.linalg.norm(u)), 1e-9)
+        usage = profiles.centered[idx] @ u
+        described = profiles.centered_descriptions[idx] @ u if cfg.center < 2 else 0.0  # type: ignore[index]
+        out[cols] = profiles.shrink[idx] * (usage - described)
+        return out
     out[cols] = profiles.shrink[idx] * (profiles.centroids[idx] @ q - profiles.descriptions[idx] @ q)
     return out
 
@@ -195,6 +223,7 @@ def fit_weight(
     )
     rows: list[np.ndarray] = []  # per held-out event: reciprocal rank of the used tool per weight
     event_w: list[float] = []
+    unseen: list[bool] = []  # its used tools have no profile in the fitting part
     for i in (int(j) for j in np.flatnonzero(held)):
         used = {t for t, w in weights[i].items() if w > 0}
         if not used:
@@ -216,12 +245,22 @@ def fit_weight(
             rr.append(1.0 / (1 + int(np.argmax(hit[order]))))
         rows.append(np.array(rr))
         event_w.append(max(weights[i].values()))
+        unseen.append(not any(t in profiles.index for t in used))
     if len(rows) < cfg.min_fit_events // 3:
         return 0.0, {**report, "reason": f"{len(rows)} held-out events rank a used tool among the candidates"}
     table = np.stack(rows)
     ew = np.array(event_w)
     means = ew @ table / ew.sum()
-    best = int(np.argmax(means))
+    allowed = np.ones(len(WEIGHT_GRID), bool)
+    fresh = np.array(unseen, bool)
+    if fresh.any():  # never a weight that costs held-out requests for tools without feedback
+        fresh_means = ew[fresh] @ table[fresh] / ew[fresh].sum()
+        allowed = fresh_means >= fresh_means[0] - 1e-9
+        report["unseen_scored_events"] = int(fresh.sum())
+        report["unseen_mrr_by_weight"] = {
+            str(w): round(float(m), 4) for w, m in zip(WEIGHT_GRID, fresh_means, strict=True)
+        }
+    best = int(np.argmax(np.where(allowed, means, -np.inf)))
     gains = (table[:, best] - table[:, 0]) * ew / ew.mean()
     rng = np.random.default_rng(0)
     boot = gains[rng.integers(0, len(gains), size=(BOOTSTRAP, len(gains)))].mean(axis=1)

@@ -281,26 +281,35 @@ class UsageMemory:
         return out
 
     def profile_lift(
-        self, registry: str, query: np.ndarray, names: Sequence[str], description_scores: np.ndarray
+        self, registry: str, query: np.ndarray, names: Sequence[str], descriptions: np.ndarray
     ) -> np.ndarray:
         """``weight * lift_t`` of the usage profiles (:mod:`registry.learning.profiles`) for
-        ``names`` (the candidates), given ``cos(q, d_t)`` of each; zeros while the registry's
-        fitted weight is 0."""
+        ``names`` (the candidates), given their description embeddings ``d_t`` (rows, unit);
+        zeros while the registry's fitted weight is 0. With ``profile_center`` the cosines are
+        taken about the registry's mean request."""
         out = np.zeros(len(names), np.float32)
         reg = self._registries.get(registry)
         weight = self._weights.get(registry, 0.0)
         if reg is None or weight <= 0 or not reg.profile_sums:
             return out
         n0 = self.config.profile_n0
+        q = np.asarray(query, np.float32)
+        mu = reg.profile_mean() if self.config.profile_center else None
+        if mu is not None:
+            q = q - mu
+            q = q / max(float(np.linalg.norm(q)), 1e-9)
         for j, name in enumerate(names):
             total = reg.profile_sums.get(name)
             if total is None:
                 continue
             mass = reg.profile_mass[name]
-            norm = float(np.linalg.norm(total))
-            if norm > 0:
-                cos = float(total @ query) / norm
-                out[j] = weight * mass / (mass + n0) * (cos - float(description_scores[j]))
+            usage, described = total / mass, np.asarray(descriptions[j], np.float32)
+            if mu is not None:
+                usage, described = usage - mu, described - mu
+            norm, d_norm = float(np.linalg.norm(usage)), float(np.linalg.norm(described))
+            if norm > 0 and d_norm > 0:
+                cos = float(usage @ q) / norm - float(described @ q) / d_norm
+                out[j] = weight * mass / (mass + n0) * cos
         return out
 
     def set_weight(self, registry: str, weight: float) -> None:

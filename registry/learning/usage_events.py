@@ -49,6 +49,7 @@ class UsageConfig:
     candidates: int = 10
     evidence: EvidenceConfig = field(default_factory=EvidenceConfig)
     profile_n0: float = 2.0
+    profile_center: bool = True  # profile cosines about the registry's mean request
     require_caller: bool = False
 
 

@@ -51,6 +51,18 @@ class RegistryMemory:
     profile_sums: dict[str, np.ndarray] = field(default_factory=dict)  # tool -> sum of w * q
     profile_mass: dict[str, float] = field(default_factory=dict)  # tool -> sum of w
     profile_seq: int = 0  # bumped on every profile change (readers cache by it)
+    _mean: tuple[int, np.ndarray | None] = (-1, None)  # (profile_seq, mean request) cache
+
+    def profile_mean(self) -> np.ndarray | None:
+        """The evidence-weighted mean request of every profile (``mu``; None: no profile),
+        recomputed only when a profile changed."""
+        seq, mean = self._mean
+        if seq != self.profile_seq:
+            mass = sum(self.profile_mass.values())
+            sums = list(self.profile_sums.values())
+            mean = (np.sum(sums, axis=0) / mass).astype(np.float32) if sums and mass > 0 else None
+            self._mean = (self.profile_seq, mean)
+        return mean
 
     def add_profile(self, tool: str, q: np.ndarray, weight: float) -> None:
         """Fold ``weight * q`` into ``tool``'s usage profile (issue 22)."""
