@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import SHARED_DATA, agent_uses, raw_dataset
-from registry.learning.profiles import ProfileConfig, build_profiles, fit_weight, profile_lift
+from registry.learning.profiles import ProfileConfig, build_profiles, fit_weight, fused_scores
 from registry.tools import tool_text
 
 SEED = 11
@@ -97,7 +97,7 @@ def run_set(
                 gold = {index[g] for g in queries[i]["gold"] if g in index}
                 order_ids = np.argsort(-base[i])[:20]
                 scores = base[i, order_ids].astype(np.float32)
-                lifted = scores + weight * profile_lift(profiles, qv[i], order_ids, cfg)
+                lifted = fused_scores(profiles, qv[i], order_ids, scores, weight, cfg)
                 new = order_ids[np.argsort(-lifted, kind="stable")]
                 at1_off += int(order_ids[0] in gold)
                 at1_on += int(new[0] in gold)

@@ -77,6 +77,13 @@ def test_centered_profile_lift_golden_values_and_the_service_agrees():
     memory.set_weight("r", 1.0)
     served = memory.profile_lift("r", qa, ["t0", "t1"], tools)
     assert served.tolist() == pytest.approx([1 / 3, -1 / 3], abs=1e-5)
+    # served: the lift never carries t0 over "new", a tool without a profile ranked above it
+    ids, _ = memory.rerank("r", qa, ["new", "t0"], np.array([7, 0]), np.array([0.5, 0.45], np.float32),
+                           np.array([0.0, served[0]], np.float32))
+    assert ids.tolist() == [7, 0]
+    ids, _ = memory.rerank("r", qa, ["t1", "t0"], np.array([1, 0]), np.array([0.5, 0.45], np.float32),
+                           np.array([served[1], served[0]], np.float32))
+    assert ids.tolist() == [0, 1]  # among profiled tools it reorders
 
 
 def _needs(rng: np.random.Generator, n_tools: int, dim: int = 16):
@@ -155,13 +162,29 @@ def test_the_weight_never_costs_requests_for_tools_without_feedback():
             j += 1
         keys.append(f"request {i} {j}")
     callers = [f"a{i % 10}" for i in range(600)]
-    weight, report = fit_weight(q, used, callers, described, ProfileConfig(center=0), keys=keys)
+    unguarded = ProfileConfig(center=0, unseen_guard=0)
+    weight, report = fit_weight(q, used, callers, described, unguarded, keys=keys)
     unseen = report["unseen_mrr_by_weight"]
     assert report["unseen_scored_events"] >= 20
     assert any(unseen[w] < unseen["0.0"] for w in unseen)  # raw cosines: some weight costs them
-    assert unseen[str(report["best_weight"])] >= unseen["0.0"]
+    assert unseen[str(report["best_weight"])] >= unseen["0.0"]  # the fit never picks one
     assert unseen[str(weight)] >= unseen["0.0"]
-    # about the mean request the style cancels: a weight ships and costs them nothing
+    # the defaults (about the mean request, never over an unprofiled tool): no weight costs them
     weight, report = fit_weight(q, used, callers, described, ProfileConfig(), keys=keys)
     unseen = report["unseen_mrr_by_weight"]
-    assert weight > 0 and unseen[str(weight)] >= unseen["0.0"]
+    assert weight > 0 and all(unseen[w] >= unseen["0.0"] - 1e-9 for w in unseen)
+
+
+def test_a_lift_never_passes_a_tool_without_a_profile_ranked_above():
+    from registry.learning.profiles import capped_lift
+
+    base = np.array([0.9, 0.8, 0.7, 0.6], np.float32)
+    lift = np.array([0.0, 0.3, 0.5, -0.2], np.float32)
+    profiled = np.array([False, True, True, True])
+    out = capped_lift(base, lift, profiled)
+    assert out[1] == pytest.approx(0.1, abs=1e-5) and base[1] + out[1] < base[0]  # held below
+    assert base[2] + out[2] < base[0]  # tool 2 may pass tool 1 (both profiled), not tool 0
+    assert out[3] == pytest.approx(-0.2)  # pushing a profiled tool down is free
+    assert capped_lift(base, lift, np.ones(4, bool)).tolist() == pytest.approx(lift.tolist())
+    # the profiled tool above an unprofiled one may be lifted freely
+    assert capped_lift(base, np.array([0.2, 0, 0, 0], np.float32), np.array([True, False, True, True]))[0] == pytest.approx(0.2)

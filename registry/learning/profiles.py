@@ -26,6 +26,11 @@ about the registry's evidence-weighted mean request ``mu``::
 
 which is near 0 for a request unrelated to ``t`` and negative for one that points away from it.
 
+Unseen guard (``unseen_guard``, the default; :func:`capped_lift`). A lift never moves a
+candidate above a candidate *without a profile* that the base ranking put above it: a tool
+nobody has used yet has no usage evidence to weigh against, so a request for it keeps its
+base rank-1 answer; profiled tools still reorder among themselves.
+
 Weight. :func:`fit_weight` fits the registry's fusion weight on its own logged events: the
 profiles are built from 70% (split by a hash of the request text, so every held-out request
 is a new phrasing, never a repeat a memory would recall), every weight of ``WEIGHT_GRID`` is
@@ -53,8 +58,10 @@ __all__ = [
     "ProfileConfig",
     "Profiles",
     "build_profiles",
+    "capped_lift",
     "event_weights",
     "fit_weight",
+    "fused_scores",
     "profile_lift",
 ]
 
@@ -73,6 +80,7 @@ class ProfileConfig:
     margin: float = 0.0
     confidence: float = 0.9
     min_fit_events: int = 50
+    unseen_guard: float = 1.0  # 1: a lift never passes a candidate without a profile ranked above
     center: float = 1.0  # cosines about the registry's mean request (0: raw cosines; module doc)
 
 
@@ -184,6 +192,34 @@ def profile_lift(profiles: Profiles, query: np.ndarray, candidates: np.ndarray, 
     return out
 
 
+def capped_lift(base: np.ndarray, lift: np.ndarray, profiled: np.ndarray) -> np.ndarray:
+    """``lift`` cut so that no candidate passes one *without a profile* ranked above it
+    (``base``: the candidates' scores, best first). A tool nobody has used yet has no usage
+    evidence to weigh against a lifted neighbour's, so usage may reorder profiled tools among
+    themselves and push one below an unprofiled tool, never lift one over it: a request for a
+    tool without feedback keeps its rank-1 answer."""
+    out = np.array(lift, np.float32, copy=True)
+    ceiling = np.inf
+    for j in range(len(out)):
+        if not profiled[j]:
+            ceiling = min(ceiling, float(base[j]) + float(out[j]))
+        elif base[j] + out[j] >= ceiling:
+            out[j] = np.float32(ceiling - float(base[j]) - 1e-6)
+    return out
+
+
+def fused_scores(
+    profiles: Profiles, query: np.ndarray, candidates: np.ndarray, base: np.ndarray, weight: float,
+    cfg: ProfileConfig,
+) -> np.ndarray:
+    """``base + weight * lift`` of ``candidates`` (best first), the unseen guard applied."""
+    lift = weight * profile_lift(profiles, query, candidates, cfg)
+    if cfg.unseen_guard:
+        profiled = np.array([int(t) in profiles.index for t in candidates], bool)
+        lift = capped_lift(base, lift, profiled)
+    return np.asarray(base, np.float32) + lift
+
+
 def held_out(key: str, share: float = HOLDOUT_SHARE) -> bool:
     """Whether an event (by id) is in the held-out part (stable across refits and replicas)."""
     h = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big")
@@ -238,10 +274,9 @@ def fit_weight(
         hit = np.array([int(t) in used for t in cand])
         if not hit.any():
             continue  # the used tool is past the candidates: no weight changes it
-        lift = profile_lift(profiles, vecs[i], cand, cfg)
         rr = []
         for w in WEIGHT_GRID:
-            order = np.argsort(-(base + w * lift), kind="stable")
+            order = np.argsort(-fused_scores(profiles, vecs[i], cand, base, w, cfg), kind="stable")
             rr.append(1.0 / (1 + int(np.argmax(hit[order]))))
         rows.append(np.array(rr))
         event_w.append(max(weights[i].values()))

@@ -32,14 +32,7 @@ count; the evidence rule bounds what one caller moves without ever locking learn
 :meth:`wipe` forgets a registry. Events are deduplicated by ``shortlist_id`` (a restart or a replica replaying the
 shared log does not count one twice) and events received before a wipe are ignored.
 
-API (thread-safe; :meth:`boost` reads immutable per-tool arrays without locking)::
-
-    memory = UsageMemory(embed=embedder.embed_query, config=UsageConfig())
-    memory.observe(event, known_tools=...)       -> "counted" | a reason it was not
-    memory.boost(registry, query_vec, names, base_scores) -> lifted scores (same order)
-    memory.rerank(registry, query_vec, names_of_ids, ids, scores) -> (ids, scores) re-sorted
-    memory.drop_tools(registry, keep=names); memory.wipe(registry, at=time)
-    memory.report(registry); memory.state_bytes(registry); memory.load_state(registry, raw)
+Thread-safe; :meth:`boost` reads immutable per-tool arrays without locking.
 """
 
 from __future__ import annotations
@@ -51,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from registry.learning.evidence import EvidenceCounter
+from registry.learning.profiles import capped_lift
 from registry.learning.usage_events import UsageConfig, UsageEvent, tool_evidence
 from registry.learning.usage_state import RegistryMemory, ToolMemory, decode_state, encode_state
 
@@ -334,8 +328,13 @@ class UsageMemory:
         ``extra`` on the first ``len(extra)``, the profile lift) and re-sorted, best first
         (stable: ties keep the base order)."""
         lifted = self.boost(registry, query, names, scores, exclude_repeats)
-        if extra is not None and len(extra):
-            lifted[: len(extra)] += extra[: len(lifted)]
+        m = min(len(extra), len(lifted)) if extra is not None else 0
+        if extra is not None and m:
+            reg = self._registries.get(registry)
+            if self.config.profile_unseen_guard and reg is not None:  # never over an unprofiled tool
+                profiled = np.array([n in reg.profile_sums for n in names[:m]], bool)
+                extra = capped_lift(lifted[:m], extra[:m], profiled)
+            lifted[:m] += extra[:m]
         order = np.argsort(-lifted, kind="stable")
         return np.asarray(ids)[order], lifted[order]
 
