@@ -85,7 +85,13 @@ def run_set(
         tools_of = [e[1] for e in events]
         callers = [e[2] for e in events]
         keys = [queries[e[0]]["query"] for e in events]  # split by request text (as the service)
-        weight, fit_report = fit_weight(vecs, tools_of, callers, tv, cfg, keys=keys)
+        shown_of = [top[e[0]].tolist() for e in events]
+        weight, fit_report = fit_weight(vecs, tools_of, callers, tv, cfg, keys=keys, shown=shown_of)
+        passed_over: dict[int, int] = {}  # as the service's memory counts it
+        for ts, sh in zip(tools_of, shown_of, strict=True):
+            for t in sh:
+                if t not in ts:
+                    passed_over[t] = passed_over.get(t, 0) + 1
         profiles = build_profiles(vecs, tools_of, callers, tv, cfg)
         seen_tools = {t for ts in tools_of for t in ts}
         row: dict[str, Any] = {"events": target, "weight": weight, "fit": fit_report}
@@ -97,7 +103,7 @@ def run_set(
                 gold = {index[g] for g in queries[i]["gold"] if g in index}
                 order_ids = np.argsort(-base[i])[:20]
                 scores = base[i, order_ids].astype(np.float32)
-                lifted = fused_scores(profiles, qv[i], order_ids, scores, weight, cfg)
+                lifted = fused_scores(profiles, qv[i], order_ids, scores, weight, cfg, passed_over)
                 new = order_ids[np.argsort(-lifted, kind="stable")]
                 at1_off += int(order_ids[0] in gold)
                 at1_on += int(new[0] in gold)

@@ -54,7 +54,7 @@ def test_profile_lift_golden_values():
     assert profile_lift(profiles, q, np.array([1, 0]), ProfileConfig(candidates=1)).tolist() == [0.0, 0.0]
 
 
-def test_centered_profile_lift_golden_values_and_the_service_agrees():
+def test_centered_profile_lift_golden_values_and_the_service_agrees():  # the ``center`` option
     """About the mean request mu = (1/sqrt2, 0, 0) of two tools asked for as (1, 1, 0) and
     (1, -1, 0): a request like tool 0's lifts it by 1/3 (unit(m_0 - mu) = (0, 1, 0)) and
     lowers tool 1 by 1/3, where raw cosines gave tool 1 nothing (cos 0) and, with a style
@@ -63,13 +63,13 @@ def test_centered_profile_lift_golden_values_and_the_service_agrees():
 
     qa, qb, d = unit(1, 1, 0), unit(1, -1, 0), unit(0, 0, 1)
     tools = np.stack([d, d])
-    cfg = ProfileConfig(n0=2.0)
+    cfg = ProfileConfig(n0=2.0, center=1)
     profiles = build_profiles(np.stack([qa, qb]), [[0], [1]], ["a", "b"], tools, cfg)
     assert profiles.mean.tolist() == pytest.approx([2**-0.5, 0.0, 0.0], abs=1e-6)
     assert profile_lift(profiles, qa, np.array([0, 1]), cfg).tolist() == pytest.approx([1 / 3, -1 / 3], abs=1e-6)
     raw = ProfileConfig(n0=2.0, center=0)
     assert profile_lift(profiles, qa, np.array([0, 1]), raw).tolist() == pytest.approx([1 / 3, 0.0], abs=1e-6)
-    memory = UsageMemory(lambda text: qa, UsageConfig())
+    memory = UsageMemory(lambda text: qa, UsageConfig(profile_center=True))
     reg = memory._new_registry()
     reg.add_profile("t0", qa, 1.0)
     reg.add_profile("t1", qb, 1.0)
@@ -169,7 +169,7 @@ def test_the_weight_never_costs_requests_for_tools_without_feedback():
     assert any(unseen[w] < unseen["0.0"] for w in unseen)  # raw cosines: some weight costs them
     assert unseen[str(report["best_weight"])] >= unseen["0.0"]  # the fit never picks one
     assert unseen[str(weight)] >= unseen["0.0"]
-    # the defaults (about the mean request, never over an unprofiled tool): no weight costs them
+    # the defaults (never over an untried tool): no weight costs them
     weight, report = fit_weight(q, used, callers, described, ProfileConfig(), keys=keys)
     unseen = report["unseen_mrr_by_weight"]
     assert weight > 0 and all(unseen[w] >= unseen["0.0"] - 1e-9 for w in unseen)
@@ -188,3 +188,40 @@ def test_a_lift_never_passes_a_tool_without_a_profile_ranked_above():
     assert capped_lift(base, lift, np.ones(4, bool)).tolist() == pytest.approx(lift.tolist())
     # the profiled tool above an unprofiled one may be lifted freely
     assert capped_lift(base, np.array([0.2, 0, 0, 0], np.float32), np.array([True, False, True, True]))[0] == pytest.approx(0.2)
+
+
+def test_a_tool_passed_over_again_and_again_is_no_longer_held_above():
+    """The guard protects tools nobody had the chance to use; one shown three times while the
+    agent used another tool has been tried, and the lift may pass it (state survives a save)."""
+    from registry.feedback.events import FeedbackEvent
+    from registry.learning.usage import UsageConfig, UsageMemory
+
+    q = unit(0, 1, 0)
+    memory = UsageMemory(lambda text: q, UsageConfig())
+
+    def event(i: int, shown: tuple[str, ...]) -> FeedbackEvent:
+        return FeedbackEvent(
+            shortlist_id=f"s{i}", registry="r", version=1, n_tools=3, k=len(shown), shown=shown,
+            used=("t0",), success=True, calls=(), presented_exact=True, presented_equivalent=True,
+            p_rand_exact=0.5, p_rand_equivalent=0.5, received=1000.0 + i, query=f"request {i}", caller=f"c{i}",
+        )
+
+    memory.observe(event(0, ("t0",)))
+    memory.set_weight("r", 1.0)
+
+    def order() -> list[int]:
+        ids, _ = memory.rerank("r", q, ["other", "t0"], np.array([9, 0]), np.array([0.5, 0.45], np.float32),
+                               np.array([0.0, 0.3], np.float32))
+        return ids.tolist()
+
+    assert order() == [9, 0]  # "other" never had the chance: held above
+    for i in range(1, 3):
+        memory.observe(event(i, ("other", "t0")))
+    assert order() == [9, 0]  # passed over twice
+    memory.observe(event(3, ("other", "t0")))
+    assert order() == [0, 9]  # three times: tried, the lift may pass it
+    restored = UsageMemory(lambda text: q, UsageConfig())
+    restored.load_state("r", memory.state_bytes("r") or b"")
+    restored.set_weight("r", 1.0)
+    memory = restored
+    assert order() == [0, 9]

@@ -16,20 +16,20 @@ matches how users asked for the tool than how the tool describes itself; a tool 
 evidence has lift 0. The ranking adds ``weight * lift_t`` to the ``candidates`` best tools'
 scores (usage never brings in a tool the request does not match).
 
-Centering (``center``, the default). Requests resemble each other more than they resemble tool
-descriptions (phrasing, "I want to ..."), so every usage centroid carries that shared style and
-raw cosines lift *any* profiled tool over a tool nobody has used yet, whatever the request: the
-unseen-tool harm of the first version (MetaTool, -6.3 found@1). The cosines are therefore taken
-about the registry's evidence-weighted mean request ``mu``::
-
-    lift_t = a_t * (cos(q - mu, m_t - mu) - cos(q - mu, d_t - mu))     m_t = S_t / n_t
-
-which is near 0 for a request unrelated to ``t`` and negative for one that points away from it.
+Why seen tools passed unseen ones (the first version's -6.3 found@1 on MetaTool's unseen-tool
+requests): requests resemble each other more than they resemble tool descriptions (phrasing,
+"I want to ..."), so every usage centroid carries that shared style and ``cos(q, c_t) -
+cos(q, d_t)`` is positive for *any* profiled tool on almost any request, while a tool nobody
+has used has lift 0 and falls behind.
 
 Unseen guard (``unseen_guard``, the default; :func:`capped_lift`). A lift never moves a
-candidate above a candidate *without a profile* that the base ranking put above it: a tool
-nobody has used yet has no usage evidence to weigh against, so a request for it keeps its
-base rank-1 answer; profiled tools still reorder among themselves.
+candidate above an *untried* candidate the base ranking put above it (no profile, and shown
+fewer than :data:`PASSED_OVER` times on shortlists whose agent used another tool): a tool
+nobody has had the chance to use keeps its base rank, so a request for a new tool keeps its
+rank-1 answer; tried tools still reorder among themselves. ``center`` (off by default) takes
+the cosines about the registry's mean request instead, ``cos(q - mu, m_t - mu) - cos(q - mu,
+d_t - mu)``; measured offline it cost unseen tools more than the guard and it cancels the lift
+of a registry whose feedback names one tool (``mu = m_t``).
 
 Weight. :func:`fit_weight` fits the registry's fusion weight on its own logged events: the
 profiles are built from 70% (split by a hash of the request text, so every held-out request
@@ -54,6 +54,7 @@ import numpy as np
 from registry.learning.evidence import EvidenceConfig, EvidenceCounter
 
 __all__ = [
+    "PASSED_OVER",
     "WEIGHT_GRID",
     "ProfileConfig",
     "Profiles",
@@ -67,6 +68,9 @@ __all__ = [
 
 WEIGHT_GRID = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)
 HOLDOUT_SHARE = 0.3
+#: a tool shown this many times on shortlists whose agent used another one has been tried:
+#: the unseen guard no longer holds a lifted tool below it
+PASSED_OVER = 3
 BOOTSTRAP = 300
 
 
@@ -81,7 +85,7 @@ class ProfileConfig:
     confidence: float = 0.9
     min_fit_events: int = 50
     unseen_guard: float = 1.0  # 1: a lift never passes a candidate without a profile ranked above
-    center: float = 1.0  # cosines about the registry's mean request (0: raw cosines; module doc)
+    center: float = 0.0  # 1: cosines about the registry's mean request (module doc)
 
 
 def event_weights(
@@ -193,11 +197,12 @@ def profile_lift(profiles: Profiles, query: np.ndarray, candidates: np.ndarray, 
 
 
 def capped_lift(base: np.ndarray, lift: np.ndarray, profiled: np.ndarray) -> np.ndarray:
-    """``lift`` cut so that no candidate passes one *without a profile* ranked above it
-    (``base``: the candidates' scores, best first). A tool nobody has used yet has no usage
-    evidence to weigh against a lifted neighbour's, so usage may reorder profiled tools among
-    themselves and push one below an unprofiled tool, never lift one over it: a request for a
-    tool without feedback keeps its rank-1 answer."""
+    """``lift`` cut so that no candidate passes an *untried* one ranked above it (``profiled``
+    False: no profile, and not passed over :data:`PASSED_OVER` times; ``base``: the candidates'
+    scores, best first). A tool nobody has had the chance to use has no usage evidence to weigh
+    against a lifted neighbour's, so usage may reorder tried tools among themselves and push one
+    below an untried tool, never lift one over it: a request for a new tool keeps its rank-1
+    answer. A tool shown again and again while agents used another one has been tried."""
     out = np.array(lift, np.float32, copy=True)
     ceiling = np.inf
     for j in range(len(out)):
@@ -210,13 +215,16 @@ def capped_lift(base: np.ndarray, lift: np.ndarray, profiled: np.ndarray) -> np.
 
 def fused_scores(
     profiles: Profiles, query: np.ndarray, candidates: np.ndarray, base: np.ndarray, weight: float,
-    cfg: ProfileConfig,
+    cfg: ProfileConfig, passed_over: dict[int, int] | None = None,
 ) -> np.ndarray:
-    """``base + weight * lift`` of ``candidates`` (best first), the unseen guard applied."""
+    """``base + weight * lift`` of ``candidates`` (best first), the unseen guard applied
+    (``passed_over``: tool id -> times shown while the agent used another)."""
+    passed_over = passed_over or {}
     lift = weight * profile_lift(profiles, query, candidates, cfg)
     if cfg.unseen_guard:
-        profiled = np.array([int(t) in profiles.index for t in candidates], bool)
-        lift = capped_lift(base, lift, profiled)
+        tried = np.array([int(t) in profiles.index or passed_over.get(int(t), 0) >= PASSED_OVER
+                          for t in candidates], bool)
+        lift = capped_lift(base, lift, tried)
     return np.asarray(base, np.float32) + lift
 
 
@@ -237,6 +245,7 @@ def fit_weight(
     base_scores: Sequence[np.ndarray] | None = None,
     keys: Sequence[str] | None = None,
     received: Sequence[float] | None = None,
+    shown: Sequence[Sequence[int]] | None = None,
 ) -> tuple[float, dict[str, Any]]:
     """The fusion weight for this registry and how it was chosen (module doc).
 
@@ -257,6 +266,11 @@ def fit_weight(
         vecs[fit_idx], [tools_of[i] for i in fit_idx], [callers[i] for i in fit_idx], tool_vecs, cfg,
         [weights[i] for i in fit_idx],
     )
+    passed_over: dict[int, int] = {}  # in the fitting part: shown while another tool was used
+    for i in fit_idx if shown is not None else ():
+        for t in shown[i]:  # type: ignore[index]
+            if int(t) not in weights[i]:
+                passed_over[int(t)] = passed_over.get(int(t), 0) + 1
     rows: list[np.ndarray] = []  # per held-out event: reciprocal rank of the used tool per weight
     event_w: list[float] = []
     unseen: list[bool] = []  # its used tools have no profile in the fitting part
@@ -276,7 +290,7 @@ def fit_weight(
             continue  # the used tool is past the candidates: no weight changes it
         rr = []
         for w in WEIGHT_GRID:
-            order = np.argsort(-fused_scores(profiles, vecs[i], cand, base, w, cfg), kind="stable")
+            order = np.argsort(-fused_scores(profiles, vecs[i], cand, base, w, cfg, passed_over), kind="stable")
             rr.append(1.0 / (1 + int(np.argmax(hit[order]))))
         rows.append(np.array(rr))
         event_w.append(max(weights[i].values()))

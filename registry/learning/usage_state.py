@@ -51,6 +51,7 @@ class RegistryMemory:
     profile_sums: dict[str, np.ndarray] = field(default_factory=dict)  # tool -> sum of w * q
     profile_mass: dict[str, float] = field(default_factory=dict)  # tool -> sum of w
     profile_seq: int = 0  # bumped on every profile change (readers cache by it)
+    passed_over: dict[str, int] = field(default_factory=dict)  # tool -> shown, another tool used
     _mean: tuple[int, np.ndarray | None] = (-1, None)  # (profile_seq, mean request) cache
 
     def profile_mean(self) -> np.ndarray | None:
@@ -104,6 +105,7 @@ def encode_state(reg: RegistryMemory) -> bytes:
         "counter": reg.counter.to_json(),
         "profile_tools": list(reg.profile_sums),
         "profile_mass": [reg.profile_mass[t] for t in reg.profile_sums],
+        "passed_over": reg.passed_over,
     }
     sums = [reg.profile_sums[t] for t in reg.profile_sums]
     dim = mems[0].vectors.shape[1] if mems else 0
@@ -144,6 +146,7 @@ def decode_state(raw: bytes, config: EvidenceConfig | None = None) -> RegistryMe
         wiped_at=float(meta["wiped_at"]),
         seen_ids=OrderedDict((str(i), float(t)) for i, t in meta["seen_ids"]),
         counter=EvidenceCounter.from_json(meta.get("counter"), config or EvidenceConfig()),
+        passed_over={str(k): int(v) for k, v in (meta.get("passed_over") or {}).items()},
     )
     if profiles is not None:
         for row, (tool, mass) in enumerate(zip(meta["profile_tools"], meta["profile_mass"], strict=True)):
