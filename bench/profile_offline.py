@@ -26,7 +26,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import SHARED_DATA, agent_uses, raw_dataset
-from registry.learning.profiles import ProfileConfig, build_profiles, fit_weight, fused_scores
+from registry.learning.profiles import (
+    PassedOver,
+    ProfileConfig,
+    build_profiles,
+    fit_weight,
+    fused_scores,
+)
 from registry.tools import tool_text
 
 SEED = 11
@@ -87,11 +93,11 @@ def run_set(
         keys = [queries[e[0]]["query"] for e in events]  # split by request text (as the service)
         shown_of = [top[e[0]].tolist() for e in events]
         weight, fit_report = fit_weight(vecs, tools_of, callers, tv, cfg, keys=keys, shown=shown_of)
-        passed_over: dict[int, int] = {}  # as the service's memory counts it
-        for ts, sh in zip(tools_of, shown_of, strict=True):
+        passed_over = PassedOver()  # as the service's memory keeps it
+        for v, ts, sh in zip(vecs, tools_of, shown_of, strict=True):
             for t in sh:
                 if t not in ts:
-                    passed_over[t] = passed_over.get(t, 0) + 1
+                    passed_over.add(t, v)
         profiles = build_profiles(vecs, tools_of, callers, tv, cfg)
         seen_tools = {t for ts in tools_of for t in ts}
         row: dict[str, Any] = {"events": target, "weight": weight, "fit": fit_report}

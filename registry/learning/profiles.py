@@ -23,8 +23,9 @@ cos(q, d_t)`` is positive for *any* profiled tool on almost any request, while a
 has used has lift 0 and falls behind.
 
 Unseen guard (``unseen_guard``, the default; :func:`capped_lift`). A lift never moves a
-candidate above an *untried* candidate the base ranking put above it (no profile, and shown
-fewer than :data:`PASSED_OVER` times on shortlists whose agent used another tool): a tool
+candidate above an *untried* candidate the base ranking put above it (no profile, and not
+shown :data:`PASSED_OVER` times for requests like this one while the agent used another tool,
+:class:`PassedOver`): a tool
 nobody has had the chance to use keeps its base rank, so a request for a new tool keeps its
 rank-1 answer; tried tools still reorder among themselves. ``center`` (off by default) takes
 the cosines about the registry's mean request instead, ``cos(q - mu, m_t - mu) - cos(q - mu,
@@ -56,6 +57,7 @@ from registry.learning.evidence import EvidenceConfig, EvidenceCounter
 __all__ = [
     "PASSED_OVER",
     "WEIGHT_GRID",
+    "PassedOver",
     "ProfileConfig",
     "Profiles",
     "build_profiles",
@@ -68,9 +70,37 @@ __all__ = [
 
 WEIGHT_GRID = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)
 HOLDOUT_SHARE = 0.3
-#: a tool shown this many times on shortlists whose agent used another one has been tried:
-#: the unseen guard no longer holds a lifted tool below it
+#: a tool shown this many times on shortlists whose agent used another one, for requests within
+#: cosine PASSED_SIMILARITY of the request now (their centroid), has been tried *for it*: the
+#: unseen guard no longer holds a lifted tool below it
 PASSED_OVER = 3
+PASSED_SIMILARITY = 0.6
+
+
+@dataclass
+class PassedOver:
+    """Per tool: the sum of the request embeddings of shortlists that showed it while the agent
+    used another tool, and how many (what the unseen guard reads)."""
+
+    sums: dict[Any, np.ndarray] = field(default_factory=dict)
+    mass: dict[Any, float] = field(default_factory=dict)
+
+    def add(self, tool: Any, q: np.ndarray) -> None:
+        total = self.sums.get(tool)
+        self.sums[tool] = q.astype(np.float32) if total is None else total + q
+        self.mass[tool] = self.mass.get(tool, 0.0) + 1.0
+
+    def drop(self, tool: Any) -> None:
+        self.sums.pop(tool, None)
+        self.mass.pop(tool, None)
+
+    def tried(self, tool: Any, q: np.ndarray) -> bool:
+        """Passed over :data:`PASSED_OVER` times for requests like ``q`` (their centroid)."""
+        if self.mass.get(tool, 0.0) < PASSED_OVER:
+            return False
+        total = self.sums[tool]
+        norm = float(np.linalg.norm(total))
+        return norm > 0 and float(total @ q) / norm >= PASSED_SIMILARITY
 BOOTSTRAP = 300
 
 
@@ -215,15 +245,14 @@ def capped_lift(base: np.ndarray, lift: np.ndarray, profiled: np.ndarray) -> np.
 
 def fused_scores(
     profiles: Profiles, query: np.ndarray, candidates: np.ndarray, base: np.ndarray, weight: float,
-    cfg: ProfileConfig, passed_over: dict[int, int] | None = None,
+    cfg: ProfileConfig, passed_over: PassedOver | None = None,
 ) -> np.ndarray:
     """``base + weight * lift`` of ``candidates`` (best first), the unseen guard applied
-    (``passed_over``: tool id -> times shown while the agent used another)."""
-    passed_over = passed_over or {}
+    (``passed_over``: by tool id, the requests each was shown for while another was used)."""
     lift = weight * profile_lift(profiles, query, candidates, cfg)
     if cfg.unseen_guard:
-        tried = np.array([int(t) in profiles.index or passed_over.get(int(t), 0) >= PASSED_OVER
-                          for t in candidates], bool)
+        passed = passed_over or PassedOver()
+        tried = np.array([int(t) in profiles.index or passed.tried(int(t), query) for t in candidates], bool)
         lift = capped_lift(base, lift, tried)
     return np.asarray(base, np.float32) + lift
 
@@ -266,11 +295,11 @@ def fit_weight(
         vecs[fit_idx], [tools_of[i] for i in fit_idx], [callers[i] for i in fit_idx], tool_vecs, cfg,
         [weights[i] for i in fit_idx],
     )
-    passed_over: dict[int, int] = {}  # in the fitting part: shown while another tool was used
+    passed_over = PassedOver()  # in the fitting part: shown while another tool was used
     for i in fit_idx if shown is not None else ():
         for t in shown[i]:  # type: ignore[index]
             if int(t) not in weights[i]:
-                passed_over[int(t)] = passed_over.get(int(t), 0) + 1
+                passed_over.add(int(t), vecs[i])
     rows: list[np.ndarray] = []  # per held-out event: reciprocal rank of the used tool per weight
     event_w: list[float] = []
     unseen: list[bool] = []  # its used tools have no profile in the fitting part

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from registry.learning.evidence import EvidenceCounter
-from registry.learning.profiles import PASSED_OVER, capped_lift
+from registry.learning.profiles import capped_lift
 from registry.learning.usage_events import UsageConfig, UsageEvent, tool_evidence
 from registry.learning.usage_state import RegistryMemory, ToolMemory, decode_state, encode_state
 
@@ -125,7 +125,7 @@ class UsageMemory:
                     reg.add_profile(tool, q, weights[tool])
             for tool in getattr(event, "shown", ()):  # shown, and the agent used another
                 if tool not in evidence and (known_tools is None or tool in known_tools):
-                    reg.passed_over[tool] = reg.passed_over.get(tool, 0) + 1
+                    reg.passed_over.add(tool, q)
             while reg.entries > cfg.per_registry:
                 self._evict_one(reg)
             reg.counted += 1
@@ -210,8 +210,8 @@ class UsageMemory:
             profiles = [t for t in reg.profile_sums if t not in keep]
             for tool in profiles:
                 reg.drop_profile(tool)
-            for tool in [t for t in reg.passed_over if t not in keep]:
-                del reg.passed_over[tool]
+            for tool in [t for t in reg.passed_over.sums if t not in keep]:
+                reg.passed_over.drop(tool)
             return len({*gone, *profiles})
 
     def wipe(self, registry: str, at: float) -> None:
@@ -337,7 +337,7 @@ class UsageMemory:
         if extra is not None and m:
             reg = self._registries.get(registry)
             if self.config.profile_unseen_guard and reg is not None:  # never over an untried tool
-                tried = [n in reg.profile_sums or reg.passed_over.get(n, 0) >= PASSED_OVER for n in names[:m]]
+                tried = [n in reg.profile_sums or reg.passed_over.tried(n, query) for n in names[:m]]
                 extra = capped_lift(lifted[:m], extra[:m], np.array(tried, bool))
             lifted[:m] += extra[:m]
         order = np.argsort(-lifted, kind="stable")

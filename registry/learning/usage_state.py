@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from registry.learning.evidence import EvidenceConfig, EvidenceCounter
+from registry.learning.profiles import PassedOver
 
 __all__ = ["STATE_FORMAT", "RegistryMemory", "ToolMemory", "decode_state", "encode_state"]
 
@@ -51,7 +52,7 @@ class RegistryMemory:
     profile_sums: dict[str, np.ndarray] = field(default_factory=dict)  # tool -> sum of w * q
     profile_mass: dict[str, float] = field(default_factory=dict)  # tool -> sum of w
     profile_seq: int = 0  # bumped on every profile change (readers cache by it)
-    passed_over: dict[str, int] = field(default_factory=dict)  # tool -> shown, another tool used
+    passed_over: PassedOver = field(default_factory=PassedOver)  # shown while another was used
     _mean: tuple[int, np.ndarray | None] = (-1, None)  # (profile_seq, mean request) cache
 
     def profile_mean(self) -> np.ndarray | None:
@@ -105,8 +106,10 @@ def encode_state(reg: RegistryMemory) -> bytes:
         "counter": reg.counter.to_json(),
         "profile_tools": list(reg.profile_sums),
         "profile_mass": [reg.profile_mass[t] for t in reg.profile_sums],
-        "passed_over": reg.passed_over,
+        "passed_tools": list(reg.passed_over.sums),
+        "passed_mass": [reg.passed_over.mass[t] for t in reg.passed_over.sums],
     }
+    passed = [reg.passed_over.sums[t] for t in reg.passed_over.sums]
     sums = [reg.profile_sums[t] for t in reg.profile_sums]
     dim = mems[0].vectors.shape[1] if mems else 0
     buffer = io.BytesIO()
@@ -119,6 +122,7 @@ def encode_state(reg: RegistryMemory) -> bytes:
         counts=np.concatenate([m.counts for m in mems]) if mems else np.empty(0, np.float32),
         seen=np.concatenate([m.seen for m in mems]) if mems else np.empty(0, np.int64),
         profiles=np.stack(sums).astype(np.float32) if sums else np.empty((0, dim), np.float32),
+        passed=np.stack(passed).astype(np.float32) if passed else np.empty((0, dim), np.float32),
     )
     return buffer.getvalue()
 
@@ -135,6 +139,7 @@ def decode_state(raw: bytes, config: EvidenceConfig | None = None) -> RegistryMe
         counts = data["counts"].astype(np.float32)
         seen = data["seen"].astype(np.int64)
         profiles = data["profiles"].astype(np.float32) if "profiles" in data else None
+        passed = data["passed"].astype(np.float32) if "passed" in data else None
     if meta.get("format") not in _READABLE:
         raise ValueError(f"format {meta.get('format')!r}, expected one of {_READABLE}")
     reg = RegistryMemory(
@@ -146,8 +151,11 @@ def decode_state(raw: bytes, config: EvidenceConfig | None = None) -> RegistryMe
         wiped_at=float(meta["wiped_at"]),
         seen_ids=OrderedDict((str(i), float(t)) for i, t in meta["seen_ids"]),
         counter=EvidenceCounter.from_json(meta.get("counter"), config or EvidenceConfig()),
-        passed_over={str(k): int(v) for k, v in (meta.get("passed_over") or {}).items()},
     )
+    if passed is not None:
+        for row, (tool, mass) in enumerate(zip(meta["passed_tools"], meta["passed_mass"], strict=True)):
+            reg.passed_over.sums[str(tool)] = passed[row]
+            reg.passed_over.mass[str(tool)] = float(mass)
     if profiles is not None:
         for row, (tool, mass) in enumerate(zip(meta["profile_tools"], meta["profile_mass"], strict=True)):
             reg.profile_sums[str(tool)] = profiles[row]
