@@ -38,7 +38,6 @@ import random
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +48,6 @@ from registry.request import ShortlistRequest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import DEFAULT_EMBEDDER_CACHE, agent_uses, poisoned_uses, raw_dataset
 from registry.core import Shortlister
-from registry.feedback import FeedbackEvent
 from registry.offline.metrics import k_equivalent
 from registry.serving.explore import Explorer
 from registry.settings import Settings
@@ -237,9 +235,7 @@ def run_dataset(
     train = [queries[i] for i in order[:half]]
     held = [queries[i] for i in order[half:]][:n_eval]
     core = make_core(base / name, explore)
-    logged: dict[str, list[FeedbackEvent]] = defaultdict(list)
-    core.add_feedback_listener(lambda e: logged[e.registry].append(e))
-    core.policies.events = lambda: [e for events in logged.values() for e in events]
+    # refits read the core's own feedback log (incrementally, registry.learning.refit_events)
     seen_ref: dict[int, set[str]] = {}  # checkpoint -> tools the no-learning stream reported
     try:
         t0 = time.time()
