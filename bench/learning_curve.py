@@ -235,7 +235,8 @@ def run_dataset(
     train = [queries[i] for i in order[:half]]
     held = [queries[i] for i in order[half:]][:n_eval]
     core = make_core(base / name, explore)
-    # refits read the core's own feedback log (incrementally, registry.learning.refit_events)
+    # refits read the core's own feedback log (incrementally), replaying each logged request on
+    # the ranking the registry serves at the refit (usage memory and the new profile weight)
     seen_ref: dict[int, set[str]] = {}  # checkpoint -> tools the no-learning stream reported
     try:
         t0 = time.time()

@@ -233,10 +233,12 @@ class UsageLearner:
     # -- the query path -------------------------------------------------------------------------
 
     def rerank(
-        self, snap: Snapshot, query: np.ndarray, ids: np.ndarray, scores: np.ndarray
+        self, snap: Snapshot, query: np.ndarray, ids: np.ndarray, scores: np.ndarray,
+        *, exclude_repeats: bool = False,
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, scores)`` of ``snap`` lifted by usage and re-sorted (unchanged when the
-        registry has no memory or learning is off for it)."""
+        registry has no memory or learning is off for it; ``exclude_repeats``: a refit's replay,
+        the memory's recall of the query's own repeats left out)."""
         if not self.memory.has_memory(snap.registry) or not self.enabled(snap.registry):
             return ids, scores
         top = ids[: self.memory.config.candidates]
@@ -244,7 +246,7 @@ class UsageLearner:
         extra = None
         if self.memory.weight(snap.registry) > 0:
             extra = self.memory.profile_lift(snap.registry, query, names, snap.dense.scores_for(query, top))
-        return self.memory.rerank(snap.registry, query, names, ids, scores, extra)
+        return self.memory.rerank(snap.registry, query, names, ids, scores, extra, exclude_repeats)
 
     # -- registry changes, switches, wipes ------------------------------------------------------
 

@@ -46,12 +46,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from registry.learning.evidence import EvidenceConfig, EvidenceCounter
+from registry.learning.evidence import EvidenceCounter
+from registry.learning.usage_events import UsageConfig, UsageEvent, tool_evidence
 from registry.learning.usage_state import RegistryMemory, ToolMemory, decode_state, encode_state
 
 __all__ = ["UsageConfig", "UsageEvent", "UsageMemory", "tool_evidence"]
@@ -61,63 +61,6 @@ __all__ = ["UsageConfig", "UsageEvent", "UsageMemory", "tool_evidence"]
 REPLAY_HORIZON_SECONDS = 600.0
 _MAX_SEEN_IDS = 100_000
 REPORT_TOOLS = 1000  # the report lists the tools with most evidence, at most this many
-
-
-class _Call(Protocol):
-    @property
-    def tool(self) -> str: ...
-    @property
-    def useful(self) -> bool: ...
-
-
-class UsageEvent(Protocol):
-    """What the memory reads of a feedback event (``registry.feedback.FeedbackEvent``)."""
-
-    @property
-    def shortlist_id(self) -> str: ...
-    @property
-    def registry(self) -> str: ...
-    @property
-    def used(self) -> tuple[str, ...]: ...
-    @property
-    def success(self) -> bool | None: ...
-    @property
-    def calls(self) -> Sequence[_Call]: ...
-    @property
-    def received(self) -> float: ...
-
-
-@dataclass(frozen=True, slots=True)
-class UsageConfig:
-    """Knobs of the usage memory (from ``SHORTLIST_LEARNING_*`` settings in the service)."""
-
-    per_tool: int = 64
-    per_registry: int = 20_000
-    dedupe: float = 0.95
-    similarity: float = 0.8
-    beta: float = 0.3
-    n0: float = 2.0
-    candidates: int = 10
-    evidence: EvidenceConfig = field(default_factory=EvidenceConfig)
-    profile_n0: float = 2.0
-    require_caller: bool = False
-
-
-def tool_evidence(event: UsageEvent) -> dict[str, int]:
-    """+1 / -1 per tool the event reports (see the module docstring); 0-evidence tools left out."""
-    calls: dict[str, list[bool]] = {}
-    for call in event.calls:
-        calls.setdefault(call.tool, []).append(bool(call.useful))
-    out: dict[str, int] = {}
-    for tool in dict.fromkeys((*event.used, *calls)):
-        flags = calls.get(tool)
-        if flags and any(flags):
-            out[tool] = 1
-        elif flags:
-            out[tool] = -1
-        elif event.success is not False:
-            out[tool] = 1
-    return out
 
 
 class UsageMemory:
@@ -296,7 +239,8 @@ class UsageMemory:
     # -- reads ----------------------------------------------------------------------------------
 
     def boost(
-        self, registry: str, query: np.ndarray, names: Sequence[str], scores: np.ndarray
+        self, registry: str, query: np.ndarray, names: Sequence[str], scores: np.ndarray,
+        exclude_repeats: bool = False,
     ) -> np.ndarray:
         """``scores`` (of the tools ``names``, best first) plus their usage lifts; only the first
         ``candidates`` can be lifted. Returns a new float32 array, same order."""
@@ -304,15 +248,18 @@ class UsageMemory:
         reg = self._registries.get(registry)
         if reg is None or not reg.tools or not len(out):
             return out
-        evidence = self.evidence(reg, query, names[: self.config.candidates])
+        evidence = self.evidence(reg, query, names[: self.config.candidates], exclude_repeats)
         total = float(evidence.sum())
         if total > 0:
             cfg = self.config
             out[: len(evidence)] += (cfg.beta * evidence / (total + cfg.n0)).astype(np.float32)
         return out
 
-    def evidence(self, reg: RegistryMemory, query: np.ndarray, names: Sequence[str]) -> np.ndarray:
-        """Local evidence ``e_t`` of each of ``names`` for ``query``.
+    def evidence(
+        self, reg: RegistryMemory, query: np.ndarray, names: Sequence[str], exclude_repeats: bool = False
+    ) -> np.ndarray:
+        """Local evidence ``e_t`` of each of ``names`` for ``query`` (``exclude_repeats``: entries
+        at or above the dedupe cosine, the query's own repeats, count nothing).
 
         ``sum_i c_i * max(s_i - tau, 0) / (1 - tau)`` is computed as
         ``(c . max(s, tau) - tau * sum(c)) / (1 - tau)``: three numpy calls per tool.
@@ -325,6 +272,8 @@ class UsageMemory:
             if mem is None:
                 continue
             sims = mem.vectors @ query
+            if exclude_repeats:
+                sims[sims >= self.config.dedupe] = tau
             np.maximum(sims, tau, out=sims)
             out[i] = float(mem.positive @ sims) - tau * mem.positive_sum
         out /= max(1e-6, 1.0 - tau)
@@ -370,11 +319,12 @@ class UsageMemory:
         ids: np.ndarray,
         scores: np.ndarray,
         extra: np.ndarray | None = None,
+        exclude_repeats: bool = False,
     ) -> tuple[np.ndarray, np.ndarray]:
         """A ranking ``(ids, scores)`` (``names[j]`` is tool ``ids[j]``'s name) lifted (plus
         ``extra`` on the first ``len(extra)``, the profile lift) and re-sorted, best first
         (stable: ties keep the base order)."""
-        lifted = self.boost(registry, query, names, scores)
+        lifted = self.boost(registry, query, names, scores, exclude_repeats)
         if extra is not None and len(extra):
             lifted[: len(extra)] += extra[: len(lifted)]
         order = np.argsort(-lifted, kind="stable")
