@@ -357,6 +357,15 @@ class Settings(BaseSettings):
         1.0, gt=0, le=60, description="Fallback poll of the shared store for other replicas' writes."
     )
 
+    # -- metrics: the Prometheus label bound (service.metrics) ---------------------------------------
+    metrics_max_registries: int = Field(
+        100,
+        ge=0,
+        description="Registries with their own registry-labelled series on /metrics (the first "
+        "this process loads or sees); the rest are summed under registry=\"~other\" and counted "
+        "by shortlist_metrics_folded_registries, so a scrape stays small at any registry count.",
+    )
+
     # -- logging (service.logging_setup) -----------------------------------------------------------
     log_format: Literal["text", "json"] = Field(
         "text",
