@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import weather_tools
+from tests.doc_examples import readme_block
 from tool_shortlist_client import AsyncShortlistClient, ShortlistClient
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parent.parent
 WEATHER_QUERY = "what's the weather in Paris tomorrow?"
 FILE_QUERY = "read the file notes.md from disk"
 PAYMENTS = [
@@ -284,13 +283,6 @@ def test_a_failed_report_is_kept_and_never_fails_the_run(
     (error,) = middleware.feedback_errors
     assert isinstance(error, TransportError), error
     assert "not recorded" in caplog.text
-
-
-def readme_block(name: str) -> str:
-    readme = (ROOT / "README.md").read_text()
-    match = re.search(rf"<!-- {name} -->\n```python\n(.*?)```\n<!-- /{name} -->", readme, re.S)
-    assert match, f"README has no {name} block"
-    return match.group(1)
 
 
 def test_the_readme_snippet_runs_as_written(server):
