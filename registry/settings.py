@@ -325,9 +325,9 @@ class Settings(BaseSettings):
         0.2,
         gt=0.0,
         le=1.0,
-        description="Share of a registry's counted evidence above which one caller's new events "
-        "weigh less (scaled by share * total / its own; soft, never locks learning; applies once "
-        "two callers have counted evidence). 1 disables it.",
+        description="Share of a registry's counted evidence one caller may hold: its events count "
+        "only up to that share, and at least 5% of their weight (never locks learning; applies "
+        "once two callers have counted evidence). 1 disables it.",
     )
     learning_save_interval_seconds: float = Field(
         30.0, gt=0, description="How often changed usage memories are saved to the store."
