@@ -5,6 +5,7 @@ status and JSON shape the document gives for it: a stale example fails here."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -126,3 +127,31 @@ def test_a_stale_example_fails(server, tmp_path: Path) -> None:
     problems = match(example.shape, json.loads(body)).problems
     assert any("send_email" in problem for problem in problems), problems
     assert not match(examples(section)[0].shape, json.loads(body)).problems
+
+
+def test_the_in_process_example_runs_as_written(tmp_path: Path, minilm_cache: Path) -> None:
+    """docs/api.md's Python block, run verbatim in a fresh interpreter with SHORTLIST_* set as a
+    user would (a data dir, the demo registry by default); then what it built is checked."""
+    import sys
+
+    (code,) = re.findall(r"^```python\n(.*?)^```", API_DOC.read_text(), re.S | re.M)
+    check = (
+        "\nimport json\n"
+        "print(json.dumps({'names': [t.name for t in result.tools],"
+        " 'report': core.report('demo')}, default=lambda o: getattr(o, '__dict__', str(o))))\n"
+    )
+    env = dict(
+        os.environ,
+        SHORTLIST_DATA_DIR=str(tmp_path / "data"),
+        SHORTLIST_EMBEDDER_CACHE_DIR=str(minilm_cache),
+        SHORTLIST_EXPLORE_SHARE="0",
+    )
+    proc = subprocess.run([sys.executable, "-c", code + check], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["names"] and set(out["names"]) <= {"get_weather_forecast", "get_weather"}
+    report = out["report"]
+    assert report["registry"] == "demo" and report["events"] == 1
+    used = [tool for tool in report["tools"] if tool["used"]]
+    assert [tool["name"] for tool in used] == out["names"][:1]

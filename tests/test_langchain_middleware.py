@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import weather_tools
+from tests.doc_examples import readme_block
 from tool_shortlist_client import AsyncShortlistClient, ShortlistClient
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parent.parent
 WEATHER_QUERY = "what's the weather in Paris tomorrow?"
 FILE_QUERY = "read the file notes.md from disk"
 PAYMENTS = [
@@ -246,11 +245,44 @@ def test_misconfiguration_fails_with_a_clear_error(server, client):
         agent.invoke({"messages": [("user", WEATHER_QUERY)]})
 
 
-def readme_block(name: str) -> str:
-    readme = (ROOT / "README.md").read_text()
-    match = re.search(rf"<!-- {name} -->\n```python\n(.*?)```\n<!-- /{name} -->", readme, re.S)
-    assert match, f"README has no {name} block"
-    return match.group(1)
+def test_a_failed_report_is_kept_and_never_fails_the_run(
+    tmp_path: Path, minilm_cache: Path, caplog
+):
+    """The service goes away while the tool runs (a server of its own, stopped by the tool), so
+    the feedback cannot be sent: the run still ends with the model's answer."""
+    from langchain.agents import create_agent
+
+    from tests.server import Servers
+    from tool_shortlist_client.adapters.langchain import ShortlistMiddleware
+    from tool_shortlist_client.errors import TransportError
+
+    servers = Servers(tmp_path, minilm_cache)
+    try:
+        doomed = servers.start()
+        with ShortlistClient(doomed.url, registry="weather", retries=0) as client:
+            client.put_registry("weather", weather_tools())
+            calls: list[str] = []
+            (tool,) = make_tools(["get_weather"], calls)
+            inner = tool.func
+
+            def run_and_stop(**kwargs: Any) -> str:
+                doomed.stop()
+                return inner(**kwargs)
+
+            tool.func = run_and_stop
+            middleware = ShortlistMiddleware(client, k=1)
+            model = fake_model([], ["get_weather"])
+            agent = create_agent(model, tools=[tool], middleware=[middleware])
+            with caplog.at_level("WARNING", logger="tool_shortlist_client.adapters.langchain"):
+                state = agent.invoke({"messages": [{"role": "user", "content": WEATHER_QUERY}]})
+    finally:
+        servers.close()
+
+    assert state["messages"][-1].content == "Done." and calls == ["get_weather"]
+    assert not middleware.feedback_results
+    (error,) = middleware.feedback_errors
+    assert isinstance(error, TransportError), error
+    assert "not recorded" in caplog.text
 
 
 def test_the_readme_snippet_runs_as_written(server):

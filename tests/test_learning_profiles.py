@@ -40,6 +40,25 @@ def test_soft_share_scales_a_dominant_caller():
     assert 0.2 < share < 0.6 and counter.weigh("x", ["v"], 0.0)["v"] < 0.5
 
 
+def test_a_dominant_caller_settles_at_its_share_and_still_counts():
+    """Issue 23: the soft share let a caller sending half the events keep ~29% of the evidence
+    (57% at 90%); each event now counts only up to the caller's share, never less than 5%."""
+    import random
+
+    for p in (0.3, 0.5, 0.9):
+        counter = EvidenceCounter(EvidenceConfig(caller_share=0.2))
+        rng = random.Random(1)
+        for i in range(3000):
+            if rng.random() < p:
+                counter.weigh("dominant", [f"d{rng.randrange(200)}"], i / 2)
+            else:
+                counter.weigh(f"h{rng.randrange(10)}", [f"t{rng.randrange(200)}"], i / 2)
+        before = counter.weight["dominant"]
+        assert before / counter.total <= 0.2 + 0.02, (p, before / counter.total)
+        w = counter.weigh("dominant", ["fresh"], 1500.0)["fresh"]
+        assert w >= 0.05 and counter.weight["dominant"] > before  # bounded, never locked
+
+
 def test_profile_lift_golden_values():
     tools = np.stack([unit(1, 0, 0), unit(0, 0, 1)])  # d_0, d_1
     q = unit(0, 1, 0)

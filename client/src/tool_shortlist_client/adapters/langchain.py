@@ -18,6 +18,7 @@ error rather than a silent empty tool list.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -29,8 +30,11 @@ from langchain.agents.middleware.types import ModelCallResult
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 
 from tool_shortlist_client.client import AsyncShortlistClient, ShortlistClient
+from tool_shortlist_client.errors import ShortlistClientError
 from tool_shortlist_client.models import FeedbackResult, Shortlist
 from tool_shortlist_client.names import provider_name
+
+logger = logging.getLogger(__name__)
 
 REMEMBERED_TURNS = 256
 """User turns whose shortlist is kept for the calls and the feedback that follow."""
@@ -63,6 +67,7 @@ class ShortlistMiddleware(AgentMiddleware[AgentState[Any], Any]):
     Attributes:
         shortlists: every shortlist served, oldest first.
         feedback_results: every feedback acknowledgement, oldest first.
+        feedback_errors: every report the service or the network refused (also logged).
     """
 
     def __init__(
@@ -86,6 +91,7 @@ class ShortlistMiddleware(AgentMiddleware[AgentState[Any], Any]):
         self.options = options
         self.shortlists: list[Shortlist] = []
         self.feedback_results: list[FeedbackResult] = []
+        self.feedback_errors: list[ShortlistClientError] = []
         self._turns: OrderedDict[str, _Turn] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -135,12 +141,17 @@ class ShortlistMiddleware(AgentMiddleware[AgentState[Any], Any]):
     # -- feedback at the end of the run -----------------------------------------------------------
 
     def after_agent(self, state: AgentState[Any], runtime: Any) -> dict[str, Any] | None:
-        """Report the shortlisted tools the model called in the latest user turn."""
+        """Report the shortlisted tools the model called in the latest user turn. A failed
+        report is logged and kept in ``feedback_errors``; it never fails the agent's run."""
         report = self._pending_report(state["messages"])
         if report is not None:
             turn, used, calls = report
-            result = self._sync_client().feedback(turn.shortlist, used, calls=calls)
-            self.feedback_results.append(result)
+            try:
+                result = self._sync_client().feedback(turn.shortlist, used, calls=calls)
+            except ShortlistClientError as error:
+                self._failed(turn, error)
+            else:
+                self.feedback_results.append(result)
         return None
 
     async def aafter_agent(self, state: AgentState[Any], runtime: Any) -> dict[str, Any] | None:
@@ -148,13 +159,25 @@ class ShortlistMiddleware(AgentMiddleware[AgentState[Any], Any]):
         report = self._pending_report(state["messages"])
         if report is not None:
             turn, used, calls = report
-            if self.async_client is not None:
-                result = await self.async_client.feedback(turn.shortlist, used, calls=calls)
+            try:
+                if self.async_client is not None:
+                    result = await self.async_client.feedback(turn.shortlist, used, calls=calls)
+                else:
+                    client = self._sync_client()
+                    result = await asyncio.to_thread(
+                        client.feedback, turn.shortlist, used, calls=calls
+                    )
+            except ShortlistClientError as error:
+                self._failed(turn, error)
             else:
-                client = self._sync_client()
-                result = await asyncio.to_thread(client.feedback, turn.shortlist, used, calls=calls)
-            self.feedback_results.append(result)
+                self.feedback_results.append(result)
         return None
+
+    def _failed(self, turn: _Turn, error: ShortlistClientError) -> None:
+        logger.warning(
+            "feedback on shortlist %s not recorded: %s", turn.shortlist.shortlist_id, error
+        )
+        self.feedback_errors.append(error)
 
     # -- helpers -----------------------------------------------------------------------------------
 
