@@ -27,13 +27,10 @@ a per-caller rate per minute, decay per caller and tool, a soft share across cal
 positive part also feeds the tool's usage profile (:mod:`registry.learning.profiles`), scored
 with the registry's fitted weight (:meth:`profile_lift`; 0 until a refit ships one).
 
-Safety: with ``require_caller`` (query tokens configured) an event without a caller does not
-count; the evidence rule bounds what one caller moves without ever locking learning;
-:meth:`wipe` forgets a registry. Events are deduplicated by ``shortlist_id`` (a restart or a replica replaying the
-shared log does not count one twice) and events received before a wipe are ignored.
-
-Thread-safe; :meth:`boost` reads immutable per-tool arrays without locking.
-"""
+Safety: with ``require_caller`` (query tokens set) an event without a caller does not count;
+:meth:`wipe` forgets a registry; events are deduplicated by ``shortlist_id`` (restarts, replicas
+replaying the log) and ignored when received before a wipe. Thread-safe; :meth:`boost` reads
+immutable per-tool arrays without locking."""
 
 from __future__ import annotations
 
@@ -43,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from registry.learning import usage_state as state
 from registry.learning.evidence import EvidenceCounter
 from registry.learning.profiles import capped_lift
 from registry.learning.usage_events import UsageConfig, UsageEvent, tool_evidence
@@ -114,7 +112,7 @@ class UsageMemory:
                     self._remember_id(reg, event)  # the log after a restore is a duplicate
                 return reason
             self._remember_id(reg, event)
-        q = _unit(vector if vector is not None else self.embed(query))
+        q = state.unit_vector(vector if vector is not None else self.embed(query))
         with self._lock:
             reg = self._registries.setdefault(event.registry, self._new_registry())
             reg.seq += 1
@@ -180,7 +178,7 @@ class UsageMemory:
         reg.entries += 1
         if len(counts) > cfg.per_tool:
             keep = np.ones(len(counts), bool)
-            keep[_weakest(counts, seen)] = False
+            keep[state.weakest_entry(counts, seen)] = False
             vectors, counts, seen = vectors[keep], counts[keep], seen[keep]
             reg.entries -= 1
         vectors.setflags(write=False)
@@ -191,7 +189,7 @@ class UsageMemory:
         tool = max(reg.tools, key=lambda t: len(reg.tools[t].counts))
         mem = reg.tools[tool]
         keep = np.ones(len(mem.counts), bool)
-        keep[_weakest(mem.counts, mem.seen)] = False
+        keep[state.weakest_entry(mem.counts, mem.seen)] = False
         reg.entries -= 1
         if keep.any():
             reg.tools[tool] = ToolMemory(mem.vectors[keep], mem.counts[keep], mem.seen[keep])
@@ -400,13 +398,3 @@ class UsageMemory:
         with self._lock:
             self._registries[registry] = reg
 
-
-def _unit(vector: np.ndarray) -> np.ndarray:
-    v = np.asarray(vector, dtype=np.float32).reshape(-1)
-    norm = float(np.linalg.norm(v))
-    return v / norm if norm > 0 else v
-
-
-def _weakest(counts: np.ndarray, seen: np.ndarray) -> int:
-    """Index of the entry to evict: lowest net count, then least recently touched."""
-    return int(np.lexsort((seen, counts))[0])

@@ -169,3 +169,14 @@ def decode_state(raw: bytes, config: EvidenceConfig | None = None) -> RegistryMe
         reg.tools[str(name)] = ToolMemory(block, counts[rows], seen[rows])
         reg.entries += int(size)
     return reg
+
+
+def unit_vector(vector: np.ndarray) -> np.ndarray:
+    v = np.asarray(vector, dtype=np.float32).reshape(-1)
+    norm = float(np.linalg.norm(v))
+    return v / norm if norm > 0 else v
+
+
+def weakest_entry(counts: np.ndarray, seen: np.ndarray) -> int:
+    """Index of the entry to evict: lowest net count, then least recently touched."""
+    return int(np.lexsort((seen, counts))[0])
