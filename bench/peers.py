@@ -68,14 +68,25 @@ def _engine(tools: Any, registry: str, tmp: Path, embedder: Any, policy_dir: Pat
     return engine
 
 
-def _score(names: Sequence[str], gold: set[str], tokens: dict[str, float]) -> dict[str, float]:
-    hits = len(gold & set(names))
+Slot = tuple[str, tuple[str, ...]]  # a shown tool and the near-duplicates folded into it
+
+
+def _slots(answer: Any) -> list[Slot]:
+    return [(t.name, tuple(t.alternates)) for t in answer.tools]
+
+
+def _score(slots: Sequence[Slot], gold: set[str], tokens: dict[str, float]) -> dict[str, float]:
+    """One list's figures. A needed tool counts as found when it is shown or folded into a shown
+    slot as an alternate (the response names it, and the agent can call it); K counts slots, and
+    tokens count each shown definition plus the alternates' names, which is what the list costs."""
+    offered = {name for name, _ in slots} | {a for _, alts in slots for a in alts}
+    hits = len(gold & offered)
     return {
         "any": float(hits > 0),
         "recall": hits / len(gold),
         "all": float(hits == len(gold)),
-        "k": float(len(names)),
-        "tokens": float(sum(tokens.get(n, 0.0) for n in names)),
+        "k": float(len(slots)),
+        "tokens": float(sum(tokens.get(n, 0.0) + sum(len(a) + 3 for a in alts) / 4 for n, alts in slots)),
     }
 
 
@@ -88,7 +99,7 @@ def run_source(directory: Path, embedder: Any, policy_dir: Path, max_queries: in
     queries = [q for q in _sample(load_dataset(directory).queries, max_queries) if q.gold]
     registry = "peers"
     ours: list[dict[str, float]] = []
-    ranked: dict[str, list[list[str]]] = {s: [] for s in SCORER_NAMES}
+    ranked: dict[str, list[list[Slot]]] = {s: [] for s in SCORER_NAMES}
     golds: list[set[str]] = []
     rejected = 0
     t0 = time.perf_counter()
@@ -98,12 +109,12 @@ def run_source(directory: Path, embedder: Any, policy_dir: Path, max_queries: in
             gold = set(q.gold)
             try:
                 answer = engine.shortlist(ShortlistRequest(registry, q.query))
-                lists = {s: [t.name for t in engine.shortlist(ShortlistRequest(registry, q.query, k=DEEP_K, scorer=s)).tools]
+                lists = {s: _slots(engine.shortlist(ShortlistRequest(registry, q.query, k=DEEP_K, scorer=s)))
                          for s in SCORER_NAMES}
             except ValidationFailed:  # a request over max_query_chars: the service's 422
                 rejected += 1
                 continue
-            ours.append(_score([t.name for t in answer.tools], gold, tokens))
+            ours.append(_score(_slots(answer), gold, tokens))
             for s in SCORER_NAMES:
                 ranked[s].append(lists[s])
             golds.append(gold)
@@ -198,16 +209,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--max-queries", type=int, default=600, help="queries sampled per source (seed 0)")
     ap.add_argument("--policy", type=Path, default=ROOT / "models" / "default")
     ap.add_argument("--embedder-cache", type=Path, default=None, help="MiniLM ONNX cache")
+    ap.add_argument("--embedder", default="minilm", help="SHORTLIST_EMBEDDER value (minilm, tuned, ...)")
     ap.add_argument("--embedding-cache", type=Path, default=None, help="text embeddings (bench/embed_cache.py)")
     ap.add_argument("--sources", nargs="*", default=None, help="source names (default: all)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
 
     from bench.embed_cache import DiskCachedEmbedder
-    from registry.index.minilm_export import load_minilm
+    from registry.core import default_embedder
     from registry.settings import Settings
 
-    embedder: Any = load_minilm(args.embedder_cache or Settings().resolved_embedder_cache())
+    settings = Settings(embedder=args.embedder)
+    if args.embedder_cache:
+        settings = Settings(embedder=args.embedder, embedder_cache_dir=args.embedder_cache)
+    embedder: Any = default_embedder(settings)
     if args.embedding_cache:
         embedder = DiskCachedEmbedder(embedder, args.embedding_cache)
     rows = []
@@ -220,7 +235,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{row['source']}: {json.dumps(row['ours'])} ({row['seconds']}s)", file=sys.stderr, flush=True)
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps({"policy": str(args.policy), "sources": rows}, indent=2))
+            args.json.write_text(
+                json.dumps({"policy": str(args.policy), "embedder": args.embedder, "sources": rows}, indent=2)
+            )
     if isinstance(embedder, DiskCachedEmbedder):
         embedder.save()
     print(markdown(rows))

@@ -24,7 +24,7 @@ from registry.feedback import (
 )
 from registry.index.embed import Embedder
 from registry.learning.learner import UsageLearner
-from registry.learning.manager import PolicyManager
+from registry.learning.manager import PolicyManager, RefitHooks
 from registry.learning.persist import LearningStore, LocalLearningStore, RedisLearningStore
 from registry.learning.usage import UsageEvent
 from registry.settings import Settings
@@ -69,9 +69,13 @@ class Backends:
         """Several replicas share the registries (the store is a :class:`SharedStore`)."""
         return isinstance(self.store, SharedStore)
 
-    def policy_manager(self, settings: Settings, feedback_log: FeedbackLog, jobs: Any = None) -> PolicyManager:
+    def policy_manager(
+        self, settings: Settings, feedback_log: FeedbackLog, jobs: Any = None, hooks: RefitHooks | None = None
+    ) -> PolicyManager:
         """The per-registry stop rules and refits, on the shared connection in Redis mode."""
-        return PolicyManager.for_settings(settings, feedback_log, shared=self.shared, client=self.redis, jobs=jobs)
+        return PolicyManager.for_settings(
+            settings, feedback_log, shared=self.shared, client=self.redis, jobs=jobs, hooks=hooks
+        )
 
 
 def build_backends(settings: Settings, store: Store | None = None) -> Backends:

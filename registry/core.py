@@ -42,6 +42,8 @@ from registry.index.query_cache import CachedEmbedder
 from registry.index.snapshot import Snapshot
 from registry.jobs import JobRecords, LocalJobRecords, RedisJobRecords
 from registry.learning.learner import UsageLearner
+from registry.learning.manager import RefitHooks
+from registry.learning.refit_data import Replay
 from registry.request import ShortlistRequest
 from registry.serving.depth_policies import OnnxDepthPolicy, TunableDepthPolicy
 from registry.serving.shortlist import Shortlist
@@ -146,7 +148,9 @@ class Shortlister:
             before_compact=self.learning.checkpoint,  # no learned evidence only in memory
         )
         # per-registry depth policies (registry.learning): versions, refits, hot swaps
-        self.policies = backends.policy_manager(settings, self.feedback_recorder.log, self.job_records)
+        self.policies = backends.policy_manager(
+            settings, self.feedback_recorder.log, self.job_records, RefitHooks(self._fit_profiles, self._replay)
+        )
         self.sync: StoreSync | None = None
         self._registry_listeners: list[RegistryListener] = []
         self._shortlist_listeners: list[ShortlistListener] = []
@@ -228,6 +232,15 @@ class Shortlister:
             return None
         return self.learning.fit_profile_weight(snap, events)
 
+    def _replay(self, registry: str) -> Replay | None:
+        """A refit's events ranked again as ``registry`` is served now (None: not loaded)."""
+        engine = self._loading
+        snap = engine.current(registry) if engine is not None else None
+        if engine is None or snap is None:
+            return None
+        runner = engine.queries
+        return lambda event: runner.replay(snap, event.query, len(event.margins))
+
     def close(self) -> None:
         """Stop the sync thread and release store connections (at shutdown)."""
         self._closing.set()
@@ -292,7 +305,6 @@ class Shortlister:
             self._until_store_answers(
                 lambda: start_learner(self.learning, engine, embedder, self.feedback_recorder.log, self.store)
             )
-            self.policies.fit_profiles = self._fit_profiles
             for info in engine.list_registries():
                 self._changed(info)
             if isinstance(self.store, SharedStore):

@@ -325,9 +325,9 @@ class Settings(BaseSettings):
         0.2,
         gt=0.0,
         le=1.0,
-        description="Share of a registry's counted evidence above which one caller's new events "
-        "weigh less (scaled by share * total / its own; soft, never locks learning; applies once "
-        "two callers have counted evidence). 1 disables it.",
+        description="Share of a registry's counted evidence one caller may hold: its events count "
+        "only up to that share, and at least 5% of their weight (never locks learning; applies "
+        "once two callers have counted evidence). 1 disables it.",
     )
     learning_save_interval_seconds: float = Field(
         30.0, gt=0, description="How often changed usage memories are saved to the store."
@@ -355,6 +355,15 @@ class Settings(BaseSettings):
     )
     sync_interval_seconds: float = Field(
         1.0, gt=0, le=60, description="Fallback poll of the shared store for other replicas' writes."
+    )
+
+    # -- metrics: the Prometheus label bound (service.metrics) ---------------------------------------
+    metrics_max_registries: int = Field(
+        100,
+        ge=0,
+        description="Registries with their own registry-labelled series on /metrics (the first "
+        "this process loads or sees); the rest are summed under registry=\"~other\" and counted "
+        "by shortlist_metrics_folded_registries, so a scrape stays small at any registry count.",
     )
 
     # -- logging (service.logging_setup) -----------------------------------------------------------

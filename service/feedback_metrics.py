@@ -11,7 +11,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric, UnknownMetricFamil
 from prometheus_client.registry import Collector
 
 from registry.feedback import FeedbackEvent, LiveWindow
-from service.metrics import remove_registry_series
+from service.metrics import RegistryLabels, remove_registry_series
 
 MATCHES = ("exact", "equivalent")
 
@@ -21,11 +21,14 @@ class FeedbackMetrics(Collector):
     and the windowed gauges ``shortlist_presentation_rate`` / ``shortlist_live_bor_bits``.
 
     The counters let PromQL compute rates and BoR across replicas; the gauges are this process's
-    sliding window, computed when Prometheus scrapes.
+    sliding window, computed when Prometheus scrapes. A folded registry (see
+    :class:`service.metrics.RegistryLabels`) counts under ``~other``; its window gauges are not
+    exported (a window's rate does not sum; the fleet-wide recordings cover ``~other``).
     """
 
-    def __init__(self, registry: CollectorRegistry, window: LiveWindow) -> None:
+    def __init__(self, registry: CollectorRegistry, window: LiveWindow, labels: RegistryLabels) -> None:
         self.window = window
+        self.labels = labels
         self.feedback = Counter(
             "shortlist_feedback", "Feedback events accepted (resends not counted).",
             ["registry"], registry=registry,
@@ -42,11 +45,12 @@ class FeedbackMetrics(Collector):
 
     def touch(self, registry: str) -> None:
         """Create a registry's series at zero, so the first event after a restart is a rate."""
-        self.feedback.labels(registry)
+        label = self.labels.label(registry)
+        self.feedback.labels(label)
         with self._lock:
             for match in MATCHES:
-                self.presented.labels(registry, match)
-                self._p_rand_sum.setdefault((registry, match), 0.0)
+                self.presented.labels(label, match)
+                self._p_rand_sum.setdefault((label, match), 0.0)
 
     def drop(self, registry: str) -> None:
         """Stop exporting ``registry``'s series (it was deleted) and forget its live window."""
@@ -59,12 +63,13 @@ class FeedbackMetrics(Collector):
 
     def observe(self, event: FeedbackEvent) -> None:
         self.touch(event.registry)
-        self.feedback.labels(event.registry).inc()
+        label = self.labels.label(event.registry)
+        self.feedback.labels(label).inc()
         with self._lock:
             for match in MATCHES:
                 if event.presented(match):
-                    self.presented.labels(event.registry, match).inc()
-                self._p_rand_sum[(event.registry, match)] += event.p_rand(match)
+                    self.presented.labels(label, match).inc()
+                self._p_rand_sum[(label, match)] += event.p_rand(match)
 
     def collect(self) -> Iterator[Metric]:
         p_rand = UnknownMetricFamily(
@@ -88,6 +93,8 @@ class FeedbackMetrics(Collector):
             labels=["registry", "match"],
         )
         for registry, match in self.window.keys():  # noqa: SIM118 (LiveWindow, not a dict)
+            if not self.labels.owns(registry):
+                continue
             stats = self.window.stats(registry, match)
             if stats.events == 0:
                 continue

@@ -26,8 +26,10 @@ class ServiceState:
         self.core = Shortlister.from_settings(
             settings, embedder_factory=embedder_factory, bor_policy=bor_policy
         )
-        self.metrics = Metrics()
-        self.feedback_metrics = FeedbackMetrics(self.metrics.registry, self.core.window)
+        self.metrics = Metrics(settings.metrics_max_registries)
+        self.feedback_metrics = FeedbackMetrics(
+            self.metrics.registry, self.core.window, self.metrics.registry_labels
+        )
         self.metrics.ready.set_function(lambda: 1.0 if self.core.ready else 0.0)
         health = self.core.store_health
         if health is not None:  # read at scrape time
@@ -41,8 +43,8 @@ class ServiceState:
 
     def _registry_changed(self, change: RegistryChange) -> None:
         if change.info is None:
-            self.metrics.drop_registry(change.registry)
             self.feedback_metrics.drop(change.registry)
+            self.metrics.drop_registry(change.registry)  # last: it forgets the registry's label
         else:
             self.metrics.set_registry(change.registry, change.info.version, change.info.tools)
             self.feedback_metrics.touch(change.registry)

@@ -36,9 +36,9 @@ class Server:
             SHORTLIST_PORT=str(self.port),
             SHORTLIST_DATA_DIR=str(data_dir),
             SHORTLIST_EMBEDDER_CACHE_DIR=str(embedder_cache),
-            SHORTLIST_DEMO_REGISTRY="",
-            **{f"SHORTLIST_{key.upper()}": value for key, value in settings.items()},
+            SHORTLIST_DEMO_REGISTRY="",  # no demo registry unless demo_registry= is given
         )
+        env.update({f"SHORTLIST_{key.upper()}": value for key, value in settings.items()})
         self.log_path = Path(data_dir).parent / f"server-{self.port}.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:  # a file, not a pipe: a full pipe would block the server

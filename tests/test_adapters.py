@@ -307,6 +307,45 @@ def test_agents_runner_with_deferred_tools_over_the_service(client):
     assert adapter.called_tools([sent[1]["input"][-2]]) == ["fs/read_file"]
 
 
+def test_agents_runner_refuses_a_client_tool_search_mid_run(client):
+    """Why the run's input answers the search (above): openai-agents 0.24.0, the newest release,
+    raises on a model's client tool_search_call inside Runner.run
+    (agents/run_internal/turn_resolution.py). Should a release run client tool search, this
+    fails, and the search can then be driven through the runner itself."""
+    import httpx2
+    import openai
+    from agents import Agent, RunConfig, Runner
+    from agents.exceptions import ModelBehaviorError
+    from agents.models.openai_responses import OpenAIResponsesModel
+
+    from tool_shortlist_client.adapters import openai as adapter
+
+    search_call = {
+        "type": "tool_search_call", "id": "tsc_1", "call_id": "call_ts_1", "execution": "client",
+        "status": "completed", "arguments": {"query": WEATHER_QUERY},
+    }  # fmt: skip
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, json=_responses_payload([search_call]))
+
+    oai = openai.AsyncOpenAI(
+        api_key="test", base_url="http://responses.test/v1", max_retries=0,
+        http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(handler)),
+    )  # fmt: skip
+    tools = client.get_registry("weather").tools
+    agent = Agent(
+        name="weather",
+        model=OpenAIResponsesModel("gpt-test", oai),
+        tools=[
+            adapter.agents_tool_search_tool(),
+            *adapter.agents_deferred_tools(tools, lambda name, args: ""),
+        ],
+    )
+    run = Runner.run(agent, WEATHER_QUERY, run_config=RunConfig(tracing_disabled=True))
+    with pytest.raises(ModelBehaviorError, match="Client-executed tool_search calls are not"):
+        asyncio.run(run)
+
+
 def test_openai_async_tool_search_output(server):
     from openai.types.responses import ResponseToolSearchCall
 

@@ -41,6 +41,7 @@ EXPORTED_METRICS: tuple[str, ...] = (
     "shortlist_feedback_p_rand_sum",  # counter-like (untyped: keeps the exact name)
     "shortlist_presentation_rate",
     "shortlist_live_bor_bits",
+    "shortlist_metrics_folded_registries",
 )
 
 # Series Prometheus writes itself for every scrape target; rules may use them, panels do not.

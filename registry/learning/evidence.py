@@ -10,8 +10,11 @@ weighs the same log the same way)::
     decay     the j-th event (0-based) a caller reports for one tool weighs 1 / (1 + j / half_life):
               repeating a claim adds only logarithmically (10 events weigh 5.39, 30 weigh 9.02 at 4)
     share     once two or more callers have counted evidence and the registry holds at least
-              ``min_events`` of it, a caller over ``caller_share`` of the total has each new
-              event scaled by ``caller_share * total / its own`` (soft: it never reaches 0)
+              ``min_events`` of it, a caller's event counts only up to the weight that brings
+              it to ``caller_share`` of the total, and at least ``over_share_weight`` (0.05) of
+              its decayed weight: a caller sending a share p of the events settles at
+              max(caller_share, p e / (p e + 1 - p)) of the evidence (e = 0.05: 20% for any
+              p up to 0.83), never at 0
 
 Nothing here locks learning after N events: with one shared token (every agent one caller)
 legitimate traffic spreads over many tools and keeps counting, and 30 correcting events
@@ -43,6 +46,7 @@ class EvidenceConfig:
     per_minute: int = 600
     caller_share: float = 0.2
     min_events: float = 20.0
+    over_share_weight: float = 0.05  # what an event of a caller at its share still weighs
 
 
 def evidence_config(settings: Settings) -> EvidenceConfig:
@@ -86,20 +90,32 @@ class EvidenceCounter:
         at, n = self.window.get(key, (minute, 0))
         self.window[key] = (minute, n + 1 if at == minute else 1)
         own = self.weight.get(key, 0.0)
-        factor = 1.0
-        if len(self.weight) >= 2 and self.total >= cfg.min_events and own > cfg.caller_share * self.total:
-            factor = cfg.caller_share * self.total / own
         out: dict[str, float] = {}
         for tool in dict.fromkeys(tools):
             pair = f"{key}\0{tool}"
             prior = self.pairs.pop(pair, 0)
             self.pairs[pair] = prior + 1  # most recent last: the oldest pairs are forgotten first
-            out[tool] = factor * decay_weight(prior, cfg.half_life)
+            out[tool] = decay_weight(prior, cfg.half_life)
         spent = max(out.values(), default=0.0)
+        factor = self._share_factor(own, spent)
+        if factor < 1.0:
+            out = {tool: factor * w for tool, w in out.items()}
+            spent *= factor
         self.weight[key] = own + spent
         self.total += spent
         self._bound()
         return out
+
+    def _share_factor(self, own: float, spent: float) -> float:
+        """How much of ``spent`` a caller holding ``own`` may add under the share rule."""
+        cfg = self.config
+        if len(self.weight) < 2 or self.total < cfg.min_events or cfg.caller_share >= 1.0 or spent <= 0:
+            return 1.0
+        # own + x <= share * (total + x): the most that keeps the caller within its share
+        headroom = (cfg.caller_share * self.total - own) / (1.0 - cfg.caller_share)
+        if headroom >= spent:
+            return 1.0
+        return max(headroom, cfg.over_share_weight * spent) / spent
 
     def _bound(self) -> None:
         while len(self.pairs) > _MAX_PAIRS:

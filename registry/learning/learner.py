@@ -233,18 +233,20 @@ class UsageLearner:
     # -- the query path -------------------------------------------------------------------------
 
     def rerank(
-        self, snap: Snapshot, query: np.ndarray, ids: np.ndarray, scores: np.ndarray
+        self, snap: Snapshot, query: np.ndarray, ids: np.ndarray, scores: np.ndarray,
+        *, exclude_repeats: bool = False,
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, scores)`` of ``snap`` lifted by usage and re-sorted (unchanged when the
-        registry has no memory or learning is off for it)."""
+        registry has no memory or learning is off for it; ``exclude_repeats``: a refit's replay,
+        the memory's recall of the query's own repeats left out)."""
         if not self.memory.has_memory(snap.registry) or not self.enabled(snap.registry):
             return ids, scores
         top = ids[: self.memory.config.candidates]
         names = [snap.tools[int(i)].name for i in top]
         extra = None
         if self.memory.weight(snap.registry) > 0:
-            extra = self.memory.profile_lift(snap.registry, query, names, snap.dense.scores_for(query, top))
-        return self.memory.rerank(snap.registry, query, names, ids, scores, extra)
+            extra = self.memory.profile_lift(snap.registry, query, names, snap.dense.embeddings[top])
+        return self.memory.rerank(snap.registry, query, names, ids, scores, extra, exclude_repeats)
 
     # -- registry changes, switches, wipes ------------------------------------------------------
 
@@ -307,6 +309,7 @@ class UsageLearner:
                 vecs, [[ids[u] for u in e.used if u in ids] for e in rows], [e.caller for e in rows],
                 snap.dense.embeddings, cfg, candidates=cands, base_scores=base,
                 keys=[e.query for e in rows], received=[e.received for e in rows],
+                shown=[[ids[n] for n in e.shown if n in ids] for e in rows],
             )
         if weight != self.memory.weight(registry) or fit.get("reason") == "shipped":
             self.set_profile_weight(registry, weight, fit)

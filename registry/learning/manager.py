@@ -25,6 +25,7 @@ from registry.feedback import FeedbackEvent, FeedbackLog
 from registry.jobs import OPEN_STATES, JobQueue, JobRecords, LocalJobRecords, RedisJobRecords, Task
 from registry.learning.evidence import evidence_config
 from registry.learning.refit import refit
+from registry.learning.refit_data import Replay
 from registry.learning.refit_events import RefitEvents
 from registry.serving.stop_rules import (
     LocalPolicyStore,
@@ -34,12 +35,30 @@ from registry.serving.stop_rules import (
 )
 from registry.settings import Settings
 
-__all__ = ["JOB_STATES", "PolicyManager", "RefitJob", "refit_from_settings"]
+__all__ = ["JOB_STATES", "PolicyManager", "RefitHooks", "RefitJob", "refit_from_settings"]
 
 log = logging.getLogger(__name__)
 
 JOB_STATES = ("queued", "running", "done", "candidate", "refused", "failed")
 WAIT_SECONDS = 3600.0  # a synchronous refit (CLI, in-process) waits at most this long
+
+
+REPLAY_EVENTS = 5000  # a replaying refit ranks at most this many of the newest events again
+
+
+@dataclass(frozen=True, slots=True)
+class RefitHooks:
+    """What the core lends each refit.
+
+    Attributes:
+        fit_profiles: the refit's first step, ``(registry, events) -> report`` fitting and
+            shipping the registry's usage-profile weight (None: learning is off).
+        replay: ``registry -> Replay``: its logged requests ranked again as served now
+            (:mod:`registry.learning.refit_data`); None, or a None replay: the logged scores.
+    """
+
+    fit_profiles: Callable[[str, list[FeedbackEvent]], dict[str, Any] | None] | None = None
+    replay: Callable[[str], Replay | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +102,7 @@ class PolicyManager:
         settings: refit knobs (``refit_min_events``, ``refit_margin``, ``refit_confidence``,
             ``refit_queue_max``).
         records: where refit jobs are kept (default: in the data directory).
+        hooks: the core's profile fit and replay (:class:`RefitHooks`; default: neither).
     """
 
     def __init__(
@@ -91,6 +111,7 @@ class PolicyManager:
         feedback_log: FeedbackLog,
         settings: Settings,
         records: JobRecords | None = None,
+        hooks: RefitHooks | None = None,
     ) -> None:
         self.book = book
         self.events = RefitEvents(feedback_log)
@@ -106,8 +127,7 @@ class PolicyManager:
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self._poller: threading.Thread | None = None
-        #: a refit's first step, the usage profiles' weight (set by the core; None: none)
-        self.fit_profiles: Callable[[str, list[FeedbackEvent]], dict[str, Any] | None] | None = None
+        self.hooks = hooks or RefitHooks()
 
     @classmethod
     def for_settings(
@@ -118,6 +138,7 @@ class PolicyManager:
         shared: bool,
         client: Any = None,
         jobs: JobRecords | None = None,
+        hooks: RefitHooks | None = None,
     ) -> PolicyManager:
         """Redis-backed when the settings name a Redis and the registry store is shared; on
         ``client`` when given (the connection :func:`registry.backends.build_backends` shares)."""
@@ -130,7 +151,7 @@ class PolicyManager:
             jobs = jobs or RedisJobRecords(client, settings.redis_prefix)
         else:
             store = LocalPolicyStore(settings.data_dir)
-        return cls(PolicyBook(store), feedback_log, settings, jobs)
+        return cls(PolicyBook(store), feedback_log, settings, jobs, hooks)
 
     # -- serving ----------------------------------------------------------------------------------
 
@@ -238,9 +259,11 @@ class PolicyManager:
         try:
             current = self.book.history(registry).active_rule
             events = self.events.of(registry)
-            profile = self.fit_profiles(registry, events) if self.fit_profiles is not None else None
-            outcome = refit(
-                events,
+            hooks = self.hooks
+            profile = hooks.fit_profiles(registry, events) if hooks.fit_profiles is not None else None
+            replay = hooks.replay(registry) if hooks.replay is not None else None  # after the fit:
+            outcome = refit(  # the new profile weight is in the ranking it replays
+                events if replay is None else events[-REPLAY_EVENTS:],
                 registry,
                 current,
                 min_events=self.settings.refit_min_events,
@@ -249,6 +272,7 @@ class PolicyManager:
                 evidence=evidence_config(self.settings),
                 max_mean_k=self.settings.refit_max_mean_k,
                 review_factor=self.settings.refit_review_factor,
+                replay=replay,
             )
             version = None
             if outcome.state in ("done", "candidate") and outcome.rule is not None:

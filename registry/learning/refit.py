@@ -8,7 +8,10 @@ is known when it was shown or ranked within the logged tail (censored beyond it:
 a policy may choose finds it). So any rule's depth ``d`` can be replayed on every event, and it
 *finds* the tool iff ``r < d``: the censored found-at-K curve. No propensity weighting is
 needed for that (the rank is logged whatever was shown); exploration adds events whose used
-tool sat just past the cut, which a shallower policy never gets reported.
+tool sat just past the cut, which a shallower policy never gets reported. In the service the
+logged requests are ranked again as the registry serves them now (usage memory and the profile
+weight the same refit just fitted; :mod:`registry.learning.refit_data`), so the rule is fitted
+on the ranking it will run on; an event is found when every tool it used is shown.
 
 Reward. A rule beats the current one when it sits above plain top-K's trade-off at the
 current operating point: per event ``gain = (found_cand - found_cur) - slope * (k_cand - k_cur)``
@@ -36,7 +39,6 @@ way) is stored but not activated (``candidate``): an admin activates it.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from collections.abc import Iterable
@@ -47,92 +49,17 @@ import numpy as np
 
 from registry.bor import k_equivalent
 from registry.feedback import FeedbackEvent
-from registry.learning.evidence import EvidenceConfig, EvidenceCounter
-from registry.serving.features import depth_features
+from registry.learning.evidence import EvidenceConfig
+from registry.learning.refit_data import HOLDOUT_SHARE, LoggedEvents, Replay, rule_depths
 from registry.serving.stop_rules import StopRule
 
-__all__ = ["HOLDOUT_SHARE", "Estimate", "LoggedEvents", "RefitOutcome", "evaluate_rule", "fixed_found_at", "refit"]
+__all__ = [
+    "HOLDOUT_SHARE", "Estimate", "LoggedEvents", "RefitOutcome", "evaluate_rule", "fixed_found_at", "refit",
+]
 
-HOLDOUT_SHARE = 0.3
 BIAS_GRID = tuple(np.round(np.arange(-3.0, 3.01, 0.25), 2))
 THRESHOLD_GRID = (0.02, 0.03, 0.05, 0.07, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5)
 BOOTSTRAP = 400
-
-
-@dataclass(frozen=True, slots=True)
-class LoggedEvent:
-    """One usable event: the network's Q margins, the feature rows, the request bias, the rank."""
-
-    shortlist_id: str
-    margins: np.ndarray  # (D,)
-    features: np.ndarray  # (D, F)
-    bias: float
-    rank: float  # 0-based logged rank of the first used tool; inf: past the logged ranking
-    weight: float = 1.0  # the evidence rule's weight of the event
-
-
-@dataclass(frozen=True, slots=True)
-class LoggedEvents:
-    events: tuple[LoggedEvent, ...]
-
-    @classmethod
-    def of(
-        cls, events: Iterable[FeedbackEvent], registry: str, evidence: EvidenceConfig | None = None
-    ) -> LoggedEvents:
-        """The registry's events the learned policy served (with margins and scores), each
-        weighted by the evidence rule (:mod:`registry.learning.evidence`, the one the usage
-        memory applies): rate-limited events are left out, repeated claims of one caller decay."""
-        counter = EvidenceCounter(evidence or EvidenceConfig())
-        out = []
-        for e in events:
-            if e.registry != registry or counter.check(e.caller, e.received) is not None:
-                continue
-            weights = counter.weigh(e.caller, e.used, e.received)
-            if not (e.margins and e.scores):
-                continue
-            depth = len(e.margins)
-            feats = depth_features(np.asarray(e.scores, np.float64), e.n_tools, depth)
-            if feats.shape[0] != depth:
-                continue
-            rank = e.rank_of(set(e.used))
-            out.append(
-                LoggedEvent(
-                    e.shortlist_id,
-                    np.asarray(e.margins, np.float64),
-                    feats.astype(np.float64),
-                    float(e.depth_bias or 0.0),
-                    math.inf if rank is None else float(rank),
-                    max(weights.values(), default=1.0),
-                )
-            )
-        return cls(tuple(out))
-
-    def weights(self) -> np.ndarray:
-        return np.array([e.weight for e in self.events], np.float64)
-
-    def split(self, share: float = HOLDOUT_SHARE) -> tuple[LoggedEvents, LoggedEvents]:
-        """``(fit, held out)``, by a hash of the shortlist id (stable across refits)."""
-        fit: list[LoggedEvent] = []
-        held: list[LoggedEvent] = []
-        for e in self.events:
-            h = int.from_bytes(hashlib.sha256(e.shortlist_id.encode()).digest()[:4], "big")
-            (held if h / 2**32 < share else fit).append(e)
-        return LoggedEvents(tuple(fit)), LoggedEvents(tuple(held))
-
-    def __len__(self) -> int:
-        return len(self.events)
-
-
-def rule_depths(rule: StopRule, data: LoggedEvents) -> np.ndarray:
-    """The depth ``rule`` shows on each logged event."""
-    out = np.empty(len(data), dtype=np.int64)
-    for i, e in enumerate(data.events):
-        d = e.margins.shape[0]
-        limit = min(d, rule.max_depth or d)
-        q = np.column_stack([e.margins[:limit], np.zeros(limit)])
-        feats = e.features[:limit]
-        out[i] = rule.depth(q, lambda feats=feats: feats, e.bias)  # type: ignore[misc]
-    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,19 +208,30 @@ def refit(
     evidence: EvidenceConfig | None = None,
     max_mean_k: float = 2.0,
     review_factor: float = 1.5,
+    replay: Replay | None = None,
 ) -> RefitOutcome:
     """Fit, evaluate and decide (see the module docstring). ``evidence``: the rule weighting
     events (the usage memory's). ``max_mean_k``: a candidate deeper than the current mean K
     times this must beat fixed top-K at its own depth; ``review_factor``: a candidate changing
-    mean K by more than this factor is kept as ``candidate`` (not activated). Never raises on
+    mean K by more than this factor is kept as ``candidate`` (not activated). ``replay``: rank
+    each logged request again as the registry serves it now and fit on that
+    (:mod:`registry.learning.refit_data`); None: the logged margins and scores. Never raises on
     thin data."""
     started = time.perf_counter()
-    data = LoggedEvents.of(events, registry, evidence)
+    events = list(events)
+    data = LoggedEvents.of(events, registry, evidence, replay)
+    if replay is not None and len(data) < min_events:  # too few replayable: the logged scores
+        replayed = data.stats
+        data = LoggedEvents.of(events, registry, evidence)
+        data.stats.update(replay_fallback=f"{replayed['events']} events could be replayed")
     if len(data) < min_events:
         return RefitOutcome(
             "refused", f"{len(data)} usable feedback events; a refit needs {min_events}", None,
-            {"events": len(data)},
+            {"events": len(data), "data": data.stats},
         )
+    schema = str(data.stats.get("feature_schema", "1"))
+    if not current.reads(schema):  # fitted under another policy's schema: serving ignores it
+        current = replace(current, weights=(), center=(), scale=(), bias_offset=0.0)
     fit, held = data.split()
     fit_ranks = np.array([e.rank for e in fit.events])
     fit_w = fit.weights()
@@ -308,7 +246,9 @@ def refit(
         if best is None or gain > best[0] + 1e-12:
             best = (gain, rule)
     if best is None:
-        return RefitOutcome("refused", "no candidate keeps the found rate", None, {"events": len(data)})
+        return RefitOutcome(
+            "refused", "no candidate keeps the found rate", None, {"events": len(data), "data": data.stats}
+        )
     rule = best[1]
     ranks = np.array([e.rank for e in held.events])
     cand_d, cur_d = rule_depths(rule, held), rule_depths(current, held)
@@ -332,9 +272,10 @@ def refit(
         "margin": margin,
         "fixed_found_at_candidate_k": round(fixed, 4),
         "kind": rule.kind,
+        "data": data.stats,
         "seconds": round(time.perf_counter() - started, 3),
     }
-    rule = replace(rule, parent=current.version, estimate=estimate)
+    rule = replace(rule, parent=current.version, estimate=estimate, feature_schema=schema)
     if cand.found + 1e-12 < cur.found:
         reason = f"held-out found rate {cand.found:.4f} is below the current {cur.found:.4f}"
         return RefitOutcome("refused", reason, rule, estimate)

@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -40,27 +40,26 @@ from registry.serving.depth_policies import (
     GapPolicy,
     ThresholdPolicy,
     TunableDepthPolicy,
+    first_stop,
     policy_depth_limit,
 )
 from registry.serving.explore import DepthTrace, Explorer
-from registry.serving.features import FEATURE_WINDOW, depth_features
+from registry.serving.features import FEATURE_WINDOW
 from registry.serving.intents import Intent, split_request
 from registry.serving.needs import request_signals
 from registry.serving.relevance import RelevanceModel
+from registry.serving.replay import (
+    ReplayedRanking,
+    UsageRerank,
+    feature_rows,
+    policy_schema,
+    replay_ranking,
+)
 from registry.serving.stop_rules import PolicyBook
 from registry.serving.windows import query_windows
 from registry.settings import Settings
 
 __all__ = ["QueryRunner", "Shortlist", "ShortlistItem", "UsageRerank"]
-
-
-class UsageRerank(Protocol):
-    """Lifts a ranking by what agents used for similar queries (the learning loop's usage memory)."""
-
-    def rerank(
-        self, snap: Snapshot, query: np.ndarray, ids: np.ndarray, scores: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]: ...
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +247,14 @@ class QueryRunner:
             ranking=ranking,
         )
 
+    def replay(self, snap: Snapshot, text: str, depth: int) -> ReplayedRanking | None:
+        """``text`` ranked on ``snap`` as this runner serves it now, with ``depth`` policy
+        states: what a depth refit fits on (:mod:`registry.serving.replay`)."""
+        return replay_ranking(
+            snap, text, depth, scorer=self.settings.default_scorer, embedder=self.embedder,
+            policy=self.bor_policy, usage=self.usage,
+        )
+
     # -- steps ----------------------------------------------------------------------------------
 
     def _intents(self, query: str, request: ResolvedRequest) -> tuple[Intent, ...]:
@@ -392,5 +399,7 @@ class QueryRunner:
             top = np.asarray(scores[:FEATURE_WINDOW], dtype=np.float64)
             trace.scores = tuple(round(float(v), 5) if math.isfinite(v) else 0.0 for v in top)
         q = q[:limit]
-        return rule.depth(q, lambda: depth_features(np.asarray(scores), n, q.shape[0]), bias)
+        if not rule.reads(policy_schema(self.bor_policy)):  # fitted under another policy's schema
+            return first_stop(q, bias)
+        return rule.depth(q, lambda: feature_rows(self.bor_policy, np.asarray(scores), n, q.shape[0], signals), bias)
 

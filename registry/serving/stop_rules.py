@@ -59,6 +59,9 @@ class StopRule:
         weights: calibrated rule: intercept then one weight per standardised input.
         center, scale: the inputs' standardisation (features, then the margin).
         threshold: calibrated rule: the miss probability it stops at.
+        feature_schema: calibrated rule: the depth policy's feature schema its inputs follow
+            (``"1"`` score features, ``"2"`` plus the request's needs); a policy of another
+            schema serves the network's own stop instead (:meth:`reads`).
         created: wall-clock seconds it was made.
         parent: the version it was refit from.
         estimate: the refit's off-policy evaluation (found rate, mean K, CI...).
@@ -74,10 +77,15 @@ class StopRule:
     center: tuple[float, ...] = ()
     scale: tuple[float, ...] = ()
     threshold: float = 0.0
+    feature_schema: str = "1"
 
     @property
     def kind(self) -> str:
         return "calibrated" if self.weights else "bias"
+
+    def reads(self, schema: str) -> bool:
+        """Whether this rule can run on a policy of feature ``schema`` (a bias rule always can)."""
+        return not self.weights or self.feature_schema == schema
 
     def miss_probability(self, features: np.ndarray, margins: np.ndarray) -> np.ndarray:
         """Calibrated rule: ``P(the used tool is ranked past depth k)`` per row ``k - 1``."""
@@ -110,6 +118,7 @@ class StopRule:
             "center": list(self.center),
             "scale": list(self.scale),
             "threshold": self.threshold,
+            "feature_schema": self.feature_schema,
         }
 
     @classmethod
@@ -126,6 +135,7 @@ class StopRule:
             center=tuple(float(v) for v in d.get("center") or ()),
             scale=tuple(float(v) for v in d.get("scale") or ()),
             threshold=float(d.get("threshold", 0.0)),
+            feature_schema=str(d.get("feature_schema") or "1"),
         )
 
 

@@ -1,0 +1,275 @@
+"""LangChain v1 agent middleware: each model call sees the shortlist, not every tool.
+
+``create_agent(model, tools=all_tools, middleware=[ShortlistMiddleware(client)])``: before each
+model call the middleware asks ``POST /shortlist`` for the latest user turn (once per turn; the
+calls after tool results reuse it) and replaces the request's tools with the shortlisted ones,
+in shortlist order, plus the ``always_include`` pins and any provider tool dicts. It is the
+service-backed twin of LangChain's ``LLMToolSelectorMiddleware``: the same hook
+(``wrap_model_call``), the same pins, no extra model call. When the agent run ends
+(``after_agent``) the tools the model actually called from the shortlist are reported with
+``POST /feedback``, each call marked useful unless its tool answered with an error.
+
+A shortlisted registry name matches an agent tool named the same or its provider-safe name
+(``fs/read_file`` -> ``fs__read_file``, :mod:`tool_shortlist_client.names`); shortlisted tools
+the agent does not have are dropped, and a shortlist none of whose tools the agent has is an
+error rather than a silent empty tool list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+from langchain.agents.middleware.types import ModelCallResult
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+
+from tool_shortlist_client.client import AsyncShortlistClient, ShortlistClient
+from tool_shortlist_client.errors import ShortlistClientError
+from tool_shortlist_client.models import FeedbackResult, Shortlist
+from tool_shortlist_client.names import provider_name
+
+logger = logging.getLogger(__name__)
+
+REMEMBERED_TURNS = 256
+"""User turns whose shortlist is kept for the calls and the feedback that follow."""
+
+
+@dataclass
+class _Turn:
+    """One user turn's shortlist and which agent tool each shortlisted name became."""
+
+    shortlist: Shortlist
+    registry_name: dict[str, str]  # agent tool name -> registry tool name
+    reported: bool = False
+    tool_names: list[str] = field(default_factory=list)
+
+
+class ShortlistMiddleware(AgentMiddleware[AgentState[Any], Any]):
+    """Replaces the model's tool list with the service's shortlist for the latest user turn.
+
+    Args:
+        client: Sync client (``agent.invoke``); give one or both.
+        async_client: Async client (``agent.ainvoke``); without it the async path runs the sync
+            client in a thread.
+        registry: Registry to search (default: the client's).
+        always_include: Agent tool names always offered, outside the shortlist (like
+            ``LLMToolSelectorMiddleware``'s); each must be one of the agent's tools.
+        feedback: Report the called shortlisted tools when the run ends (default on).
+        options: Passed to :meth:`ShortlistClient.shortlist`: ``k``, ``max_k``, ``depth_bias``,
+            ``policy``, ``scorer``, ``allow_empty``.
+
+    Attributes:
+        shortlists: every shortlist served, oldest first.
+        feedback_results: every feedback acknowledgement, oldest first.
+        feedback_errors: every report the service or the network refused (also logged).
+    """
+
+    def __init__(
+        self,
+        client: ShortlistClient | None = None,
+        async_client: AsyncShortlistClient | None = None,
+        *,
+        registry: str | None = None,
+        always_include: Sequence[str] = (),
+        feedback: bool = True,
+        **options: Any,
+    ) -> None:
+        super().__init__()
+        if client is None and async_client is None:
+            raise ValueError("give a client, an async_client, or both")
+        self.client = client
+        self.async_client = async_client
+        self.registry = registry
+        self.always_include = list(always_include)
+        self.report_feedback = feedback
+        self.options = options
+        self.shortlists: list[Shortlist] = []
+        self.feedback_results: list[FeedbackResult] = []
+        self.feedback_errors: list[ShortlistClientError] = []
+        self._turns: OrderedDict[str, _Turn] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def last(self) -> Shortlist | None:
+        """The most recent shortlist."""
+        return self.shortlists[-1] if self.shortlists else None
+
+    # -- the model call ----------------------------------------------------------------------------
+
+    def wrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
+    ) -> ModelCallResult:
+        """Shortlist the latest user turn (once) and call the model with those tools."""
+        turn = _latest_user_turn(request.messages)
+        if turn is None or not request.tools:
+            return handler(request)
+        key, query = turn
+        known = self._known(key)
+        if known is None:
+            known = self._remember(
+                key, request, self._sync_client().shortlist(query, **self._ask())
+            )
+        return handler(self._narrowed(request, known))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest,
+        handler: Callable[[ModelRequest], Awaitable[ModelResponse]],
+    ) -> ModelCallResult:
+        """The async twin of :meth:`wrap_model_call`."""
+        turn = _latest_user_turn(request.messages)
+        if turn is None or not request.tools:
+            return await handler(request)
+        key, query = turn
+        known = self._known(key)
+        if known is None:
+            if self.async_client is not None:
+                shortlist = await self.async_client.shortlist(query, **self._ask())
+            else:
+                shortlist = await asyncio.to_thread(
+                    self._sync_client().shortlist, query, **self._ask()
+                )
+            known = self._remember(key, request, shortlist)
+        return await handler(self._narrowed(request, known))
+
+    # -- feedback at the end of the run -----------------------------------------------------------
+
+    def after_agent(self, state: AgentState[Any], runtime: Any) -> dict[str, Any] | None:
+        """Report the shortlisted tools the model called in the latest user turn. A failed
+        report is logged and kept in ``feedback_errors``; it never fails the agent's run."""
+        report = self._pending_report(state["messages"])
+        if report is not None:
+            turn, used, calls = report
+            try:
+                result = self._sync_client().feedback(turn.shortlist, used, calls=calls)
+            except ShortlistClientError as error:
+                self._failed(turn, error)
+            else:
+                self.feedback_results.append(result)
+        return None
+
+    async def aafter_agent(self, state: AgentState[Any], runtime: Any) -> dict[str, Any] | None:
+        """The async twin of :meth:`after_agent`."""
+        report = self._pending_report(state["messages"])
+        if report is not None:
+            turn, used, calls = report
+            try:
+                if self.async_client is not None:
+                    result = await self.async_client.feedback(turn.shortlist, used, calls=calls)
+                else:
+                    client = self._sync_client()
+                    result = await asyncio.to_thread(
+                        client.feedback, turn.shortlist, used, calls=calls
+                    )
+            except ShortlistClientError as error:
+                self._failed(turn, error)
+            else:
+                self.feedback_results.append(result)
+        return None
+
+    def _failed(self, turn: _Turn, error: ShortlistClientError) -> None:
+        logger.warning(
+            "feedback on shortlist %s not recorded: %s", turn.shortlist.shortlist_id, error
+        )
+        self.feedback_errors.append(error)
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def _sync_client(self) -> ShortlistClient:
+        if self.client is None:
+            raise RuntimeError("no sync client: give client=, or run the agent with ainvoke")
+        return self.client
+
+    def _ask(self) -> dict[str, Any]:
+        return {"registry": self.registry, **self.options}
+
+    def _known(self, key: str) -> _Turn | None:
+        with self._lock:
+            return self._turns.get(key)
+
+    def _remember(self, key: str, request: ModelRequest, shortlist: Shortlist) -> _Turn:
+        """Map the shortlist onto the agent's tools and keep it for the turn's later calls."""
+        agent_names = {tool.name for tool in request.tools if not isinstance(tool, dict)}
+        missing = [name for name in self.always_include if name not in agent_names]
+        if missing:
+            raise ValueError(
+                f"always_include names tools the agent does not have: {missing}; "
+                f"its tools: {sorted(agent_names)}"
+            )
+        registry_name: dict[str, str] = {}
+        for name in shortlist.names:
+            match = next((a for a in (name, provider_name(name)) if a in agent_names), None)
+            if match is not None and match not in registry_name:
+                registry_name[match] = name
+        if shortlist.names and not registry_name:
+            raise ValueError(
+                f"none of the shortlisted tools {shortlist.names[:5]} is one of the agent's tools "
+                f"{sorted(agent_names)[:10]}: give create_agent the registry's tools, named as "
+                f"in the registry or by their provider-safe names (registry {shortlist.registry!r})"
+            )
+        turn = _Turn(shortlist, registry_name, tool_names=list(registry_name))
+        with self._lock:
+            self.shortlists.append(shortlist)
+            self._turns[key] = turn
+            while len(self._turns) > REMEMBERED_TURNS:
+                self._turns.popitem(last=False)
+        return turn
+
+    def _narrowed(self, request: ModelRequest, turn: _Turn) -> ModelRequest:
+        """The request with the turn's tools (shortlist order), the pins, then provider dicts."""
+        by_name = {tool.name: tool for tool in request.tools if not isinstance(tool, dict)}
+        chosen = [name for name in turn.tool_names if name not in self.always_include]
+        tools: list[Any] = [by_name[name] for name in [*chosen, *self.always_include]]
+        tools.extend(tool for tool in request.tools if isinstance(tool, dict))
+        return request.override(tools=tools)
+
+    def _pending_report(
+        self, messages: Sequence[AnyMessage]
+    ) -> tuple[_Turn, list[str], list[tuple[str, bool]]] | None:
+        """The latest turn's shortlist with the registry tools called and each call's outcome,
+        once per turn; None when feedback is off or no shortlisted tool was called."""
+        if not self.report_feedback:
+            return None
+        found = _latest_user_turn(messages)
+        if found is None:
+            return None
+        turn = self._known(found[0])
+        if turn is None:
+            return None
+        start = max(i for i, m in enumerate(messages) if isinstance(m, HumanMessage))
+        outcome = {
+            m.tool_call_id: m.status != "error"
+            for m in messages[start:]
+            if isinstance(m, ToolMessage)
+        }
+        calls = [
+            (turn.registry_name[call["name"]], outcome.get(str(call.get("id")), True))
+            for call in _tool_calls(messages[start:])
+            if call["name"] in turn.registry_name
+        ]
+        used = list(dict.fromkeys(name for name, _ in calls))
+        with self._lock:
+            if turn.reported or not used:
+                return None
+            turn.reported = True
+        return turn, used, calls
+
+
+def _tool_calls(messages: Iterable[AnyMessage]) -> list[Any]:
+    return [call for m in messages if isinstance(m, AIMessage) for call in m.tool_calls]
+
+
+def _latest_user_turn(messages: Sequence[AnyMessage]) -> tuple[str, str] | None:
+    """(a key naming the latest user message, its text), or None without one or when it holds
+    no text to search with (only an image, say: that turn's model calls keep every tool)."""
+    for message in reversed(messages):
+        if isinstance(message, HumanMessage):
+            text = str(message.text)
+            return ((message.id or f"text:{text}"), text) if text.strip() else None
+    return None
