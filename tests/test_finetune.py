@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -169,7 +170,8 @@ def test_a_corrupt_delta_names_the_file_and_the_command(artifact: Path, tmp_path
     (broken / DELTA_FILE).write_bytes(bytes(data))
     with pytest.raises(ArtifactError, match="corrupt") as err:
         load_minilm(tmp_path / "cache", embedder="tuned", adapter_dir=broken)
-    assert str(broken / DELTA_FILE) in err.value.message and TRAIN_EMBEDDER_COMMAND in err.value.message
+    assert str(broken / DELTA_FILE) in err.value.message
+    assert f"{TRAIN_EMBEDDER_COMMAND} --finetune --out {broken}" in err.value.message
 
 
 def test_an_unknown_artifact_kind_is_refused(artifact: Path, tmp_path: Path) -> None:
@@ -184,3 +186,43 @@ def test_an_unknown_artifact_kind_is_refused(artifact: Path, tmp_path: Path) -> 
 
 def test_recipe_round_trips_into_the_manifest() -> None:
     assert replace(RECIPE, steps=3).as_dict()["steps"] == 3
+
+
+@pytest.mark.e2e
+def test_a_real_server_serves_the_fine_tune_and_refuses_a_corrupt_one(
+    artifact: Path, tmp_path: Path
+) -> None:
+    import httpx
+
+    from registry.index.minilm_export import ensure_embedder_onnx
+    from tests.conftest import ROOT
+    from tests.server import Servers
+
+    cache = tmp_path / "cache"
+    ensure_embedder_onnx(cache, "tuned", artifact)  # composed here, not in the readiness timeout
+    servers = Servers(tmp_path / "servers", cache)
+    try:
+        server = servers.start(embedder="tuned", tuned_embedder_dir=str(artifact))
+        tools = json.loads((ROOT / "tests" / "fixtures" / "mcp_filesystem.json").read_text())
+        assert httpx.put(f"{server.url}/registries/fs", json=tools, timeout=300).status_code == 200
+        r = httpx.post(
+            f"{server.url}/shortlist", json={"registry": "fs", "query": "save this summary as notes.md"}, timeout=60
+        )
+        assert r.status_code == 200 and r.json()["tools"], r.text
+        assert "tool-finetune" in json.dumps(httpx.get(f"{server.url}/registries/fs", timeout=30).json())
+        server.stop()
+
+        broken = tmp_path / "broken"
+        broken.mkdir()
+        (broken / "manifest.json").write_text((artifact / "manifest.json").read_text())
+        (broken / DELTA_FILE).write_bytes((artifact / DELTA_FILE).read_bytes()[:-8])
+        failed = servers.start(embedder="tuned", tuned_embedder_dir=str(broken), wait=False)
+        deadline = time.monotonic() + 120
+        while "start-up failed" not in failed.log_path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        log = failed.log_path.read_text()
+        assert str(broken / DELTA_FILE) in log and f"{TRAIN_EMBEDDER_COMMAND} --finetune" in log
+        if failed.proc.poll() is None:  # still up: it must not report ready
+            assert httpx.get(f"{failed.url}/readyz", timeout=5).status_code != 200
+    finally:
+        servers.close()

@@ -131,6 +131,8 @@ def check_adapter(adapter_dir: Path) -> dict[str, str]:
             f"cannot read the tuned embedder's manifest {manifest_file} ({exc}); {rebuild}",
             {"path": str(manifest_file), "command": TRAIN_EMBEDDER_COMMAND},
         ) from exc
+    if kind == FINETUNE_KIND:
+        rebuild = f"rebuild it with `{TRAIN_EMBEDDER_COMMAND} --finetune --out {adapter_dir}`"
     if not weights.is_file():
         raise ArtifactError(
             f"the tuned embedder's weights {weights} do not exist; {rebuild}",
