@@ -6,6 +6,14 @@ scored in the same run on the same queries. found@1 over all queries, recall@5 o
 multi-tool queries of the multi-tool sources (>= 10% multi-tool queries).
 
     python bench/ranking_loso.py --data ../shared/data [--folds 4] [--steps 300] [--pull 0.01]
+
+With ``--finetune`` each fold fine-tunes the MiniLM transformer instead (registry.offline.
+finetune_loso: MNRL with same-registry hard negatives, scored through the fold's ONNX fp32 and
+int8 exports at the alpha picked on its train sources and at today's 0.8); trained folds in
+--workdir are reused, so a cut-short run resumes:
+
+    python bench/ranking_loso.py --data ../shared/data --finetune --steps 36 --batch 32 --lr 1e-4 \
+        --workdir data/finetune_loso --json data/finetune_loso/loso.json
 """
 
 from __future__ import annotations

@@ -112,8 +112,9 @@ class Settings(BaseSettings):
     )
     tuned_embedder_dir: Path = Field(
         _PROJECT_ROOT / "models" / "tuned-embedder",
-        description="The tool adapter of the 'tuned' / 'tuned-int8' embedders (manifest.json + "
-        "adapter.npy, made by shortlist train-embedder).",
+        description="The artifact of the 'tuned' / 'tuned-int8' embedders: manifest.json + the "
+        "MiniLM fine-tune's encoder-delta.safetensors (or a tool adapter's adapter.npy), made by "
+        "shortlist train-embedder.",
     )
     embedder_cache_dir: Path | None = Field(
         None,

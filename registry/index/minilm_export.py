@@ -93,13 +93,13 @@ EMBEDDER_FILES: dict[EmbedderName, EmbedderFile] = {
         int8_of=ONNX_FILE,
     ),
     "tuned": EmbedderFile(
-        "tuned", TUNED_FILE, ONNX_FORMAT, "MiniLM + the tool adapter (models/), fp32", tuned=True
+        "tuned", TUNED_FILE, ONNX_FORMAT, "MiniLM fine-tuned for tools (models/tuned-embedder), fp32", tuned=True
     ),
     "tuned-int8": EmbedderFile(
         "tuned-int8",
         TUNED_INT8_FILE,
         INT8_FORMAT,
-        "MiniLM + the tool adapter, weights int8 per channel",
+        "MiniLM fine-tuned for tools, weights int8 per channel",
         tuned=True,
         int8_of=TUNED_FILE,
     ),

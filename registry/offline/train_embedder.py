@@ -1,10 +1,14 @@
-"""``shortlist train-embedder``: LOSO figures of the tool adapter, then the shipped one on all sources.
+"""``shortlist train-embedder``: the 'tuned' embedder's artifact, LOSO figures first.
 
-Steps: load the corpus (:mod:`registry.offline.corpus`, subsampled), embed it once with plain
-MiniLM (cached, :mod:`registry.offline.corpus_vectors`), run the grouped LOSO folds against
-today's hybrid MiniLM (``alpha`` = :data:`registry.index.hybrid.HYBRID_ALPHA`), fit the adapter
-on every source, and write ``<out>/adapter.npy`` + ``manifest.json`` (sha256, data sets,
-command, recipe, LOSO figures). The serving process composes it into ONNX at first start
+Default: fine-tune the MiniLM transformer (:mod:`registry.offline.finetune`, LOSO through
+:mod:`registry.offline.finetune_loso` with ``--folds``, or figures of an earlier
+``bench/ranking_loso.py --finetune`` run with ``--loso-json``), then train on every source and
+write ``<out>/encoder-delta.safetensors`` + ``manifest.json``. ``--adapter``: the linear adapter
+on frozen MiniLM instead. Both steps load the corpus (:mod:`registry.offline.corpus`,
+subsampled) and its plain-MiniLM vectors (cached, :mod:`registry.offline.corpus_vectors`). The
+adapter path: grouped LOSO folds against today's hybrid MiniLM (``alpha`` =
+:data:`registry.index.hybrid.HYBRID_ALPHA`), fit on every source, write ``<out>/adapter.npy`` +
+``manifest.json``. The serving process composes either into ONNX at first start
 (``SHORTLIST_EMBEDDER=tuned`` or ``tuned-int8``).
 """
 
@@ -147,7 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--finetune", action="store_true",
-        help="fine-tune the MiniLM transformer (sentence-transformers MNRL) instead of the adapter",
+        help="fine-tune the MiniLM transformer (sentence-transformers MNRL): the default",
+    )
+    parser.add_argument(
+        "--adapter", action="store_true",
+        help="train the linear adapter on frozen MiniLM instead of the fine-tune",
     )
     parser.add_argument("--lr", type=float, default=None, help="learning rate (default: the recipe's)")
     parser.add_argument("--batch", type=int, default=None, help="batch size (default: the recipe's)")
@@ -166,7 +174,7 @@ def main(argv: Sequence[str] | None = None, log: Callable[[str], None] | None = 
 
     settings = Settings()
     out = args.out or settings.tuned_embedder_dir
-    if args.finetune:
+    if not args.adapter:
         return finetune_main(args, out, argv, say)
     embedder = load_minilm(args.embedder_cache or settings.resolved_embedder_cache())
     corpus = load_corpus(args.data, max_queries=args.max_queries, max_tools=args.max_tools, seed=args.seed)
