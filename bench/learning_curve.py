@@ -88,8 +88,10 @@ def evaluate(
 ) -> dict[str, Any]:
     """Held-out metrics, overall and split into *seen tool, new phrasing* (a gold tool of the
     request received feedback in the stream) and *unseen tool*."""
-    queries = core.require_engine().queries
-    explorer, queries.explorer = queries.explorer, Explorer(0.0)
+    queries = core.require_engine().queries if hasattr(core, "require_engine") else None
+    explorer = queries.explorer if queries is not None else None
+    if queries is not None:
+        queries.explorer = Explorer(0.0)
     seen_tools = seen_tools or set()
     split: dict[str, list[int]] = {"seen": [0, 0, 0], "unseen": [0, 0, 0]}  # n, at1, found
     try:
@@ -110,7 +112,8 @@ def evaluate(
             part[1] += hit1
             part[2] += hit
     finally:
-        queries.explorer = explorer
+        if queries is not None:
+            queries.explorer = explorer
     n = max(len(held), 1)
     mean_k = depth / n
     eff = k_equivalent(curve, found / n) / mean_k if mean_k else float("nan")
@@ -124,8 +127,15 @@ def evaluate(
            for kind, part in split.items() for i, field in ((1, "found@1"), (2, "found"))},
         "seen_n": split["seen"][0],
         "unseen_n": split["unseen"][0],
-        "profile_weight": core.learning.memory.weight(registry),
+        "profile_weight": profile_weight(core, registry),
     }
+
+
+def profile_weight(core: Any, registry: str) -> float:
+    """The registry's fitted usage-profile weight (in-process or over HTTP)."""
+    if hasattr(core, "profile_weight"):
+        return float(core.profile_weight(registry))
+    return float(core.learning.memory.weight(registry))
 
 
 def stream(
@@ -143,7 +153,7 @@ def stream(
     ``seen_tools`` collects the tools honest agents reported; with ``shared_token`` every agent,
     the attacker too, is one caller (one query token, no X-Caller-Id)."""
     sent = 0
-    memory = core.feedback_recorder.memory
+    memory = core.feedback_recorder.memory if hasattr(core, "feedback_recorder") else None
     names = [t.name for t in core.snapshot(registry).tools]  # the poisoner's fallback picks
     while sent < events:
         q = rng.choice(train)
@@ -152,7 +162,7 @@ def stream(
         if shared_token:
             caller = "shared-token"
         result = core.shortlist(ShortlistRequest(registry, q["query"]), caller=caller)
-        remembered = memory.get(result.shortlist_id)
+        remembered = memory.get(result.shortlist_id) if memory is not None else None
         if remembered is not None:
             extra.append(remembered.k - remembered.depth_chosen)
         shown = [t.name for t in result.tools]
@@ -181,6 +191,7 @@ def run_config(
     refit_every: int,
     explore: float,
     seen_ref: dict[int, set[str]],
+    stream_seed: int = 0,
 ) -> dict[str, Any]:
     registry = config
     core.put_registry(registry, tools)
@@ -188,9 +199,9 @@ def run_config(
     refits = config in ("refit", "both", "poison", "poison_refit", "poison_shared")
     core.set_learning(registry, learning)
     core.wipe_learning(registry)
-    queries = core.require_engine().queries
-    queries.explorer = Explorer(explore if refits else 0.0)
-    rng = random.Random(SEED + 1)
+    if hasattr(core, "require_engine"):  # over HTTP the server's share applies to every config
+        core.require_engine().queries.explorer = Explorer(explore if refits else 0.0)
+    rng = random.Random(SEED + 1 + stream_seed)
     attacker = 0.3 if config.startswith("poison") else 0.0
     rows: list[dict[str, Any]] = []
     refit_log: list[dict[str, Any]] = []
@@ -225,7 +236,7 @@ def run_config(
 
 def run_dataset(
     name: str, checkpoints: list[int], n_eval: int, base: Path, refit_every: int, explore: float,
-    configs: list[str],
+    configs: list[str], stream_seed: int = 0, http: bool = False,
 ) -> dict[str, Any]:
     tools, queries = raw_dataset(name)
     rng = random.Random(SEED)
@@ -234,7 +245,18 @@ def run_dataset(
     half = len(order) // 2
     train = [queries[i] for i in order[:half]]
     held = [queries[i] for i in order[half:]][:n_eval]
-    core = make_core(base / name, explore)
+    server = None
+    if http:  # a real server process; every call goes through the public routes
+        from bench.common import Server
+        from bench.learning_http import HttpCore
+
+        server = Server(DEFAULT_EMBEDDER_CACHE, base / f"{name}-http", explore_share=str(explore),
+                        query_cache_size="100000", learning_save_interval_seconds="3600",
+                        max_tools_per_registry="50000", log_path=base / f"{name}-http.log")
+        server.wait_ready()
+        core: Any = HttpCore(server.url)
+    else:
+        core = make_core(base / name, explore)
     # refits read the core's own feedback log (incrementally), replaying each logged request on
     # the ranking the registry serves at the refit (usage memory and the new profile weight)
     seen_ref: dict[int, set[str]] = {}  # checkpoint -> tools the no-learning stream reported
@@ -247,12 +269,14 @@ def run_dataset(
               f"fixed found@1/5/20 {curve[1]:.3f}/{curve[5]:.3f}/{curve[20]:.3f} "
               f"({time.time() - t0:.0f}s)", flush=True)
         results = [
-            run_config(core, c, tools, train, held, curve, checkpoints, refit_every, explore, seen_ref)
+            run_config(core, c, tools, train, held, curve, checkpoints, refit_every, explore, seen_ref, stream_seed)
             for c in configs
         ]
     finally:
         core.close()
-    return {"dataset": name, "stream_queries": len(train), "held_out": len(held),
+        if server is not None:
+            server.stop()
+    return {"dataset": name, "http": http, "stream_seed": stream_seed, "stream_queries": len(train), "held_out": len(held),
             "fixed_curve": [round(float(v), 4) for v in curve[:21]], "configs": results}
 
 
@@ -302,6 +326,10 @@ def main() -> None:
     parser.add_argument("--configs", default="none,usage,refit,both,poison")
     parser.add_argument("--out", type=Path, default=Path("bench/out/learning_curve.json"))
     parser.add_argument("--base", type=Path, help="data directory to reuse (tool embeddings cached)")
+    parser.add_argument("--stream-seed", type=int, default=0,
+                        help="another draw of the agent stream (0: the documented one); the split stays")
+    parser.add_argument("--http", action="store_true",
+                        help="against a real server over HTTP (exploration --explore for every config)")
     parser.add_argument("--render", type=Path, nargs="+",
                         help="print the Markdown table of results files (runs of one data set "
                         "split by --configs are merged)")
@@ -317,7 +345,8 @@ def main() -> None:
         base = args.base or Path(tmp)
         for name in args.datasets:
             results["datasets"].append(
-                run_dataset(name, checkpoints, args.eval, base, args.refit_every, args.explore, configs)
+                run_dataset(name, checkpoints, args.eval, base, args.refit_every, args.explore, configs,
+                            args.stream_seed, args.http)
             )
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(results, indent=1))

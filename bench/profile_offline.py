@@ -26,7 +26,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import SHARED_DATA, agent_uses, raw_dataset
-from registry.learning.profiles import ProfileConfig, build_profiles, fit_weight, profile_lift
+from registry.learning.profiles import (
+    PassedOver,
+    ProfileConfig,
+    build_profiles,
+    fit_weight,
+    fused_scores,
+)
 from registry.tools import tool_text
 
 SEED = 11
@@ -55,7 +61,8 @@ def embeddings(name: str, cache: Path, max_queries: int, root: Path = SHARED_DAT
 
 
 def run_set(
-    name: str, cache: Path, checkpoints: list[int], max_queries: int, cfg: ProfileConfig, root: Path
+    name: str, cache: Path, checkpoints: list[int], max_queries: int, cfg: ProfileConfig, root: Path,
+    unseen_share: float = 0.0,
 ) -> dict[str, Any]:
     names, tv, queries, qv = embeddings(name, cache, max_queries, root)
     index = {n: i for i, n in enumerate(names)}
@@ -64,6 +71,9 @@ def run_set(
     rng.shuffle(order)
     half = len(order) // 2
     stream_ids, held_ids = order[:half], order[half:][:2000]
+    if unseen_share > 0:  # tools whose requests never reach the stream: their held-out
+        hidden = set(random.Random(SEED + 2).sample(names, int(unseen_share * len(names))))  # requests
+        stream_ids = [i for i in stream_ids if not hidden & set(queries[i]["gold"])]  # are unseen
     base = qv @ tv.T
     top = np.argsort(-base, axis=1)[:, :SHOWN]
     out: dict[str, Any] = {"set": name, "tools": len(names), "held_out": len(held_ids), "rows": []}
@@ -81,7 +91,13 @@ def run_set(
         tools_of = [e[1] for e in events]
         callers = [e[2] for e in events]
         keys = [queries[e[0]]["query"] for e in events]  # split by request text (as the service)
-        weight, fit_report = fit_weight(vecs, tools_of, callers, tv, cfg, keys=keys)
+        shown_of = [top[e[0]].tolist() for e in events]
+        weight, fit_report = fit_weight(vecs, tools_of, callers, tv, cfg, keys=keys, shown=shown_of)
+        passed_over = PassedOver()  # as the service's memory keeps it
+        for v, ts, sh in zip(vecs, tools_of, shown_of, strict=True):
+            for t in sh:
+                if t not in ts:
+                    passed_over.add(t, v)
         profiles = build_profiles(vecs, tools_of, callers, tv, cfg)
         seen_tools = {t for ts in tools_of for t in ts}
         row: dict[str, Any] = {"events": target, "weight": weight, "fit": fit_report}
@@ -93,7 +109,7 @@ def run_set(
                 gold = {index[g] for g in queries[i]["gold"] if g in index}
                 order_ids = np.argsort(-base[i])[:20]
                 scores = base[i, order_ids].astype(np.float32)
-                lifted = scores + weight * profile_lift(profiles, qv[i], order_ids, cfg)
+                lifted = fused_scores(profiles, qv[i], order_ids, scores, weight, cfg, passed_over)
                 new = order_ids[np.argsort(-lifted, kind="stable")]
                 at1_off += int(order_ids[0] in gold)
                 at1_on += int(new[0] in gold)
@@ -117,13 +133,16 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=Path("data/cache/profile_offline"))
     parser.add_argument("--knob", action="append", default=[], help="ProfileConfig field=value")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--unseen-share", type=float, default=0.0,
+                        help="share of tools kept out of the stream (their requests are unseen-tool)")
     parser.add_argument("--data", type=Path, default=SHARED_DATA, help="the dev sets' folder")
     args = parser.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
     knobs = {k: float(v) for k, v in (kv.split("=") for kv in args.knob)}
     cfg = ProfileConfig(**knobs)  # type: ignore[arg-type]
     checkpoints = [int(x) for x in args.events.split(",")]
-    results = {"config": str(cfg), "sets": [run_set(s, args.cache, checkpoints, args.max_queries, cfg, args.data)
+    results = {"config": str(cfg), "sets": [run_set(s, args.cache, checkpoints, args.max_queries, cfg, args.data,
+                                                      args.unseen_share)
                                               for s in args.sets]}
     if args.out:
         args.out.write_text(json.dumps(results, indent=1))

@@ -154,8 +154,11 @@ def run_dataset(
             "curve": curve, "poison": poison}
 
 
-def cost(base: Path, knobs: dict[str, Any], rounds: int = 4, per_round: int = 300) -> dict[str, Any]:
-    """p50 of core.shortlist at 500 tools with 20k events of memory, learning on vs off."""
+def cost(
+    base: Path, knobs: dict[str, Any], rounds: int = 4, per_round: int = 300, profile_weight: float = 0.5
+) -> dict[str, Any]:
+    """p50 of core.shortlist at 500 tools with 20k events of memory (usage profiles scored
+    with ``profile_weight``, as after a refit that shipped one), learning on vs off."""
     tools, queries = raw_dataset("toolbench_stable")
     tools = tools[:500] if isinstance(tools, list) else tools
     core = make_core(base / "cost", **knobs)
@@ -176,6 +179,7 @@ def cost(base: Path, knobs: dict[str, Any], rounds: int = 4, per_round: int = 30
                 received=time.time(), query=f"synthetic {i}", caller=None,
             )
             memory.observe(ev, vector=v)
+        memory.set_weight("r", profile_weight)
         texts = [q["query"] for q in queries[:per_round]]
         for text in texts:  # warm the query cache
             core.shortlist(ShortlistRequest("r", text))
@@ -189,6 +193,7 @@ def cost(base: Path, knobs: dict[str, Any], rounds: int = 4, per_round: int = 30
                     timings["on" if switch else "off"].append(time.perf_counter() - t0)
         p50 = {k: 1000 * statistics.median(v) for k, v in timings.items()}
         return {"tools": snap.n_tools, "memory_entries": memory.entries("r"), "p50_ms": p50,
+                "profile_weight": profile_weight, "tools_with_profile": len(memory.report("r")["profiles"]),
                 "delta_ms": p50["on"] - p50["off"], "samples": len(timings["on"])}
     finally:
         core.close()
@@ -200,6 +205,8 @@ def main() -> None:
     parser.add_argument("--events", default="1000,5000")
     parser.add_argument("--eval", type=int, default=600, help="held-out queries evaluated per checkpoint")
     parser.add_argument("--no-cost", action="store_true")
+    parser.add_argument("--profile-weight", type=float, default=0.5,
+                        help="the usage profiles' weight in the cost run (0: memory recall only)")
     parser.add_argument("--out", type=Path, default=Path("bench/out/usage_memory.json"))
     parser.add_argument("--base", type=Path, help="data directory to reuse (tool embeddings cached)")
     parser.add_argument("--knob", action="append", default=[], help="a learning_* setting, e.g. beta=0.2")
@@ -210,7 +217,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         base = args.base or Path(tmp)
         if not args.no_cost:
-            results["cost"] = cost(base, knobs)
+            results["cost"] = cost(base, knobs, profile_weight=args.profile_weight)
             print(f"cost {json.dumps(results['cost'])}", flush=True)
         for name in args.datasets:
             results["datasets"].append(run_dataset(name, checkpoints, args.eval, base, knobs))

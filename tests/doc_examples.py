@@ -22,7 +22,19 @@ import math
 import re
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def readme_block(name: str) -> str:
+    """The README's ```python block between ``<!-- name -->`` and ``<!-- /name -->``."""
+    text = README.read_text()
+    found = re.search(rf"<!-- {name} -->\n```python\n(.*?)```\n<!-- /{name} -->", text, re.S)
+    assert found, f"README has no {name} block"
+    return found.group(1)
+
 
 ANY = object()
 """Matches any value (``{...}``, ``[...]``, a bare key's value)."""

@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import weather_tools
+from tests.doc_examples import readme_block
 from tool_shortlist_client import AsyncShortlistClient, ShortlistClient
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parent.parent
 WEATHER_QUERY = "what's the weather in Paris tomorrow?"
 FILE_QUERY = "read the file notes.md from disk"
 PAYMENTS = [
@@ -246,6 +245,25 @@ def test_misconfiguration_fails_with_a_clear_error(server, client):
         agent.invoke({"messages": [("user", WEATHER_QUERY)]})
 
 
+def test_a_turn_without_text_keeps_every_tool(server, client):
+    """An image-only user turn gives nothing to search with: the model sees all the tools, and
+    nothing is asked of or reported to the service."""
+    from langchain.agents import create_agent
+
+    from tool_shortlist_client.adapters.langchain import ShortlistMiddleware
+
+    names = ["get_weather", "send_email", "convert_currency"]
+    bound: list[list[str]] = []
+    middleware = ShortlistMiddleware(client)
+    agent = create_agent(
+        fake_model(bound, ["get_weather"]), tools=make_tools(names, []), middleware=[middleware]
+    )
+    image = {"type": "image", "url": "https://example.invalid/sky.png"}
+    agent.invoke({"messages": [{"role": "user", "content": [image]}]})
+    assert bound == [names, names]
+    assert not middleware.shortlists and not middleware.feedback_results
+
+
 def test_a_failed_report_is_kept_and_never_fails_the_run(
     tmp_path: Path, minilm_cache: Path, caplog
 ):
@@ -284,13 +302,6 @@ def test_a_failed_report_is_kept_and_never_fails_the_run(
     (error,) = middleware.feedback_errors
     assert isinstance(error, TransportError), error
     assert "not recorded" in caplog.text
-
-
-def readme_block(name: str) -> str:
-    readme = (ROOT / "README.md").read_text()
-    match = re.search(rf"<!-- {name} -->\n```python\n(.*?)```\n<!-- /{name} -->", readme, re.S)
-    assert match, f"README has no {name} block"
-    return match.group(1)
 
 
 def test_the_readme_snippet_runs_as_written(server):

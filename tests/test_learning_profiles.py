@@ -62,14 +62,47 @@ def test_a_dominant_caller_settles_at_its_share_and_still_counts():
 def test_profile_lift_golden_values():
     tools = np.stack([unit(1, 0, 0), unit(0, 0, 1)])  # d_0, d_1
     q = unit(0, 1, 0)
-    profiles = build_profiles(q[None, :], [[0]], ["a"], tools, ProfileConfig(n0=2.0))
+    raw = ProfileConfig(n0=2.0, center=0)
+    profiles = build_profiles(q[None, :], [[0]], ["a"], tools, raw)
     assert profiles.shrink.tolist() == pytest.approx([1 / 3])
-    lift = profile_lift(profiles, q, np.array([1, 0]), ProfileConfig(n0=2.0))
+    lift = profile_lift(profiles, q, np.array([1, 0]), raw)
     assert lift.tolist() == pytest.approx([0.0, 1 / 3])  # a_t * (cos(q, c_t) - cos(q, d_t)) = 1/3 * (1 - 0)
     probe = unit(1, 1, 0)  # half-way between the description and how users asked
-    assert profile_lift(profiles, probe, np.array([0]), ProfileConfig())[0] == pytest.approx(0.0, abs=1e-6)
+    assert profile_lift(profiles, probe, np.array([0]), raw)[0] == pytest.approx(0.0, abs=1e-6)
     # only the first `candidates` can be lifted
     assert profile_lift(profiles, q, np.array([1, 0]), ProfileConfig(candidates=1)).tolist() == [0.0, 0.0]
+
+
+def test_centered_profile_lift_golden_values_and_the_service_agrees():  # the ``center`` option
+    """About the mean request mu = (1/sqrt2, 0, 0) of two tools asked for as (1, 1, 0) and
+    (1, -1, 0): a request like tool 0's lifts it by 1/3 (unit(m_0 - mu) = (0, 1, 0)) and
+    lowers tool 1 by 1/3, where raw cosines gave tool 1 nothing (cos 0) and, with a style
+    shared by all requests, a lift: the style is what centering removes."""
+    from registry.learning.usage import UsageConfig, UsageMemory
+
+    qa, qb, d = unit(1, 1, 0), unit(1, -1, 0), unit(0, 0, 1)
+    tools = np.stack([d, d])
+    cfg = ProfileConfig(n0=2.0, center=1)
+    profiles = build_profiles(np.stack([qa, qb]), [[0], [1]], ["a", "b"], tools, cfg)
+    assert profiles.mean.tolist() == pytest.approx([2**-0.5, 0.0, 0.0], abs=1e-6)
+    assert profile_lift(profiles, qa, np.array([0, 1]), cfg).tolist() == pytest.approx([1 / 3, -1 / 3], abs=1e-6)
+    raw = ProfileConfig(n0=2.0, center=0)
+    assert profile_lift(profiles, qa, np.array([0, 1]), raw).tolist() == pytest.approx([1 / 3, 0.0], abs=1e-6)
+    memory = UsageMemory(lambda text: qa, UsageConfig(profile_center=True))
+    reg = memory._new_registry()
+    reg.add_profile("t0", qa, 1.0)
+    reg.add_profile("t1", qb, 1.0)
+    memory._registries["r"] = reg
+    memory.set_weight("r", 1.0)
+    served = memory.profile_lift("r", qa, ["t0", "t1"], tools)
+    assert served.tolist() == pytest.approx([1 / 3, -1 / 3], abs=1e-5)
+    # served: the lift never carries t0 over "new", a tool without a profile ranked above it
+    ids, _ = memory.rerank("r", qa, ["new", "t0"], np.array([7, 0]), np.array([0.5, 0.45], np.float32),
+                           np.array([0.0, served[0]], np.float32))
+    assert ids.tolist() == [7, 0]
+    ids, _ = memory.rerank("r", qa, ["t1", "t0"], np.array([1, 0]), np.array([0.5, 0.45], np.float32),
+                           np.array([served[1], served[0]], np.float32))
+    assert ids.tolist() == [0, 1]  # among profiled tools it reorders
 
 
 def _needs(rng: np.random.Generator, n_tools: int, dim: int = 16):
@@ -126,3 +159,88 @@ def test_thin_data_gives_no_weight():
     q, used = _requests(rng, asked, 20)
     weight, report = fit_weight(q, used, [None] * 20, described, ProfileConfig())
     assert weight == 0.0 and "needs" in report["reason"]
+
+
+def test_the_weight_never_costs_requests_for_tools_without_feedback():
+    """Requests share a style the descriptions lack: every usage centroid carries it, so a
+    profile lifts its tool over a tool nobody has used yet. The fitted weight must not cost the
+    held-out requests whose tool has no profile (issue 22: unseen tool not lower than before)."""
+    from registry.learning.profiles import held_out
+
+    rng = np.random.default_rng(4)
+    asked, described = _needs(rng, 20)
+    style = rng.normal(size=16)
+    style /= np.linalg.norm(style)
+    q, used = _requests(rng, asked, 600)
+    q = q + 0.8 * style.astype(np.float32)
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    keys = []
+    for i, u in enumerate(used):  # tools 15-19 are only ever asked for in the held-out part
+        j = 0
+        while u[0] >= 15 and not held_out(f"request {i} {j}"):
+            j += 1
+        keys.append(f"request {i} {j}")
+    callers = [f"a{i % 10}" for i in range(600)]
+    unguarded = ProfileConfig(center=0, unseen_guard=0)
+    weight, report = fit_weight(q, used, callers, described, unguarded, keys=keys)
+    unseen = report["unseen_mrr_by_weight"]
+    assert report["unseen_scored_events"] >= 20
+    assert any(unseen[w] < unseen["0.0"] for w in unseen)  # raw cosines: some weight costs them
+    assert unseen[str(report["best_weight"])] >= unseen["0.0"]  # the fit never picks one
+    assert unseen[str(weight)] >= unseen["0.0"]
+    # the defaults (never over an untried tool): no weight costs them
+    weight, report = fit_weight(q, used, callers, described, ProfileConfig(), keys=keys)
+    unseen = report["unseen_mrr_by_weight"]
+    assert weight > 0 and all(unseen[w] >= unseen["0.0"] - 1e-9 for w in unseen)
+
+
+def test_a_lift_never_passes_a_tool_without_a_profile_ranked_above():
+    from registry.learning.profiles import capped_lift
+
+    base = np.array([0.9, 0.8, 0.7, 0.6], np.float32)
+    lift = np.array([0.0, 0.3, 0.5, -0.2], np.float32)
+    profiled = np.array([False, True, True, True])
+    out = capped_lift(base, lift, profiled)
+    assert out[1] == pytest.approx(0.1, abs=1e-5) and base[1] + out[1] < base[0]  # held below
+    assert base[2] + out[2] < base[0]  # tool 2 may pass tool 1 (both profiled), not tool 0
+    assert out[3] == pytest.approx(-0.2)  # pushing a profiled tool down is free
+    assert capped_lift(base, lift, np.ones(4, bool)).tolist() == pytest.approx(lift.tolist())
+    # the profiled tool above an unprofiled one may be lifted freely
+    assert capped_lift(base, np.array([0.2, 0, 0, 0], np.float32), np.array([True, False, True, True]))[0] == pytest.approx(0.2)
+
+
+def test_a_tool_passed_over_again_and_again_is_no_longer_held_above():
+    """The guard protects tools nobody had the chance to use; one shown three times while the
+    agent used another tool has been tried, and the lift may pass it (state survives a save)."""
+    from registry.feedback.events import FeedbackEvent
+    from registry.learning.usage import UsageConfig, UsageMemory
+
+    q = unit(0, 1, 0)
+    memory = UsageMemory(lambda text: q, UsageConfig())
+
+    def event(i: int, shown: tuple[str, ...]) -> FeedbackEvent:
+        return FeedbackEvent(
+            shortlist_id=f"s{i}", registry="r", version=1, n_tools=3, k=len(shown), shown=shown,
+            used=("t0",), success=True, calls=(), presented_exact=True, presented_equivalent=True,
+            p_rand_exact=0.5, p_rand_equivalent=0.5, received=1000.0 + i, query=f"request {i}", caller=f"c{i}",
+        )
+
+    memory.observe(event(0, ("t0",)))
+    memory.set_weight("r", 1.0)
+
+    def order() -> list[int]:
+        ids, _ = memory.rerank("r", q, ["other", "t0"], np.array([9, 0]), np.array([0.5, 0.45], np.float32),
+                               np.array([0.0, 0.3], np.float32))
+        return ids.tolist()
+
+    assert order() == [9, 0]  # "other" never had the chance: held above
+    for i in range(1, 3):
+        memory.observe(event(i, ("other", "t0")))
+    assert order() == [9, 0]  # passed over twice
+    memory.observe(event(3, ("other", "t0")))
+    assert order() == [0, 9]  # three times: tried, the lift may pass it
+    restored = UsageMemory(lambda text: q, UsageConfig())
+    restored.load_state("r", memory.state_bytes("r") or b"")
+    restored.set_weight("r", 1.0)
+    memory = restored
+    assert order() == [0, 9]

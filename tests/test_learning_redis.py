@@ -69,3 +69,38 @@ def test_two_replicas_learn_together(settings, bor_policy, redis_server, redis_p
     finally:
         a.close()
         b.close()
+
+
+def test_two_replicas_serve_the_profile_weight_a_refit_fitted(
+    settings, bor_policy, redis_server, redis_prefix, tmp_path, monkeypatch
+):
+    """A refit on one replica fits the registry's profile weight; the other serves the same
+    weight (the control record in Redis) and so the same lifted ranking."""
+    from registry.learning import learner as learner_module
+
+    fitted = {"reason": "shipped", "best_weight": 0.4}
+    monkeypatch.setattr(learner_module, "fit_weight", lambda *args, **kwargs: (0.4, dict(fitted)))
+    a = core(settings, bor_policy, redis_server.url, redis_prefix, tmp_path / "a")
+    b = core(settings, bor_policy, redis_server.url, redis_prefix, tmp_path / "b")
+    try:
+        a.put_registry("w", TOOLS)
+        eventually(lambda: b.engine is not None and b.engine.has_registry("w"))
+        for i in range(60):
+            sl = a.shortlist(ShortlistRequest("w", f"forecast for {CITIES[i % len(CITIES)]} number {i}"))
+            a.feedback(sl.shortlist_id, ["weather_forecast"], success=True, caller=f"c{i % 10}")
+        assert b.learning.memory.weight("w") == 0.0
+        job = a.policies.refit("w")
+        assert job.estimate["profile"]["weight"] == 0.4, job
+        eventually(lambda: b.learning.memory.weight("w") == 0.4)
+        assert b.learning_report("w")["profile_weight"] == 0.4
+        assert b.learning_report("w")["profile_fit"]["reason"] == "shipped"
+        eventually(lambda: b.learning_report("w")["events"] == a.learning_report("w")["events"])
+
+        def scores(c: Shortlister) -> list[tuple[str, float]]:
+            result = c.shortlist(ShortlistRequest("w", "forecast for paris next week", k=4))
+            return [(t.name, round(t.score, 4)) for t in result.tools]
+
+        eventually(lambda: scores(a) == scores(b))
+    finally:
+        a.close()
+        b.close()

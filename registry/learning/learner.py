@@ -245,7 +245,7 @@ class UsageLearner:
         names = [snap.tools[int(i)].name for i in top]
         extra = None
         if self.memory.weight(snap.registry) > 0:
-            extra = self.memory.profile_lift(snap.registry, query, names, snap.dense.scores_for(query, top))
+            extra = self.memory.profile_lift(snap.registry, query, names, snap.dense.embeddings[top])
         return self.memory.rerank(snap.registry, query, names, ids, scores, extra, exclude_repeats)
 
     # -- registry changes, switches, wipes ------------------------------------------------------
@@ -309,6 +309,7 @@ class UsageLearner:
                 vecs, [[ids[u] for u in e.used if u in ids] for e in rows], [e.caller for e in rows],
                 snap.dense.embeddings, cfg, candidates=cands, base_scores=base,
                 keys=[e.query for e in rows], received=[e.received for e in rows],
+                shown=[[ids[n] for n in e.shown if n in ids] for e in rows],
             )
         if weight != self.memory.weight(registry) or fit.get("reason") == "shipped":
             self.set_profile_weight(registry, weight, fit)

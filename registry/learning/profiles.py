@@ -16,12 +16,31 @@ matches how users asked for the tool than how the tool describes itself; a tool 
 evidence has lift 0. The ranking adds ``weight * lift_t`` to the ``candidates`` best tools'
 scores (usage never brings in a tool the request does not match).
 
+Why seen tools passed unseen ones (the first version's -6.3 found@1 on MetaTool's unseen-tool
+requests): requests resemble each other more than they resemble tool descriptions (phrasing,
+"I want to ..."), so every usage centroid carries that shared style and ``cos(q, c_t) -
+cos(q, d_t)`` is positive for *any* profiled tool on almost any request, while a tool nobody
+has used has lift 0 and falls behind.
+
+Unseen guard (``unseen_guard``, the default; :func:`capped_lift`). A lift never moves a
+candidate above an *untried* candidate the base ranking put above it (no profile, and not
+shown :data:`PASSED_OVER` times for requests like this one while the agent used another tool,
+:class:`PassedOver`): a tool
+nobody has had the chance to use keeps its base rank, so a request for a new tool keeps its
+rank-1 answer; tried tools still reorder among themselves. ``center`` (off by default) takes
+the cosines about the registry's mean request instead, ``cos(q - mu, m_t - mu) - cos(q - mu,
+d_t - mu)``; measured offline it cost unseen tools more than the guard and it cancels the lift
+of a registry whose feedback names one tool (``mu = m_t``).
+
 Weight. :func:`fit_weight` fits the registry's fusion weight on its own logged events: the
 profiles are built from 70% (split by a hash of the request text, so every held-out request
 is a new phrasing, never a repeat a memory would recall), every weight of ``WEIGHT_GRID`` is
 replayed on the other 30% (the used tool's reciprocal rank among the candidates, events
 weighted by the same evidence rule), and the best weight ships only when the bootstrap lower
-bound of its gain over weight 0 is above ``margin``; else the weight is 0 (no lift).
+bound of its gain over weight 0 is above ``margin``; else the weight is 0 (no lift). Weights
+whose mean reciprocal rank on the held-out events of tools *without a profile* in the fitting
+part (unseen tools) is below weight 0's are never chosen: the gain on seen tools must not be
+bought with requests for tools nobody has used yet.
 """
 
 from __future__ import annotations
@@ -36,17 +55,52 @@ import numpy as np
 from registry.learning.evidence import EvidenceConfig, EvidenceCounter
 
 __all__ = [
+    "PASSED_OVER",
     "WEIGHT_GRID",
+    "PassedOver",
     "ProfileConfig",
     "Profiles",
     "build_profiles",
+    "capped_lift",
     "event_weights",
     "fit_weight",
+    "fused_scores",
     "profile_lift",
 ]
 
 WEIGHT_GRID = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)
 HOLDOUT_SHARE = 0.3
+#: a tool shown this many times on shortlists whose agent used another one, for requests within
+#: cosine PASSED_SIMILARITY of the request now (their centroid), has been tried *for it*: the
+#: unseen guard no longer holds a lifted tool below it
+PASSED_OVER = 3
+PASSED_SIMILARITY = 0.6
+
+
+@dataclass
+class PassedOver:
+    """Per tool: the sum of the request embeddings of shortlists that showed it while the agent
+    used another tool, and how many (what the unseen guard reads)."""
+
+    sums: dict[Any, np.ndarray] = field(default_factory=dict)
+    mass: dict[Any, float] = field(default_factory=dict)
+
+    def add(self, tool: Any, q: np.ndarray) -> None:
+        total = self.sums.get(tool)
+        self.sums[tool] = q.astype(np.float32) if total is None else total + q
+        self.mass[tool] = self.mass.get(tool, 0.0) + 1.0
+
+    def drop(self, tool: Any) -> None:
+        self.sums.pop(tool, None)
+        self.mass.pop(tool, None)
+
+    def tried(self, tool: Any, q: np.ndarray) -> bool:
+        """Passed over :data:`PASSED_OVER` times for requests like ``q`` (their centroid)."""
+        if self.mass.get(tool, 0.0) < PASSED_OVER:
+            return False
+        total = self.sums[tool]
+        norm = float(np.linalg.norm(total))
+        return norm > 0 and float(total @ q) / norm >= PASSED_SIMILARITY
 BOOTSTRAP = 300
 
 
@@ -60,6 +114,8 @@ class ProfileConfig:
     margin: float = 0.0
     confidence: float = 0.9
     min_fit_events: int = 50
+    unseen_guard: float = 1.0  # 1: a lift never passes a candidate without a profile ranked above
+    center: float = 0.0  # 1: cosines about the registry's mean request (module doc)
 
 
 def event_weights(
@@ -91,6 +147,9 @@ class Profiles:
     shrink: np.ndarray  # (n,) a_t
     evidence: np.ndarray  # (n,) n_t
     descriptions: np.ndarray  # (n, dim) d_t of the same rows
+    mean: np.ndarray | None = None  # (dim,) the evidence-weighted mean request, mu
+    centered: np.ndarray | None = None  # (n, dim) unit(S_t / n_t - mu)
+    centered_descriptions: np.ndarray | None = None  # (n, dim) unit(d_t - mu)
 
     @classmethod
     def empty(cls, dim: int) -> Profiles:
@@ -133,10 +192,14 @@ def profiles_from_sums(
     norms = np.linalg.norm(s, axis=1, keepdims=True)
     centroids = s / np.maximum(norms, 1e-9)
     n = np.array([mass[t] for t in ids], np.float32)
-    for a in (centroids,):
-        a.setflags(write=False)
-    return Profiles({t: i for i, t in enumerate(ids)}, centroids, n / (n + cfg.n0), n,
-                    np.asarray(tool_vecs[ids], np.float32))
+    descriptions = np.asarray(tool_vecs[ids], np.float32)
+    mu = (s.sum(axis=0) / max(float(n.sum()), 1e-9)).astype(np.float32)
+    return Profiles({t: i for i, t in enumerate(ids)}, centroids, n / (n + cfg.n0), n, descriptions,
+                    mu, _unit_rows(s / n[:, None] - mu), _unit_rows(descriptions - mu))
+
+
+def _unit_rows(a: np.ndarray) -> np.ndarray:
+    return (a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-9)).astype(np.float32)
 
 
 def profile_lift(profiles: Profiles, query: np.ndarray, candidates: np.ndarray, cfg: ProfileConfig) -> np.ndarray:
@@ -152,8 +215,46 @@ def profile_lift(profiles: Profiles, query: np.ndarray, candidates: np.ndarray, 
     cols = np.array([j for j, _ in rows])
     idx = np.array([r for _, r in rows])
     q = np.asarray(query, np.float32)
+    if cfg.center and profiles.mean is not None and profiles.centered is not None:
+        u = q - profiles.mean
+        u = u / max(float(np.linalg.norm(u)), 1e-9)
+        usage = profiles.centered[idx] @ u
+        described = profiles.centered_descriptions[idx] @ u if cfg.center < 2 else 0.0  # type: ignore[index]
+        out[cols] = profiles.shrink[idx] * (usage - described)
+        return out
     out[cols] = profiles.shrink[idx] * (profiles.centroids[idx] @ q - profiles.descriptions[idx] @ q)
     return out
+
+
+def capped_lift(base: np.ndarray, lift: np.ndarray, profiled: np.ndarray) -> np.ndarray:
+    """``lift`` cut so that no candidate passes an *untried* one ranked above it (``profiled``
+    False: no profile, and not passed over :data:`PASSED_OVER` times; ``base``: the candidates'
+    scores, best first). A tool nobody has had the chance to use has no usage evidence to weigh
+    against a lifted neighbour's, so usage may reorder tried tools among themselves and push one
+    below an untried tool, never lift one over it: a request for a new tool keeps its rank-1
+    answer. A tool shown again and again while agents used another one has been tried."""
+    out = np.array(lift, np.float32, copy=True)
+    ceiling = np.inf
+    for j in range(len(out)):
+        if not profiled[j]:
+            ceiling = min(ceiling, float(base[j]) + float(out[j]))
+        elif base[j] + out[j] >= ceiling:
+            out[j] = np.float32(ceiling - float(base[j]) - 1e-6)
+    return out
+
+
+def fused_scores(
+    profiles: Profiles, query: np.ndarray, candidates: np.ndarray, base: np.ndarray, weight: float,
+    cfg: ProfileConfig, passed_over: PassedOver | None = None,
+) -> np.ndarray:
+    """``base + weight * lift`` of ``candidates`` (best first), the unseen guard applied
+    (``passed_over``: by tool id, the requests each was shown for while another was used)."""
+    lift = weight * profile_lift(profiles, query, candidates, cfg)
+    if cfg.unseen_guard:
+        passed = passed_over or PassedOver()
+        tried = np.array([int(t) in profiles.index or passed.tried(int(t), query) for t in candidates], bool)
+        lift = capped_lift(base, lift, tried)
+    return np.asarray(base, np.float32) + lift
 
 
 def held_out(key: str, share: float = HOLDOUT_SHARE) -> bool:
@@ -173,6 +274,7 @@ def fit_weight(
     base_scores: Sequence[np.ndarray] | None = None,
     keys: Sequence[str] | None = None,
     received: Sequence[float] | None = None,
+    shown: Sequence[Sequence[int]] | None = None,
 ) -> tuple[float, dict[str, Any]]:
     """The fusion weight for this registry and how it was chosen (module doc).
 
@@ -193,8 +295,14 @@ def fit_weight(
         vecs[fit_idx], [tools_of[i] for i in fit_idx], [callers[i] for i in fit_idx], tool_vecs, cfg,
         [weights[i] for i in fit_idx],
     )
+    passed_over = PassedOver()  # in the fitting part: shown while another tool was used
+    for i in fit_idx if shown is not None else ():
+        for t in shown[i]:  # type: ignore[index]
+            if int(t) not in weights[i]:
+                passed_over.add(int(t), vecs[i])
     rows: list[np.ndarray] = []  # per held-out event: reciprocal rank of the used tool per weight
     event_w: list[float] = []
+    unseen: list[bool] = []  # its used tools have no profile in the fitting part
     for i in (int(j) for j in np.flatnonzero(held)):
         used = {t for t, w in weights[i].items() if w > 0}
         if not used:
@@ -209,19 +317,28 @@ def fit_weight(
         hit = np.array([int(t) in used for t in cand])
         if not hit.any():
             continue  # the used tool is past the candidates: no weight changes it
-        lift = profile_lift(profiles, vecs[i], cand, cfg)
         rr = []
         for w in WEIGHT_GRID:
-            order = np.argsort(-(base + w * lift), kind="stable")
+            order = np.argsort(-fused_scores(profiles, vecs[i], cand, base, w, cfg, passed_over), kind="stable")
             rr.append(1.0 / (1 + int(np.argmax(hit[order]))))
         rows.append(np.array(rr))
         event_w.append(max(weights[i].values()))
+        unseen.append(not any(t in profiles.index for t in used))
     if len(rows) < cfg.min_fit_events // 3:
         return 0.0, {**report, "reason": f"{len(rows)} held-out events rank a used tool among the candidates"}
     table = np.stack(rows)
     ew = np.array(event_w)
     means = ew @ table / ew.sum()
-    best = int(np.argmax(means))
+    allowed = np.ones(len(WEIGHT_GRID), bool)
+    fresh = np.array(unseen, bool)
+    if fresh.any():  # never a weight that costs held-out requests for tools without feedback
+        fresh_means = ew[fresh] @ table[fresh] / ew[fresh].sum()
+        allowed = fresh_means >= fresh_means[0] - 1e-9
+        report["unseen_scored_events"] = int(fresh.sum())
+        report["unseen_mrr_by_weight"] = {
+            str(w): round(float(m), 4) for w, m in zip(WEIGHT_GRID, fresh_means, strict=True)
+        }
+    best = int(np.argmax(np.where(allowed, means, -np.inf)))
     gains = (table[:, best] - table[:, 0]) * ew / ew.mean()
     rng = np.random.default_rng(0)
     boot = gains[rng.integers(0, len(gains), size=(BOOTSTRAP, len(gains)))].mean(axis=1)

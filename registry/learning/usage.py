@@ -27,20 +27,10 @@ a per-caller rate per minute, decay per caller and tool, a soft share across cal
 positive part also feeds the tool's usage profile (:mod:`registry.learning.profiles`), scored
 with the registry's fitted weight (:meth:`profile_lift`; 0 until a refit ships one).
 
-Safety: with ``require_caller`` (query tokens configured) an event without a caller does not
-count; the evidence rule bounds what one caller moves without ever locking learning;
-:meth:`wipe` forgets a registry. Events are deduplicated by ``shortlist_id`` (a restart or a replica replaying the
-shared log does not count one twice) and events received before a wipe are ignored.
-
-API (thread-safe; :meth:`boost` reads immutable per-tool arrays without locking)::
-
-    memory = UsageMemory(embed=embedder.embed_query, config=UsageConfig())
-    memory.observe(event, known_tools=...)       -> "counted" | a reason it was not
-    memory.boost(registry, query_vec, names, base_scores) -> lifted scores (same order)
-    memory.rerank(registry, query_vec, names_of_ids, ids, scores) -> (ids, scores) re-sorted
-    memory.drop_tools(registry, keep=names); memory.wipe(registry, at=time)
-    memory.report(registry); memory.state_bytes(registry); memory.load_state(registry, raw)
-"""
+Safety: with ``require_caller`` (query tokens set) an event without a caller does not count;
+:meth:`wipe` forgets a registry; events are deduplicated by ``shortlist_id`` (restarts, replicas
+replaying the log) and ignored when received before a wipe. Thread-safe; :meth:`boost` reads
+immutable per-tool arrays without locking."""
 
 from __future__ import annotations
 
@@ -50,7 +40,9 @@ from typing import Any
 
 import numpy as np
 
+from registry.learning import usage_state as state
 from registry.learning.evidence import EvidenceCounter
+from registry.learning.profiles import capped_lift
 from registry.learning.usage_events import UsageConfig, UsageEvent, tool_evidence
 from registry.learning.usage_state import RegistryMemory, ToolMemory, decode_state, encode_state
 
@@ -120,7 +112,7 @@ class UsageMemory:
                     self._remember_id(reg, event)  # the log after a restore is a duplicate
                 return reason
             self._remember_id(reg, event)
-        q = _unit(vector if vector is not None else self.embed(query))
+        q = state.unit_vector(vector if vector is not None else self.embed(query))
         with self._lock:
             reg = self._registries.setdefault(event.registry, self._new_registry())
             reg.seq += 1
@@ -129,6 +121,9 @@ class UsageMemory:
                 self._add(reg, tool, q, float(sign) * weights[tool])
                 if sign > 0:
                     reg.add_profile(tool, q, weights[tool])
+            for tool in getattr(event, "shown", ()):  # shown, and the agent used another
+                if tool not in evidence and (known_tools is None or tool in known_tools):
+                    reg.passed_over.add(tool, q)
             while reg.entries > cfg.per_registry:
                 self._evict_one(reg)
             reg.counted += 1
@@ -183,7 +178,7 @@ class UsageMemory:
         reg.entries += 1
         if len(counts) > cfg.per_tool:
             keep = np.ones(len(counts), bool)
-            keep[_weakest(counts, seen)] = False
+            keep[state.weakest_entry(counts, seen)] = False
             vectors, counts, seen = vectors[keep], counts[keep], seen[keep]
             reg.entries -= 1
         vectors.setflags(write=False)
@@ -194,7 +189,7 @@ class UsageMemory:
         tool = max(reg.tools, key=lambda t: len(reg.tools[t].counts))
         mem = reg.tools[tool]
         keep = np.ones(len(mem.counts), bool)
-        keep[_weakest(mem.counts, mem.seen)] = False
+        keep[state.weakest_entry(mem.counts, mem.seen)] = False
         reg.entries -= 1
         if keep.any():
             reg.tools[tool] = ToolMemory(mem.vectors[keep], mem.counts[keep], mem.seen[keep])
@@ -213,6 +208,8 @@ class UsageMemory:
             profiles = [t for t in reg.profile_sums if t not in keep]
             for tool in profiles:
                 reg.drop_profile(tool)
+            for tool in [t for t in reg.passed_over.sums if t not in keep]:
+                reg.passed_over.drop(tool)
             return len({*gone, *profiles})
 
     def wipe(self, registry: str, at: float) -> None:
@@ -281,26 +278,35 @@ class UsageMemory:
         return out
 
     def profile_lift(
-        self, registry: str, query: np.ndarray, names: Sequence[str], description_scores: np.ndarray
+        self, registry: str, query: np.ndarray, names: Sequence[str], descriptions: np.ndarray
     ) -> np.ndarray:
         """``weight * lift_t`` of the usage profiles (:mod:`registry.learning.profiles`) for
-        ``names`` (the candidates), given ``cos(q, d_t)`` of each; zeros while the registry's
-        fitted weight is 0."""
+        ``names`` (the candidates), given their description embeddings ``d_t`` (rows, unit);
+        zeros while the registry's fitted weight is 0. With ``profile_center`` the cosines are
+        taken about the registry's mean request."""
         out = np.zeros(len(names), np.float32)
         reg = self._registries.get(registry)
         weight = self._weights.get(registry, 0.0)
         if reg is None or weight <= 0 or not reg.profile_sums:
             return out
         n0 = self.config.profile_n0
+        q = np.asarray(query, np.float32)
+        mu = reg.profile_mean() if self.config.profile_center else None
+        if mu is not None:
+            q = q - mu
+            q = q / max(float(np.linalg.norm(q)), 1e-9)
         for j, name in enumerate(names):
             total = reg.profile_sums.get(name)
             if total is None:
                 continue
             mass = reg.profile_mass[name]
-            norm = float(np.linalg.norm(total))
-            if norm > 0:
-                cos = float(total @ query) / norm
-                out[j] = weight * mass / (mass + n0) * (cos - float(description_scores[j]))
+            usage, described = total / mass, np.asarray(descriptions[j], np.float32)
+            if mu is not None:
+                usage, described = usage - mu, described - mu
+            norm, d_norm = float(np.linalg.norm(usage)), float(np.linalg.norm(described))
+            if norm > 0 and d_norm > 0:
+                cos = float(usage @ q) / norm - float(described @ q) / d_norm
+                out[j] = weight * mass / (mass + n0) * cos
         return out
 
     def set_weight(self, registry: str, weight: float) -> None:
@@ -325,8 +331,13 @@ class UsageMemory:
         ``extra`` on the first ``len(extra)``, the profile lift) and re-sorted, best first
         (stable: ties keep the base order)."""
         lifted = self.boost(registry, query, names, scores, exclude_repeats)
-        if extra is not None and len(extra):
-            lifted[: len(extra)] += extra[: len(lifted)]
+        m = min(len(extra), len(lifted)) if extra is not None else 0
+        if extra is not None and m:
+            reg = self._registries.get(registry)
+            if self.config.profile_unseen_guard and reg is not None:  # never over an untried tool
+                tried = [n in reg.profile_sums or reg.passed_over.tried(n, query) for n in names[:m]]
+                extra = capped_lift(lifted[:m], extra[:m], np.array(tried, bool))
+            lifted[:m] += extra[:m]
         order = np.argsort(-lifted, kind="stable")
         return np.asarray(ids)[order], lifted[order]
 
@@ -387,13 +398,3 @@ class UsageMemory:
         with self._lock:
             self._registries[registry] = reg
 
-
-def _unit(vector: np.ndarray) -> np.ndarray:
-    v = np.asarray(vector, dtype=np.float32).reshape(-1)
-    norm = float(np.linalg.norm(v))
-    return v / norm if norm > 0 else v
-
-
-def _weakest(counts: np.ndarray, seen: np.ndarray) -> int:
-    """Index of the entry to evict: lowest net count, then least recently touched."""
-    return int(np.lexsort((seen, counts))[0])

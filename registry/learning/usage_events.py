@@ -49,6 +49,8 @@ class UsageConfig:
     candidates: int = 10
     evidence: EvidenceConfig = field(default_factory=EvidenceConfig)
     profile_n0: float = 2.0
+    profile_center: bool = False  # profile cosines about the registry's mean request (profiles.py)
+    profile_unseen_guard: bool = True  # a profile lift never passes an unprofiled tool ranked above
     require_caller: bool = False
 
 

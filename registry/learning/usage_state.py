@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from registry.learning.evidence import EvidenceConfig, EvidenceCounter
+from registry.learning.profiles import PassedOver
 
 __all__ = ["STATE_FORMAT", "RegistryMemory", "ToolMemory", "decode_state", "encode_state"]
 
@@ -51,6 +52,19 @@ class RegistryMemory:
     profile_sums: dict[str, np.ndarray] = field(default_factory=dict)  # tool -> sum of w * q
     profile_mass: dict[str, float] = field(default_factory=dict)  # tool -> sum of w
     profile_seq: int = 0  # bumped on every profile change (readers cache by it)
+    passed_over: PassedOver = field(default_factory=PassedOver)  # shown while another was used
+    _mean: tuple[int, np.ndarray | None] = (-1, None)  # (profile_seq, mean request) cache
+
+    def profile_mean(self) -> np.ndarray | None:
+        """The evidence-weighted mean request of every profile (``mu``; None: no profile),
+        recomputed only when a profile changed."""
+        seq, mean = self._mean
+        if seq != self.profile_seq:
+            mass = sum(self.profile_mass.values())
+            sums = list(self.profile_sums.values())
+            mean = (np.sum(sums, axis=0) / mass).astype(np.float32) if sums and mass > 0 else None
+            self._mean = (self.profile_seq, mean)
+        return mean
 
     def add_profile(self, tool: str, q: np.ndarray, weight: float) -> None:
         """Fold ``weight * q`` into ``tool``'s usage profile (issue 22)."""
@@ -92,7 +106,10 @@ def encode_state(reg: RegistryMemory) -> bytes:
         "counter": reg.counter.to_json(),
         "profile_tools": list(reg.profile_sums),
         "profile_mass": [reg.profile_mass[t] for t in reg.profile_sums],
+        "passed_tools": list(reg.passed_over.sums),
+        "passed_mass": [reg.passed_over.mass[t] for t in reg.passed_over.sums],
     }
+    passed = [reg.passed_over.sums[t] for t in reg.passed_over.sums]
     sums = [reg.profile_sums[t] for t in reg.profile_sums]
     dim = mems[0].vectors.shape[1] if mems else 0
     buffer = io.BytesIO()
@@ -105,6 +122,7 @@ def encode_state(reg: RegistryMemory) -> bytes:
         counts=np.concatenate([m.counts for m in mems]) if mems else np.empty(0, np.float32),
         seen=np.concatenate([m.seen for m in mems]) if mems else np.empty(0, np.int64),
         profiles=np.stack(sums).astype(np.float32) if sums else np.empty((0, dim), np.float32),
+        passed=np.stack(passed).astype(np.float32) if passed else np.empty((0, dim), np.float32),
     )
     return buffer.getvalue()
 
@@ -121,6 +139,7 @@ def decode_state(raw: bytes, config: EvidenceConfig | None = None) -> RegistryMe
         counts = data["counts"].astype(np.float32)
         seen = data["seen"].astype(np.int64)
         profiles = data["profiles"].astype(np.float32) if "profiles" in data else None
+        passed = data["passed"].astype(np.float32) if "passed" in data else None
     if meta.get("format") not in _READABLE:
         raise ValueError(f"format {meta.get('format')!r}, expected one of {_READABLE}")
     reg = RegistryMemory(
@@ -133,6 +152,10 @@ def decode_state(raw: bytes, config: EvidenceConfig | None = None) -> RegistryMe
         seen_ids=OrderedDict((str(i), float(t)) for i, t in meta["seen_ids"]),
         counter=EvidenceCounter.from_json(meta.get("counter"), config or EvidenceConfig()),
     )
+    if passed is not None:
+        for row, (tool, mass) in enumerate(zip(meta["passed_tools"], meta["passed_mass"], strict=True)):
+            reg.passed_over.sums[str(tool)] = passed[row]
+            reg.passed_over.mass[str(tool)] = float(mass)
     if profiles is not None:
         for row, (tool, mass) in enumerate(zip(meta["profile_tools"], meta["profile_mass"], strict=True)):
             reg.profile_sums[str(tool)] = profiles[row]
@@ -146,3 +169,14 @@ def decode_state(raw: bytes, config: EvidenceConfig | None = None) -> RegistryMe
         reg.tools[str(name)] = ToolMemory(block, counts[rows], seen[rows])
         reg.entries += int(size)
     return reg
+
+
+def unit_vector(vector: np.ndarray) -> np.ndarray:
+    v = np.asarray(vector, dtype=np.float32).reshape(-1)
+    norm = float(np.linalg.norm(v))
+    return v / norm if norm > 0 else v
+
+
+def weakest_entry(counts: np.ndarray, seen: np.ndarray) -> int:
+    """Index of the entry to evict: lowest net count, then least recently touched."""
+    return int(np.lexsort((seen, counts))[0])

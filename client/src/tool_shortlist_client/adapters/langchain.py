@@ -266,9 +266,10 @@ def _tool_calls(messages: Iterable[AnyMessage]) -> list[Any]:
 
 
 def _latest_user_turn(messages: Sequence[AnyMessage]) -> tuple[str, str] | None:
-    """(a key naming the latest user message, its text), or None without one."""
+    """(a key naming the latest user message, its text), or None without one or when it holds
+    no text to search with (only an image, say: that turn's model calls keep every tool)."""
     for message in reversed(messages):
         if isinstance(message, HumanMessage):
             text = str(message.text)
-            return (message.id or f"text:{text}"), text
+            return ((message.id or f"text:{text}"), text) if text.strip() else None
     return None
