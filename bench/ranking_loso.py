@@ -14,18 +14,44 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from registry.index.hybrid import HYBRID_ALPHA
 from registry.index.minilm_export import load_minilm
 from registry.offline.adapter import AdapterRecipe
 from registry.offline.corpus import DEFAULT_DATA_ROOT, load_corpus, loso_folds
 from registry.offline.corpus_vectors import corpus_vectors
+from registry.offline.finetune import FinetuneRecipe
+from registry.offline.finetune_loso import run_finetune_loso
+from registry.offline.finetune_report import finetune_table
 from registry.offline.ranking import run_loso
 from registry.offline.train_embedder import loso_table
 from registry.settings import Settings
+
+
+def finetune_main(args: argparse.Namespace, corpus: list, sources: list, log: Callable[[str], None]) -> int:
+    recipe = replace(FinetuneRecipe(), steps=args.steps, batch=args.batch, lr=args.lr)
+    folds = loso_folds({sv.name: len(sv.gold) for sv in sources}, args.folds)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    progress = args.workdir / "folds.jsonl"
+    progress.unlink(missing_ok=True)  # folds already trained in --workdir are reused
+    log(f"recipe {recipe.as_dict()}, folds {[list(f.test) for f in folds]}")
+    run_finetune_loso(corpus, sources, folds, recipe, args.workdir, progress=progress, log=log)
+    table, figures = finetune_table(sources, progress)
+    fixed_table, fixed = finetune_table(sources, progress, fixed_alpha=True)
+    print(f"recipe {recipe.as_dict()}, folds {[list(f.test) for f in folds]}")
+    print("alpha picked on each fold's train sources:")
+    print(table)
+    print(f"\nalpha fixed at today's {HYBRID_ALPHA}:")
+    print(fixed_table)
+    if args.json:
+        out = {"recipe": recipe.as_dict(), "tuned_alpha": figures, "fixed_alpha": fixed}
+        args.json.write_text(json.dumps(out, indent=2))
+    return 0
 
 
 def main() -> int:
@@ -41,14 +67,20 @@ def main() -> int:
     parser.add_argument("--pull", type=float, default=AdapterRecipe().identity_pull)
     parser.add_argument("--tune-alpha", action="store_true", help="pick alpha on each fold's train sources")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--finetune", action="store_true", help="fine-tune MiniLM per fold instead")
+    parser.add_argument("--batch", type=int, default=FinetuneRecipe().batch)
+    parser.add_argument("--workdir", type=Path, default=Path("data/finetune_loso"))
+    parser.add_argument("--only", nargs="*", default=None, help="just these sources")
     args = parser.parse_args()
 
     def log(message: str) -> None:
         print(time.strftime("%H:%M:%S"), message, file=sys.stderr, flush=True)
 
     embedder = load_minilm(args.embedder_cache or Settings().resolved_embedder_cache())
-    corpus = load_corpus(args.data, max_queries=args.max_queries, max_tools=args.max_tools)
+    corpus = load_corpus(args.data, max_queries=args.max_queries, max_tools=args.max_tools, only=args.only)
     sources = corpus_vectors(corpus, embedder, args.vectors_cache, log)
+    if args.finetune:
+        return finetune_main(args, corpus, sources, log)
     recipe = replace(AdapterRecipe(), steps=args.steps, lr=args.lr, identity_pull=args.pull)
     folds = loso_folds({sv.name: len(sv.gold) for sv in sources}, args.folds)
     results = run_loso(sources, folds, recipe, tune_alpha=args.tune_alpha, log=log)

@@ -40,6 +40,7 @@ from registry.index.embed import (
     sha256_file,
 )
 from registry.index.minilm_export import (
+    FINETUNE_KIND,
     INT8_FORMAT,
     check_adapter,
     load_adapter_weight,
@@ -91,9 +92,12 @@ def export_minilm_onnx(
     )
     model.eval()
     adapter_info = check_adapter(adapter) if adapter is not None else None
-    weight = (
-        torch.from_numpy(load_adapter_weight(adapter)) if adapter is not None else None
-    )
+    weight = None
+    if adapter is not None and adapter_info is not None:
+        if adapter_info["kind"] == FINETUNE_KIND:
+            apply_encoder_delta(model, Path(adapter_info["file"]))
+        else:
+            weight = torch.from_numpy(load_adapter_weight(adapter))
 
     class SentenceEncoder(torch.nn.Module):
         def __init__(self, encoder: torch.nn.Module) -> None:
@@ -184,6 +188,29 @@ def export_minilm_onnx(
     finally:
         tmp.unlink(missing_ok=True)
     return out_path
+
+
+def apply_encoder_delta(model: Any, delta_file: Path) -> None:
+    """Add a fine-tune's fp16 delta (:func:`registry.offline.finetune.write_finetuned`) in place.
+
+    Raises:
+        ArtifactError: The delta names a tensor the model lacks or has another shape.
+    """
+    import torch
+    from safetensors.torch import load_file
+
+    delta = load_file(str(delta_file))
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, tensor in delta.items():
+            target = params.get(name)
+            if target is None or tuple(target.shape) != tuple(tensor.shape):
+                raise ArtifactError(
+                    f"{delta_file} holds {name} {tuple(tensor.shape)}, which the base MiniLM "
+                    "does not have; rebuild it with `shortlist train-embedder`",
+                    {"path": str(delta_file), "tensor": name},
+                )
+            target.add_(tensor.to(target.dtype))
 
 
 def _publish(tmp: Path, out_path: Path, manifest: dict[str, Any]) -> None:

@@ -61,6 +61,9 @@ INT8_FORMAT = "onnx-int8-dynamic"
 TUNED_FILE = "model-tuned.onnx"
 TUNED_INT8_FILE = "model-tuned-int8.onnx"
 ADAPTER_MANIFEST = "manifest.json"
+ADAPTER_KIND = "adapter"  # manifest "kind": a linear map on pooled MiniLM (adapter.npy)
+FINETUNE_KIND = "finetune"  # manifest "kind": fine-tuned encoder layers, fp16 delta from MiniLM
+DELTA_FILE = "encoder-delta.safetensors"
 TRAIN_EMBEDDER_COMMAND = "shortlist train-embedder"
 
 
@@ -122,6 +125,7 @@ def check_adapter(adapter_dir: Path) -> dict[str, str]:
         manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
         weights = adapter_dir / str(manifest["file"])
         expected, model = str(manifest["sha256"]), str(manifest["model"])
+        kind = str(manifest.get("kind", ADAPTER_KIND))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ArtifactError(
             f"cannot read the tuned embedder's manifest {manifest_file} ({exc}); {rebuild}",
@@ -139,7 +143,13 @@ def check_adapter(adapter_dir: Path) -> dict[str, str]:
             f"{ADAPTER_MANIFEST} says {expected[:12]}); {rebuild}",
             {"path": str(weights), "sha256": actual, "expected": expected},
         )
-    return {"model": model, "sha256": actual, "file": str(weights)}
+    if kind not in (ADAPTER_KIND, FINETUNE_KIND):
+        raise ArtifactError(
+            f"the tuned embedder's manifest {manifest_file} has kind {kind!r}, not "
+            f"{ADAPTER_KIND!r} or {FINETUNE_KIND!r}; {rebuild}",
+            {"path": str(manifest_file), "kind": kind},
+        )
+    return {"model": model, "sha256": actual, "file": str(weights), "kind": kind}
 
 
 def load_adapter_weight(adapter_dir: Path) -> np.ndarray:

@@ -143,8 +143,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-queries", type=int, default=400, help="per source")
     parser.add_argument("--max-tools", type=int, default=1000, help="per source")
     parser.add_argument("--folds", type=int, default=4, help="grouped LOSO folds (0: skip LOSO)")
-    parser.add_argument("--steps", type=int, default=AdapterRecipe().steps)
+    parser.add_argument("--steps", type=int, default=None, help="training steps (default: the recipe's)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--finetune", action="store_true",
+        help="fine-tune the MiniLM transformer (sentence-transformers MNRL) instead of the adapter",
+    )
+    parser.add_argument("--lr", type=float, default=None, help="learning rate (default: the recipe's)")
+    parser.add_argument("--batch", type=int, default=None, help="batch size (default: the recipe's)")
+    parser.add_argument(
+        "--loso-json", type=Path, default=None,
+        help="with --folds 0: LOSO figures of an earlier bench/ranking_loso.py --finetune run for the manifest",
+    )
     return parser
 
 
@@ -156,10 +166,12 @@ def main(argv: Sequence[str] | None = None, log: Callable[[str], None] | None = 
 
     settings = Settings()
     out = args.out or settings.tuned_embedder_dir
+    if args.finetune:
+        return finetune_main(args, out, argv, say)
     embedder = load_minilm(args.embedder_cache or settings.resolved_embedder_cache())
     corpus = load_corpus(args.data, max_queries=args.max_queries, max_tools=args.max_tools, seed=args.seed)
     sources = corpus_vectors(corpus, embedder, args.vectors_cache, say)
-    recipe = AdapterRecipe(steps=args.steps, seed=args.seed)
+    recipe = AdapterRecipe(steps=args.steps or AdapterRecipe().steps, seed=args.seed)
     figures: dict[str, Any] = {}
     if args.folds:
         folds = loso_folds({sv.name: len(sv.gold) for sv in sources}, args.folds)
@@ -181,4 +193,65 @@ def main(argv: Sequence[str] | None = None, log: Callable[[str], None] | None = 
     }
     path = write_adapter(out, fit.weight, manifest)
     say(f"wrote {path} (loss {fit.losses[0]:.3f} -> {fit.losses[-1]:.3f}, alpha on all {alpha})")
+    return 0
+
+
+def finetune_main(
+    args: argparse.Namespace, out: Path, argv: Sequence[str] | None, say: Callable[[str], None]
+) -> int:
+    """LOSO figures of the fine-tune (or read from ``--loso-json``), then the one on all sources."""
+    from dataclasses import replace
+
+    from registry.index.minilm_export import load_minilm, minilm_model_dir
+    from registry.offline.finetune import (
+        FinetuneRecipe,
+        finetune,
+        load_base,
+        mine_triplets,
+        write_finetuned,
+    )
+    from registry.offline.finetune_loso import run_finetune_loso
+    from registry.offline.finetune_report import finetune_table
+    from registry.settings import Settings
+
+    recipe = FinetuneRecipe(seed=args.seed)
+    recipe = replace(
+        recipe,
+        steps=args.steps or recipe.steps,
+        lr=args.lr if args.lr is not None else recipe.lr,
+        batch=args.batch if args.batch is not None else recipe.batch,
+    )
+    embedder = load_minilm(args.embedder_cache or Settings().resolved_embedder_cache())
+    corpus = load_corpus(args.data, max_queries=args.max_queries, max_tools=args.max_tools, seed=args.seed)
+    sources = corpus_vectors(corpus, embedder, args.vectors_cache, say)
+    figures: dict[str, Any] = {}
+    if args.folds:
+        workdir = out.parent / f".{out.name}-loso"
+        workdir.mkdir(parents=True, exist_ok=True)
+        progress = workdir / "folds.jsonl"
+        progress.unlink(missing_ok=True)
+        folds = loso_folds({sv.name: len(sv.gold) for sv in sources}, args.folds)
+        run_finetune_loso(corpus, sources, folds, recipe, workdir, progress=progress, log=say)
+        table, figures = finetune_table(sources, progress)
+        print(table)
+    elif args.loso_json is not None:
+        figures = json.loads(Path(args.loso_json).read_text(encoding="utf-8"))
+    triplets = mine_triplets(corpus, sources, recipe)
+    say(f"all sources: {len(triplets)} triplets")
+    model = load_base(minilm_model_dir(), recipe)
+    fit = finetune(model, triplets, recipe, say)
+    manifest = {
+        "base_model": embedder.model_id,
+        "datasets": {sv.name: {"queries": len(sv.gold), "tools": sv.tools.shape[0]} for sv in sources},
+        "data_root": str(args.data),
+        "subsample": {"max_queries": args.max_queries, "max_tools": args.max_tools, "seed": args.seed},
+        "command": " ".join([TRAIN_EMBEDDER_COMMAND, *map(shlex.quote, argv or sys.argv[1:])]),
+        "recipe": recipe.as_dict(),
+        "triplets": len(triplets),
+        "training_loss": fit.losses,
+        "training_seconds": round(fit.seconds),
+        "loso": figures,
+    }
+    path = write_finetuned(out, fit.model, minilm_model_dir(), manifest)
+    say(f"wrote {path} (loss {fit.losses[0]:.3f} -> {fit.losses[-1]:.3f}, {fit.seconds:.0f}s)")
     return 0

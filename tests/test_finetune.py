@@ -1,0 +1,186 @@
+"""The MiniLM fine-tune on a tiny fixture: triplets, batches, loss falls, ONNX = torch, artifact checks."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from registry.errors import ArtifactError
+from registry.index.minilm_export import (
+    DELTA_FILE,
+    FINETUNE_KIND,
+    TRAIN_EMBEDDER_COMMAND,
+    check_adapter,
+    load_minilm,
+    minilm_model_dir,
+)
+from registry.offline.corpus_vectors import SourceVectors
+from registry.offline.datasets import Dataset, LabelledQuery
+from registry.offline.finetune import (
+    FinetuneRecipe,
+    Triplet,
+    batches,
+    encode,
+    finetune,
+    load_base,
+    mine_triplets,
+    write_finetuned,
+)
+from registry.tools import parse_tools
+
+SENTENCES = [
+    "save this summary as notes.md",
+    "write_file: Create a new file or completely overwrite an existing file with new content.",
+    "What's the weather in Paris tomorrow?",
+    "a " * 300,
+]
+
+FILES = [
+    ("write_file", "Create a new file or overwrite an existing file with new content."),
+    ("read_file", "Read the complete contents of a file from the file system."),
+    ("get_file_info", "Retrieve metadata about a file: size, creation time, permissions."),
+    ("list_directory", "List the files and directories in a given path."),
+    ("move_file", "Move or rename files and directories."),
+]
+WEATHER = [
+    ("get_weather", "Current weather conditions for a city."),
+    ("get_weather_forecast", "Weather forecast for the next days for a city."),
+    ("get_air_quality", "Air quality index for a location."),
+    ("convert_units", "Convert temperatures between Celsius and Fahrenheit."),
+]
+QUERIES = {
+    "files": [
+        ("save this summary as notes.md", "write_file"),
+        ("show me what is inside config.yaml", "read_file"),
+        ("how big is the log file", "get_file_info"),
+        ("what files are in my downloads folder", "list_directory"),
+        ("rename draft.txt to final.txt", "move_file"),
+    ],
+    "weather": [
+        ("is it raining in Oslo right now", "get_weather"),
+        ("what will the weather be in Paris tomorrow", "get_weather_forecast"),
+        ("is the air safe to breathe in Delhi today", "get_air_quality"),
+        ("what is 30 celsius in fahrenheit", "convert_units"),
+    ],
+}
+
+
+def _dataset(name: str, tools: list[tuple[str, str]]) -> Dataset:
+    queries = [LabelledQuery(f"{name}{i}", q, (g,)) for i, (q, g) in enumerate(QUERIES[name])]
+    defs = [{"name": n, "description": d, "parameters": {"type": "object", "properties": {}}} for n, d in tools]
+    return Dataset(name, parse_tools(defs), queries)
+
+
+def _vectors(data: Dataset, seed: int) -> SourceVectors:
+    """Stand-in base vectors: only their ranking (which non-gold tools are hard) is used."""
+    rng = np.random.default_rng(seed)
+    row = {t.name: i for i, t in enumerate(data.tools)}
+    gold = tuple(tuple(row[g] for g in q.gold) for q in data.queries)
+    tools = rng.normal(size=(len(data.tools), 8)).astype(np.float32)
+    queries = rng.normal(size=(len(data.queries), 8)).astype(np.float32)
+    bm25 = np.zeros((len(data.queries), len(data.tools)), np.float32)
+    return SourceVectors(data.name, tools, queries, bm25, gold)
+
+
+@pytest.fixture(scope="module")
+def corpus() -> tuple[list[Dataset], list[SourceVectors]]:
+    data = [_dataset("files", FILES), _dataset("weather", WEATHER)]
+    return data, [_vectors(d, i) for i, d in enumerate(data)]
+
+
+RECIPE = FinetuneRecipe(steps=8, batch=4, lr=3e-4, threads=1, hard_pool=2)
+
+
+def test_triplets_pair_each_gold_with_a_non_gold_tool_of_its_own_registry(corpus) -> None:
+    data, vectors = corpus
+    triplets = mine_triplets(data, vectors, RECIPE)
+    assert len(triplets) == sum(len(d.queries) for d in data)
+    texts = {d.name: {t.name: t.text() for t in d.tools} for d in data}
+    for t in triplets:
+        gold = dict(QUERIES[t.source])[t.query]
+        assert t.positive == texts[t.source][gold]
+        assert t.negative in texts[t.source].values() and t.negative != t.positive
+    assert mine_triplets(data, vectors, RECIPE) == triplets  # seeded
+
+
+def test_batches_never_repeat_a_text() -> None:
+    triplets = [Triplet("s", f"q{i % 3}", f"p{i % 4}", f"n{i}") for i in range(12)]
+    plan = batches(triplets, 4, 10, seed=0)
+    assert len(plan) == 10
+    for batch in plan:
+        texts = [x for t in batch for x in (t.query, t.positive, t.negative)]
+        assert len(texts) == len(set(texts)) and len(batch) >= 2
+
+
+@pytest.fixture(scope="module")
+def trained(corpus):
+    data, vectors = corpus
+    model = load_base(minilm_model_dir(), RECIPE)
+    return finetune(model, mine_triplets(data, vectors, RECIPE) * 3, RECIPE)
+
+
+def test_a_few_steps_run_and_the_loss_falls(trained) -> None:
+    assert len(trained.losses) == RECIPE.steps
+    assert np.mean(trained.losses[-3:]) < 0.8 * np.mean(trained.losses[:3])
+
+
+@pytest.fixture(scope="module")
+def artifact(trained, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("finetuned")
+    write_finetuned(out, trained.model, minilm_model_dir(), {"datasets": {"fixture": {}}})
+    return out
+
+
+def test_the_manifest_is_checked_at_load(artifact: Path) -> None:
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    info = check_adapter(artifact)
+    assert manifest["kind"] == FINETUNE_KIND == info["kind"] and manifest["file"] == DELTA_FILE
+    assert info["sha256"] == manifest["sha256"]
+    # Only the trained encoder layers travel: far smaller than the 90 MB base.
+    assert (artifact / DELTA_FILE).stat().st_size < 25_000_000
+
+
+def test_the_onnx_export_matches_torch_within_1e_4(trained, artifact: Path, tmp_path: Path) -> None:
+    onnx = load_minilm(tmp_path / "cache", embedder="tuned", adapter_dir=artifact)
+    model = trained.model
+    model.max_seq_length = 256  # the service's truncation
+    expected = encode(model, SENTENCES)
+    got = onnx.embed_documents(SENTENCES)
+    assert np.max(np.abs(got - expected)) < 1e-4
+    plain = load_minilm(tmp_path / "cache").embed_documents(SENTENCES)
+    assert np.max(np.abs(plain - got)) > 1e-3  # the fine-tune is really in the graph
+    assert "tool-finetune" in onnx.model_id
+
+
+def test_a_corrupt_delta_names_the_file_and_the_command(artifact: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "manifest.json").write_text((artifact / "manifest.json").read_text())
+    data = bytearray((artifact / DELTA_FILE).read_bytes())
+    data[-1] ^= 0xFF
+    (broken / DELTA_FILE).write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match="corrupt") as err:
+        load_minilm(tmp_path / "cache", embedder="tuned", adapter_dir=broken)
+    assert str(broken / DELTA_FILE) in err.value.message and TRAIN_EMBEDDER_COMMAND in err.value.message
+
+
+def test_an_unknown_artifact_kind_is_refused(artifact: Path, tmp_path: Path) -> None:
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    (odd / "manifest.json").write_text(json.dumps({**manifest, "kind": "lora"}))
+    (odd / DELTA_FILE).write_bytes((artifact / DELTA_FILE).read_bytes())
+    with pytest.raises(ArtifactError, match="kind 'lora'"):
+        check_adapter(odd)
+
+
+def test_recipe_round_trips_into_the_manifest() -> None:
+    assert replace(RECIPE, steps=3).as_dict()["steps"] == 3
