@@ -316,6 +316,37 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n\nExploration cost (mean extra tools per served list): " + "; ".join(extra)
 
 
+def render_split(results: dict[str, Any]) -> str:
+    """The issue-22 table: held-out requests split into seen tool (new phrasing) / unseen tool,
+    with each checkpoint's gain over no learning at the same checkpoint."""
+    lines = [
+        "| data set | config | events | profile weight | found@1 | seen tool, new phrasing: n, found@1 / found "
+        "| unseen tool: n, found@1 / found | found | mean K | efficiency | policy |",
+        "|---|---|---:|---:|---:|---|---|---:|---:|---:|---|",
+    ]
+    for ds in results["datasets"]:
+        base = {r["events"]: r for c in ds["configs"] if c["config"] == "none" for r in c["curve"]}
+        for cfg in ds["configs"]:
+            for row in cfg["curve"]:
+                ref = base.get(row["events"], row)
+                cells = []
+                for kind in ("seen", "unseen"):
+                    at1, found = row.get(f"{kind}_found@1"), row.get(f"{kind}_found")
+                    if at1 is None:
+                        cells.append(f"{row.get(f'{kind}_n', 0)}, -")
+                        continue
+                    delta = at1 - (ref.get(f"{kind}_found@1") or 0.0)
+                    gain = f" ({delta:+.1f})" if cfg["config"] != "none" else ""
+                    cells.append(f"{row[f'{kind}_n']}, {at1:.1f}{gain} / {found:.1f}")
+                lines.append(
+                    f"| {ds['dataset']}{' (HTTP)' if ds.get('http') else ''} | {cfg['config']} | {row['events']:,} "
+                    f"| {row.get('profile_weight', 0):g} | {row['found@1']:.1f} | {cells[0]} | {cells[1]} "
+                    f"| {row['found']:.1f} | {row['mean_k']:.2f} | {row['efficiency']:.2f} "
+                    f"| {', '.join(row['policy_version'])} |"
+                )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--datasets", nargs="+", default=["bfcl_simple", "metatool", "toolbench_stable"])
@@ -333,7 +364,12 @@ def main() -> None:
     parser.add_argument("--render", type=Path, nargs="+",
                         help="print the Markdown table of results files (runs of one data set "
                         "split by --configs are merged)")
+    parser.add_argument("--render-split", type=Path, nargs="+",
+                        help="print the seen-tool / unseen-tool table of results files")
     args = parser.parse_args()
+    if args.render_split:
+        print(render_split(merge([json.loads(p.read_text()) for p in args.render_split])))
+        return
     if args.render:
         print(render(merge([json.loads(p.read_text()) for p in args.render])))
         return

@@ -9,6 +9,7 @@ configurations the way the in-process run does: it runs every configuration at t
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -50,7 +51,13 @@ class HttpCore:
         return response.json() if response.content else None
 
     def put_registry(self, registry: str, tools: list[dict[str, Any]]) -> None:
-        self._ok(self.client.put(f"/registries/{registry}", json={"tools": tools}))
+        response = self.client.put(f"/registries/{registry}", json={"tools": tools})
+        self._ok(response)
+        if response.status_code == 202:  # a large upload: poll its job until it is final
+            while (job := self._ok(self.client.get(response.headers["Location"])))["state"] in ("queued", "running"):
+                time.sleep(0.5)
+            if job["state"] != "done":
+                raise RuntimeError(f"upload of {registry!r}: {job}")
         self._tools[registry] = [str(t.get("name") or t.get("function", {}).get("name")) for t in tools]
 
     def snapshot(self, registry: str) -> Any:

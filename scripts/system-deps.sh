@@ -5,6 +5,7 @@
 #   prometheus                promtool checks the Prometheus rules and alerts (tests/test_deploy.py)
 #   chromium, chromium-driver the console's browser tests (tests/test_console_browser.py)
 #   curl                      the README's quick start and docs/api.md's examples, run as written
+#   nodejs, npm               the quick start's real MCP server (npm's server-filesystem over stdio)
 #
 # As root with apt-get: one `apt-get update` and one install of the missing packages, with a
 # policy-rc.d that refuses every service start while apt runs (only the binaries are wanted, never a
@@ -21,6 +22,8 @@ command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
   || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 
 if [ "${#missing[@]}" -eq 0 ]; then
   exit 0

@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "system-deps.sh"
 BASH = shutil.which("bash") or "/bin/bash"
-PACKAGES = ["redis-server", "prometheus", "chromium", "chromium-driver", "curl"]
+PACKAGES = ["redis-server", "prometheus", "chromium", "chromium-driver", "curl", "nodejs", "npm"]
 # Runs the non-root cases as `nobody` when the suite runs as root (as CI does), directly otherwise.
 NOBODY = ([shutil.which("setpriv") or "/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
            "--clear-groups"] if os.geteuid() == 0 else [])
@@ -83,12 +83,12 @@ def test_make_test_as_non_root_stops_before_the_virtualenv(tmp_path: Path) -> No
         env={"PATH": str(bin_dir)}, capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode != 0
-    assert "not installed: redis-server prometheus chromium chromium-driver curl" in proc.stderr
+    assert "not installed: redis-server prometheus chromium chromium-driver curl nodejs npm" in proc.stderr
     assert not venv.exists()
 
 
 def test_root_installs_only_what_is_missing_without_daemons(tmp_path: Path) -> None:
-    bin_dir = _bin_dir(tmp_path, "redis-server", "chromium", "curl", "chmod", "rm")
+    bin_dir = _bin_dir(tmp_path, "redis-server", "chromium", "curl", "node", "chmod", "rm")
     log = tmp_path / "apt.log"
     policy = tmp_path / "policy-rc.d"
     _fake_apt(bin_dir, log)
@@ -97,7 +97,7 @@ def test_root_installs_only_what_is_missing_without_daemons(tmp_path: Path) -> N
     assert proc.returncode == 0, proc.stderr
     calls = log.read_text().splitlines()
     assert calls[0] == "args: update -qq"
-    assert calls[2] == "args: install -y -qq prometheus chromium-driver"
+    assert calls[2] == "args: install -y -qq prometheus chromium-driver npm"
     # every service start is refused (101) while apt runs; the policy is gone afterwards
     assert calls[1] == calls[3] == "policy: 101"
     assert not policy.exists()
@@ -118,7 +118,7 @@ def test_root_keeps_an_existing_policy(tmp_path: Path) -> None:
 
 
 def test_nothing_missing_is_a_silent_no_op(tmp_path: Path) -> None:
-    bin_dir = _bin_dir(tmp_path, "redis-server", "promtool", "chromium", "chromedriver", "curl")
+    bin_dir = _bin_dir(tmp_path, "redis-server", "promtool", "chromium", "chromedriver", "curl", "node", "npm")
     proc = subprocess.run([*NOBODY, BASH, str(SCRIPT)], env={"PATH": str(bin_dir)},
                           capture_output=True, text=True, timeout=60)
     assert (proc.returncode, proc.stderr) == (0, "")
