@@ -21,7 +21,7 @@ def tuned_server(tmp_path_factory, minilm_cache):
     from registry.settings import Settings
     from tests.server import Servers
 
-    # Compose the shipped adapter into ONNX here, not inside the server's readiness timeout.
+    # Compose the shipped fine-tune into ONNX here, not inside the server's readiness timeout.
     ensure_embedder_onnx(minilm_cache, "tuned", Settings().tuned_embedder_dir)
     servers = Servers(tmp_path_factory.mktemp("tuned"), minilm_cache)
     server = servers.start(embedder="tuned")
@@ -38,8 +38,8 @@ def _names(url: str, query: str, **extra: object) -> list[str]:
 
 
 def test_save_this_summary_shows_write_file_in_the_top_three(tuned_server):
-    # Issue 19 asks for write_file *first*; the shipped adapter does not get there (it ranks
-    # third, plain MiniLM second: docs/results.md section 9). This pins what it does deliver.
+    # Issue 19 asks for write_file *first*; the shipped fine-tune does not get there (plain
+    # MiniLM ranks it second: docs/results.md section 9). This pins what it does deliver.
     assert "write_file" in _names(tuned_server.url, "save this summary as notes.md", k=3)
 
 
@@ -50,4 +50,4 @@ def test_a_request_for_two_tools_of_the_server_gets_both(tuned_server):
 
 def test_the_registry_report_names_the_tuned_model(tuned_server):
     body = httpx.get(f"{tuned_server.url}/registries/fs", timeout=30).json()
-    assert "tool-adapter" in json.dumps(body)
+    assert "tool-finetune" in json.dumps(body)
