@@ -14,7 +14,7 @@ Poisoning: the memory is wiped and the stream replayed with one extra caller sen
 events, each naming the best-ranked shown tool that is not gold (a plausible wrong tool).
 
 Cost: a 500-tool registry (StableToolBench's first 500 tools) with 20,000 events of memory
-(40 distinct entries per tool, the worst case for the bounds), p50 of ``core.shortlist`` on
+(and a usage profile per tool, scored with ``--profile-weight``), p50 of ``core.shortlist`` on
 repeated queries (query cache on: the embedding is not what is measured) with learning on and
 off, in alternating rounds.
 

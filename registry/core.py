@@ -46,6 +46,8 @@ from registry.learning.manager import RefitHooks
 from registry.learning.refit_data import Replay
 from registry.request import ShortlistRequest
 from registry.serving.depth_policies import OnnxDepthPolicy, TunableDepthPolicy
+from registry.serving.features import FEATURE_WINDOW
+from registry.serving.replay import base_ranking
 from registry.serving.shortlist import Shortlist
 from registry.settings import Settings
 from registry.store.base import SharedStore, Store
@@ -230,7 +232,16 @@ class Shortlister:
         snap = self._loading.current(registry) if self._loading is not None else None
         if snap is None or not self.learning.enabled(registry):
             return None
-        return self.learning.fit_profile_weight(snap, events)
+        engine = self._loading
+        runner = engine.queries if engine is not None else None
+        if runner is None:
+            return self.learning.fit_profile_weight(snap, events)
+
+        def ranked(text: str) -> tuple[tuple[str, ...], Any]:
+            return base_ranking(snap, text, FEATURE_WINDOW, scorer=self.settings.default_scorer,
+                                embedder=runner.embedder, usage=runner.usage)
+
+        return self.learning.fit_profile_weight(snap, events, ranked)
 
     def _replay(self, registry: str) -> Replay | None:
         """A refit's events ranked again as ``registry`` is served now (None: not loaded)."""

@@ -163,3 +163,33 @@ def test_the_cores_refit_replays_logged_requests_on_the_ranking_served_now(make_
     assert np.allclose(again.margins, np.asarray(event.margins), atol=1e-3)
     job = core.policies.refit("w")
     assert job.estimate["data"]["replayed"] is True or "replay_fallback" in job.estimate["data"]
+
+
+def test_the_profile_weight_is_fitted_on_the_ranking_a_new_phrasing_meets(make_core, monkeypatch):
+    """The logged ranking of a repeated request recalls its own earlier feedback (the memory),
+    so a weight fitted on it measured nothing; the refit hands the fit each request's ranking
+    before the profiles, the memory's recall of the request's own repeats left out."""
+    core = make_core()
+    core.put_registry("w", weather_tools())
+    seen: list = []
+    real = core.learning.fit_profile_weight
+
+    def spy(snap, events, base_ranking=None):
+        seen.append(base_ranking)
+        return real(snap, events, base_ranking)
+
+    monkeypatch.setattr(core.learning, "fit_profile_weight", spy)
+    for i in range(120):
+        sl = core.shortlist(ShortlistRequest("w", f"convert {i} dollars to euros"), caller=f"c{i % 10}")
+        core.feedback(sl.shortlist_id, ["convert_currency"], success=True, caller=f"c{i % 10}")
+    job = core.policies.refit("w")
+    (ranked,) = seen
+    assert ranked is not None and job.estimate["profile"]["events"] == 120
+    names, scores = ranked("convert 3 dollars to euros")
+    assert set(names) == {t["name"] if "name" in t else t["function"]["name"] for t in weather_tools()}
+    assert len(scores) == len(names) and list(scores) == sorted(scores, reverse=True)
+    # a base ranking that never ranks the used tool among the candidates: nothing to fit on
+    snap = core.snapshot("w")
+    events = list(core.feedback_recorder.log.replay())
+    report = real(snap, events, lambda text: (("get_weather", "send_email"), np.array([0.9, 0.8])))
+    assert report["weight"] == 0.0 and "rank a used tool" in report["reason"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -234,7 +234,7 @@ class UsageLearner:
 
     def rerank(
         self, snap: Snapshot, query: np.ndarray, ids: np.ndarray, scores: np.ndarray,
-        *, exclude_repeats: bool = False,
+        *, exclude_repeats: bool = False, with_profiles: bool = True,
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, scores)`` of ``snap`` lifted by usage and re-sorted (unchanged when the
         registry has no memory or learning is off for it; ``exclude_repeats``: a refit's replay,
@@ -244,7 +244,7 @@ class UsageLearner:
         top = ids[: self.memory.config.candidates]
         names = [snap.tools[int(i)].name for i in top]
         extra = None
-        if self.memory.weight(snap.registry) > 0:
+        if with_profiles and self.memory.weight(snap.registry) > 0:
             extra = self.memory.profile_lift(snap.registry, query, names, snap.dense.embeddings[top])
         return self.memory.rerank(snap.registry, query, names, ids, scores, extra, exclude_repeats)
 
@@ -283,9 +283,14 @@ class UsageLearner:
         self._controls = {**self._controls, registry: control}
         self.memory.set_weight(registry, weight)
 
-    def fit_profile_weight(self, snap: Snapshot, events: Iterable[FeedbackEvent]) -> dict[str, Any]:
+    def fit_profile_weight(
+        self, snap: Snapshot, events: Iterable[FeedbackEvent],
+        base_ranking: Callable[[str], tuple[Sequence[str], np.ndarray]] | None = None,
+    ) -> dict[str, Any]:
         """Fit ``snap``'s registry's profile fusion weight on its logged events (the most recent
-        :data:`FIT_EVENTS`) and ship it on every replica when the guard passes; the fit report."""
+        :data:`FIT_EVENTS`) and ship it on every replica when the guard passes; the fit report.
+        ``base_ranking``: each request's ranking before the profiles, as a new phrasing meets it
+        (:func:`registry.serving.replay.base_ranking`); None: the logged ranking and scores."""
         registry = snap.registry
         rows = [e for e in events if e.registry == registry and e.query and e.used][-FIT_EVENTS:]
         ids = snap.by_name
@@ -299,9 +304,12 @@ class UsageLearner:
             cands: list[np.ndarray] = []
             base: list[np.ndarray] = []
             for e in rows:
-                names = [n for n in (e.ranking or e.shown) if n in ids][: cfg.candidates]
+                ranked = base_ranking(e.query) if base_ranking is not None else None
+                order = ranked[0] if ranked is not None else (e.ranking or e.shown)
+                names = [n for n in order if n in ids][: cfg.candidates]
                 cands.append(np.array([ids[n] for n in names], np.int64))
-                scores = np.asarray(e.scores, np.float32)[: len(names)]
+                logged = ranked[1] if ranked is not None else e.scores
+                scores = np.asarray(logged, np.float32)[: len(names)]
                 if len(scores) < len(names):  # no logged scores: dense cosines stand in
                     scores = snap.dense.scores_for(vecs[len(base)], cands[-1])
                 base.append(scores)

@@ -28,7 +28,7 @@ from registry.serving.features import FEATURE_WINDOW, depth_features
 from registry.serving.needs import needs_features, request_signals
 from registry.serving.windows import query_windows
 
-__all__ = ["ReplayedRanking", "UsageRerank", "feature_rows", "policy_schema", "replay_ranking"]
+__all__ = ["ReplayedRanking", "UsageRerank", "base_ranking", "feature_rows", "policy_schema", "replay_ranking"]
 
 
 class UsageRerank(Protocol):
@@ -38,7 +38,7 @@ class UsageRerank(Protocol):
 
     def rerank(
         self, snap: Snapshot, query: np.ndarray, ids: np.ndarray, scores: np.ndarray,
-        *, exclude_repeats: bool = False,
+        *, exclude_repeats: bool = False, with_profiles: bool = True,
     ) -> tuple[np.ndarray, np.ndarray]: ...
 
 
@@ -70,6 +70,29 @@ def feature_rows(
     return needs_features(scores, n_tools, depth, signals, model)
 
 
+def _windows(text: str, scorer: str, embedder: Embedder) -> list[Query]:
+    return [
+        Query(
+            vector=embedder.embed_query(w) if scorer != "bm25" else None,
+            tokens=tokenize(w) if scorer != "dense" else [],
+        )
+        for w in query_windows(text)
+    ]
+
+
+def base_ranking(
+    snap: Snapshot, text: str, depth: int, *, scorer: str, embedder: Embedder, usage: UsageRerank | None
+) -> tuple[tuple[str, ...], np.ndarray]:
+    """``text``'s ranking on ``snap`` before the usage profiles (base scorer and the usage
+    memory without the request's own repeats): what a profile-weight fit lifts, as a new
+    phrasing would meet it (the logged ranking recalled the request's earlier feedback)."""
+    windows = _windows(text, scorer, embedder)
+    ids, scores = rank_windows(scorer, windows, snap.dense, snap.lexical, min(depth, snap.n_tools))
+    if usage is not None and windows[0].vector is not None and len(ids):
+        ids, scores = usage.rerank(snap, windows[0].vector, ids, scores, exclude_repeats=True, with_profiles=False)
+    return tuple(snap.tools[int(t)].name for t in ids), np.asarray(scores, np.float32)
+
+
 def replay_ranking(
     snap: Snapshot,
     text: str,
@@ -86,13 +109,7 @@ def replay_ranking(
     n = snap.n_tools
     if q_values is None or n == 0 or depth < 1 or not text.strip():
         return None
-    windows = [
-        Query(
-            vector=embedder.embed_query(w) if scorer != "bm25" else None,
-            tokens=tokenize(w) if scorer != "dense" else [],
-        )
-        for w in query_windows(text)
-    ]
+    windows = _windows(text, scorer, embedder)
     ids, scores = rank_windows(scorer, windows, snap.dense, snap.lexical, min(max(depth, FEATURE_WINDOW), n))
     if usage is not None and windows[0].vector is not None:
         ids, scores = usage.rerank(snap, windows[0].vector, ids, scores, exclude_repeats=True)
