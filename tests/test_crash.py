@@ -195,15 +195,17 @@ class Uploader:
         self.current = body["tools"]
 
 
+CYCLES = 8
+
+
 @pytest.mark.e2e
 def test_server_keeps_every_acknowledged_write_across_sigkill(
     server_factory: Any, tmp_path: Path
 ) -> None:
     rng = random.Random(SEED)
     uploader = Uploader(rng)
-    started = time.monotonic()
     cycles = 0
-    while cycles < 10 and time.monotonic() - started < 45:
+    while cycles < CYCLES:  # a count, not a time budget: start-up is slow on a loaded machine
         server = server_factory()
         with httpx.Client(base_url=server.url, timeout=30) as client:
             uploader.verify(client, cycles)
@@ -213,7 +215,6 @@ def test_server_keeps_every_acknowledged_write_across_sigkill(
             kill.join()
         server.proc.wait(10)
         cycles += 1
-    assert cycles >= 8, f"only {cycles} kill/restart cycles in the time budget"
     server = server_factory()
     with httpx.Client(base_url=server.url, timeout=30) as client:
         uploader.verify(client, cycles)
