@@ -134,6 +134,19 @@ def write_adapter(
     return out / ADAPTER_MANIFEST
 
 
+def _provenance(
+    args: argparse.Namespace, argv: Sequence[str] | None, base_model: str, sources: Sequence[Any]
+) -> dict[str, Any]:
+    """The manifest fields every trained embedder records: base, data, subsample and command."""
+    return {
+        "base_model": base_model,
+        "datasets": {sv.name: {"queries": len(sv.gold), "tools": sv.tools.shape[0]} for sv in sources},
+        "data_root": str(args.data),
+        "subsample": {"max_queries": args.max_queries, "max_tools": args.max_tools, "seed": args.seed},
+        "command": " ".join([TRAIN_EMBEDDER_COMMAND, *map(shlex.quote, argv or sys.argv[1:])]),
+    }
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=TRAIN_EMBEDDER_COMMAND,
@@ -189,11 +202,7 @@ def main(argv: Sequence[str] | None = None, log: Callable[[str], None] | None = 
     fit = fit_adapter(sources, recipe, say)
     alpha = best_alpha(sources, fit.weight)
     manifest = {
-        "base_model": embedder.model_id,
-        "datasets": {sv.name: {"queries": len(sv.gold), "tools": sv.tools.shape[0]} for sv in sources},
-        "data_root": str(args.data),
-        "subsample": {"max_queries": args.max_queries, "max_tools": args.max_tools, "seed": args.seed},
-        "command": " ".join([TRAIN_EMBEDDER_COMMAND, *map(shlex.quote, argv or sys.argv[1:])]),
+        **_provenance(args, argv, embedder.model_id, sources),
         "recipe": recipe.as_dict(),
         "hybrid_alpha_on_all": alpha,
         "training_loss": fit.losses,
@@ -249,11 +258,7 @@ def finetune_main(
     model = load_base(minilm_model_dir(), recipe)
     fit = finetune(model, triplets, recipe, say)
     manifest = {
-        "base_model": embedder.model_id,
-        "datasets": {sv.name: {"queries": len(sv.gold), "tools": sv.tools.shape[0]} for sv in sources},
-        "data_root": str(args.data),
-        "subsample": {"max_queries": args.max_queries, "max_tools": args.max_tools, "seed": args.seed},
-        "command": " ".join([TRAIN_EMBEDDER_COMMAND, *map(shlex.quote, argv or sys.argv[1:])]),
+        **_provenance(args, argv, embedder.model_id, sources),
         "recipe": recipe.as_dict(),
         "triplets": len(triplets),
         "training_loss": fit.losses,
