@@ -153,3 +153,26 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
 @pytest.fixture
 def redis_prefix() -> str:
     return f"test-{uuid.uuid4().hex[:12]}:"
+
+
+@pytest.fixture
+def make_core(settings, bor_policy):
+    """Cores built from the test settings (hashing embedder), closed after the test."""
+    from registry.core import Shortlister
+    from registry.index.embed import HashingEmbedder
+
+    cores = []
+
+    def make(start: bool = True, **overrides):
+        core = Shortlister.from_settings(
+            settings.model_copy(update=overrides),
+            embedder_factory=lambda _: HashingEmbedder(),
+            bor_policy=bor_policy,
+            start=start,
+        )
+        cores.append(core)
+        return core
+
+    yield make
+    for core in cores:
+        core.close()

@@ -8,28 +8,6 @@ from registry.request import ShortlistRequest
 from tests.conftest import weather_tools
 
 
-@pytest.fixture
-def make_core(settings, bor_policy):
-    from registry.core import Shortlister
-    from registry.index.embed import HashingEmbedder
-
-    cores = []
-
-    def make(start: bool = True, **overrides):
-        core = Shortlister.from_settings(
-            settings.model_copy(update=overrides),
-            embedder_factory=lambda _: HashingEmbedder(),
-            bor_policy=bor_policy,
-            start=start,
-        )
-        cores.append(core)
-        return core
-
-    yield make
-    for core in cores:
-        core.close()
-
-
 def test_not_ready_until_started(make_core):
     from registry.errors import NotReady
 

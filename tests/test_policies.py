@@ -66,26 +66,6 @@ def test_propensities_are_a_distribution_and_the_share_is_respected():
     assert Explorer(0.0).draw(4, 20) == (4, 1.0)
 
 
-@pytest.fixture
-def make_core(settings, bor_policy):
-    from registry.core import Shortlister
-    from registry.index.embed import HashingEmbedder
-
-    cores = []
-
-    def make(**overrides):
-        core = Shortlister.from_settings(
-            settings.model_copy(update=overrides), embedder_factory=lambda _: HashingEmbedder(),
-            bor_policy=bor_policy, start=True,
-        )
-        cores.append(core)
-        return core
-
-    yield make
-    for core in cores:
-        core.close()
-
-
 def _tools(n: int = 60) -> list[dict]:
     words = ["weather", "email", "currency", "file", "calendar", "music", "stock", "map"]
     return [{"name": f"tool_{i}", "description": f"{words[i % 8]} helper {i} {words[i * 3 % 8]}"}

@@ -15,26 +15,6 @@ from tests.conftest import weather_tools
 from tests.test_policies import _event, easy_events
 
 
-@pytest.fixture
-def make_core(settings, bor_policy):
-    from registry.core import Shortlister
-    from registry.index.embed import HashingEmbedder
-
-    cores = []
-
-    def make(**overrides):
-        core = Shortlister.from_settings(
-            settings.model_copy(update=overrides), embedder_factory=lambda _: HashingEmbedder(),
-            bor_policy=bor_policy, start=True,
-        )
-        cores.append(core)
-        return core
-
-    yield make
-    for core in cores:
-        core.close()
-
-
 def test_needed_rank_is_the_deepest_used_tool():
     from registry.learning.refit_data import needed_rank
 
