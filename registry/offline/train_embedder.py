@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import shlex
 import sys
 import time
@@ -28,86 +27,26 @@ from typing import Any
 import numpy as np
 
 from registry.fsio import atomic_write_bytes
-from registry.index.hybrid import HYBRID_ALPHA
 from registry.index.minilm_export import ADAPTER_MANIFEST, TRAIN_EMBEDDER_COMMAND
 from registry.offline.adapter import AdapterRecipe, fit_adapter
 from registry.offline.corpus import DEFAULT_DATA_ROOT, load_corpus, loso_folds
 from registry.offline.corpus_vectors import SourceVectors, corpus_vectors
-from registry.offline.ranking import (
-    FoldResult,
-    SourceScore,
-    best_alpha,
-    pooled,
-    run_loso,
-    score_source,
-)
+from registry.offline.loso_report import loso_report
+from registry.offline.ranking import FoldResult, best_alpha, run_loso
 
 ADAPTER_FILE = "adapter.npy"
 TUNED_MODEL_NAME = "all-MiniLM-L6-v2+tool-adapter"
-MULTI_TOOL_SHARE = 0.1  # a source is multi-tool when at least this share of its queries is
 
 
 def loso_table(
     sources: Sequence[SourceVectors], results: Sequence[FoldResult]
 ) -> tuple[str, dict[str, Any]]:
     """Markdown table (per source and pooled: baseline vs tuned) and the same figures as JSON."""
-    by_name = {sv.name: sv for sv in sources}
-    base: dict[str, SourceScore] = {}
-    tuned: dict[str, SourceScore] = {}
-    alpha: dict[str, float] = {}
-    for result in results:
-        for score in result.scores:
-            tuned[score.source] = score
-            alpha[score.source] = result.alpha
-            base[score.source] = score_source(by_name[score.source], None, HYBRID_ALPHA)
-    names = [sv.name for sv in sources if sv.name in tuned]
-    multi = [n for n in names if by_name[n].multi_tool.mean() >= MULTI_TOOL_SHARE]
-
-    def pct(x: float) -> str:
-        return "-" if math.isnan(x) else f"{100 * x:.1f}"
-
-    lines = [
-        "| source (held out) | queries | found@1 base | found@1 tuned | delta | found@5 base | "
-        "found@5 tuned | recall@5 multi base | recall@5 multi tuned | alpha |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for n in names:
-        b, t = base[n], tuned[n]
-        lines.append(
-            f"| {n} | {b.n_queries} | {pct(b.found_at_1)} | {pct(t.found_at_1)} | "
-            f"{100 * (t.found_at_1 - b.found_at_1):+.1f} | {pct(b.found_at_5)} | {pct(t.found_at_5)} | "
-            f"{pct(b.recall_at_5_multi) if n in multi else '-'} | "
-            f"{pct(t.recall_at_5_multi) if n in multi else '-'} | {alpha[n]} |"
-        )
-    pb, pt = pooled([base[n] for n in names]), pooled([tuned[n] for n in names])
-    mb, mt = pooled([base[n] for n in multi]), pooled([tuned[n] for n in multi])
-    lines.append(
-        f"| **pooled** | {sum(base[n].n_queries for n in names)} | {pct(pb['found_at_1'])} | "
-        f"{pct(pt['found_at_1'])} | {100 * (pt['found_at_1'] - pb['found_at_1']):+.1f} | "
-        f"{pct(pb['found_at_5'])} | {pct(pt['found_at_5'])} | {pct(mb['recall_at_5_multi'])} | "
-        f"{pct(mt['recall_at_5_multi'])} | |"
-    )
-    worst = min(names, key=lambda n: tuned[n].found_at_1 - base[n].found_at_1)
-    figures = {
-        "baseline": f"hybrid MiniLM, alpha {HYBRID_ALPHA}",
-        "pooled_found_at_1": {"base": pb["found_at_1"], "tuned": pt["found_at_1"]},
-        "pooled_found_at_5": {"base": pb["found_at_5"], "tuned": pt["found_at_5"]},
-        "multi_tool_sources": multi,
-        "multi_tool_recall_at_5": {"base": mb["recall_at_5_multi"], "tuned": mt["recall_at_5_multi"]},
-        "worst_source": {"source": worst, "delta": tuned[worst].found_at_1 - base[worst].found_at_1},
-        "per_source": {
-            n: {
-                "base_found_at_1": base[n].found_at_1,
-                "tuned_found_at_1": tuned[n].found_at_1,
-                "base_recall_at_5_multi": base[n].recall_at_5_multi,
-                "tuned_recall_at_5_multi": tuned[n].recall_at_5_multi,
-                "alpha": alpha[n],
-            }
-            for n in names
-        },
-        "folds": [list(r.fold.test) for r in results],
-    }
-    return "\n".join(lines), figures
+    tuned = {score.source: score for result in results for score in result.scores}
+    alpha = {score.source: result.alpha for result in results for score in result.scores}
+    table, figures = loso_report(sources, tuned, alpha)
+    figures["folds"] = [list(r.fold.test) for r in results]  # last, where earlier manifests have it
+    return table, figures
 
 
 def write_adapter(
