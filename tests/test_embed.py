@@ -186,8 +186,9 @@ def test_corrupt_export_raises(export_dir: Path, tmp_path: Path) -> None:
         byte = f.read(1)
         f.seek(1_000_000)
         f.write(bytes([byte[0] ^ 0xFF]))
-    with pytest.raises(ArtifactError, match="corrupt"):
+    with pytest.raises(ArtifactError, match="corrupt") as err:
         ensure_minilm_onnx(tmp_path / "cache")
+    assert f"delete {copy / 'model.onnx'} to make it again" in err.value.message
 
     (copy / "model.onnx").write_bytes(b"not an onnx file")
     with pytest.raises(ArtifactError, match="cannot load ONNX"):

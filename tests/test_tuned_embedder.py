@@ -152,7 +152,7 @@ def test_corrupt_or_missing_weights_name_the_file_and_the_command(adapter_dir: P
     (broken / ADAPTER_FILE).write_bytes(bytes(data))
     with pytest.raises(ArtifactError, match="corrupt") as err:
         ensure_embedder_onnx(tmp_path / "cache", "tuned", broken)
-    assert TRAIN_EMBEDDER_COMMAND in err.value.message
+    assert str(broken / ADAPTER_FILE) in err.value.message and TRAIN_EMBEDDER_COMMAND in err.value.message
     (broken / "manifest.json").write_text("{not json")
     with pytest.raises(ArtifactError, match="cannot read"):
         check_adapter(broken)

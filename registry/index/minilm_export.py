@@ -138,13 +138,9 @@ def check_adapter(adapter_dir: Path) -> dict[str, str]:
             f"the tuned embedder's weights {weights} do not exist; {rebuild}",
             {"path": str(weights), "command": TRAIN_EMBEDDER_COMMAND},
         )
-    actual = sha256_file(weights)
-    if actual != expected:
-        raise ArtifactError(
-            f"the tuned embedder's weights {weights} are corrupt (sha256 {actual[:12]}, "
-            f"{ADAPTER_MANIFEST} says {expected[:12]}); {rebuild}",
-            {"path": str(weights), "sha256": actual, "expected": expected},
-        )
+    actual = _verify_sha(
+        weights, expected, rebuild, manifest=ADAPTER_MANIFEST, what="the tuned embedder's weights file"
+    )
     if kind not in (ADAPTER_KIND, FINETUNE_KIND):
         raise ArtifactError(
             f"the tuned embedder's manifest {manifest_file} has kind {kind!r}, not "
@@ -306,13 +302,27 @@ def _validate_export(onnx_path: Path) -> None:
             f"delete {onnx_path} to make it again",
             {"path": str(onnx_path)},
         )
-    actual = sha256_file(onnx_path)
+    _verify_sha(onnx_path, str(expected), f"delete {onnx_path} to make it again")
+
+
+def _verify_sha(
+    path: Path, expected: str, remedy: str, *, manifest: str = "manifest", what: str = ""
+) -> str:
+    """``path``'s sha256, after checking it against ``expected`` (what its manifest records).
+
+    Raises:
+        ArtifactError: The file does not match; the message names the file (after ``what``,
+            e.g. "the tuned embedder's weights file"), both digests, the ``manifest`` that
+            records the expected one, and the ``remedy`` (the command that rebuilds the file).
+    """
+    actual = sha256_file(path)
     if actual != expected:
+        named = f"{what} {path}" if what else str(path)
         raise ArtifactError(
-            f"{onnx_path} is corrupt (sha256 {actual[:12]}, manifest says {str(expected)[:12]}); "
-            f"delete {onnx_path} to make it again",
-            {"path": str(onnx_path), "sha256": actual, "expected": expected},
+            f"{named} is corrupt (sha256 {actual[:12]}, {manifest} says {expected[:12]}); {remedy}",
+            {"path": str(path), "sha256": actual, "expected": expected},
         )
+    return actual
 
 
 def _run_export(args: list[str], out_path: Path, what: str) -> None:
