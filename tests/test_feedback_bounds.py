@@ -9,17 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from registry.feedback import (
-    MAX_CALLS,
-    MAX_CALLS_BYTES,
-    EquivalenceClasses,
-    FeedbackRecorder,
-    LiveWindow,
-    LocalFeedbackLog,
-    ShortlistMemory,
-    ShownShortlist,
-    ToolEfficiency,
-)
+from registry.feedback import MAX_CALLS, MAX_CALLS_BYTES, LocalFeedbackLog, ShortlistMemory
+from tests.feedback_helpers import clocked_recorder, submit_served
 
 TOOLS = [{"name": "get_weather", "description": "Current weather for a city."},
          {"name": "send_email", "description": "Send an email to a recipient."}]
@@ -87,27 +78,20 @@ def test_a_stored_event_past_its_limit_is_422_naming_its_largest_fields(make_cli
         assert client.post("/feedback", json={"shortlist_id": short, "used": used}).status_code == 200
 
 
-def _submit(rec: FeedbackRecorder, sid: str, calls: int) -> None:
-    rec.remember(ShownShortlist(sid, "r", 1, 20, 2, ("get_weather", "send_email"), time.time()))
-    rec.submit(sid, ["get_weather"], [{"tool": "get_weather", "useful": True}] * calls, True,
-               known_tools=lambda r: {"get_weather", "send_email"}, equivalence=lambda r: EquivalenceClasses())
-
-
 def _large_events_then_a_late_one(tmp_path: Path, compact_after_bytes: int) -> tuple[int, int, int]:
     """(events kept while young, events kept at the end, events counted)."""
     now = [100_000.0]
     log = LocalFeedbackLog.in_data_dir(tmp_path)
-    rec = FeedbackRecorder(ShortlistMemory(10**9), log, LiveWindow(3600, clock=lambda: now[0]),
-                           ToolEfficiency(), clock=lambda: now[0], compact_after_events=10**6,
+    rec = clocked_recorder(ShortlistMemory(10**9), log, lambda: now[0], compact_after_events=10**6,
                            compact_after_bytes=compact_after_bytes, compact_margin_seconds=60,
                            min_compact_interval_seconds=0)
     for i in range(8):  # 8 large events (~50 KB each), far below the event threshold
         now[0] = 100_000.0 + 60 * i
-        _submit(rec, f"s{i}", calls=1_400)
+        submit_served(rec, f"s{i}", calls=1_400)
     young = log.pending_events()
     assert log.pending_bytes() > 200_000
     now[0] += 3 * 3600
-    _submit(rec, "late", calls=1)
+    submit_served(rec, "late", calls=1)
     for _ in range(40):
         if log.pending_events() == 1:
             break
@@ -133,13 +117,13 @@ def test_the_redis_stream_reports_its_bytes(redis_server, redis_prefix) -> None:
 
     client = connect(redis_server.url)
     log = RedisFeedbackLog(client, redis_prefix)
-    rec = FeedbackRecorder(RedisShortlistMemory(client, 600, redis_prefix), log, LiveWindow(3600),
-                           ToolEfficiency(), compact_after_events=10**6,
-                           compact_after_bytes=100_000, min_compact_interval_seconds=0)
-    _submit(rec, "small", calls=1)
+    rec = clocked_recorder(RedisShortlistMemory(client, 600, redis_prefix), log, time.time,
+                           compact_after_events=10**6, compact_after_bytes=100_000,
+                           min_compact_interval_seconds=0)
+    submit_served(rec, "small", calls=1)
     small = log.pending_bytes()
     for i in range(4):
-        _submit(rec, f"big{i}", calls=1_400)
+        submit_served(rec, f"big{i}", calls=1_400)
     assert log.pending_events() == 5
     assert log.pending_bytes() > small + 4 * 40_000 > 100_000
     assert rec.compactions >= 1  # the byte threshold started one (nothing old enough to fold)

@@ -15,15 +15,13 @@ import pytest
 from registry.errors import ArtifactError
 from registry.feedback import (
     CompactableFeedbackLog,
-    EquivalenceClasses,
     FeedbackRecorder,
-    LiveWindow,
     LocalFeedbackLog,
     ShortlistMemory,
-    ShownShortlist,
     ToolCall,
     ToolEfficiency,
 )
+from tests.feedback_helpers import clocked_recorder, submit_served
 from tests.test_feedback import make_event
 
 
@@ -201,16 +199,14 @@ def test_missing_or_foreign_checkpoint_refuses_to_open(tmp_path: Path) -> None:
 
 def test_recorder_compacts_past_the_threshold_and_restores_the_same_report(tmp_path: Path) -> None:
     now = [100_000.0]
-    window = LiveWindow(3600, clock=lambda: now[0])
     log = LocalFeedbackLog.in_data_dir(tmp_path)
-    rec = FeedbackRecorder(ShortlistMemory(10**9), log, window, ToolEfficiency(), clock=lambda: now[0],
-                           compact_after_events=20, compact_margin_seconds=60,
-                           min_compact_interval_seconds=0)
+    rec = clocked_recorder(ShortlistMemory(10**9), log, lambda: now[0], compact_after_events=20,
+                           compact_margin_seconds=60, min_compact_interval_seconds=0)
     for i in range(30):
         now[0] = 100_000.0 + 60 * i  # one event a minute for half an hour
-        _submit(rec, f"s{i}")
+        submit_served(rec, f"s{i}")
     now[0] += 3 * 3600  # later: the first events are now older than window + margin
-    _submit(rec, "late")
+    submit_served(rec, "late")
     for _ in range(100):
         if log.pending_events() < 31:
             break
@@ -221,18 +217,10 @@ def test_recorder_compacts_past_the_threshold_and_restores_the_same_report(tmp_p
     assert rec.compactions >= 1 and log.pending_events() < 31
     report = rec.efficiency.report("r")
     log.close()
-    again = FeedbackRecorder(ShortlistMemory(), LocalFeedbackLog.in_data_dir(tmp_path),
-                             LiveWindow(3600, clock=lambda: now[0]), ToolEfficiency(), clock=lambda: now[0])
+    again = clocked_recorder(ShortlistMemory(), LocalFeedbackLog.in_data_dir(tmp_path), lambda: now[0])
     again.restore()
     assert again.efficiency.report("r") == report and report["events"] == 31
-    assert again.window.stats("r", "exact").events == window.stats("r", "exact").events == 1
-
-
-def _submit(rec: FeedbackRecorder, sid: str) -> None:
-    """Serve a shortlist (remembered in the recorder's real memory), then report on it."""
-    rec.remember(ShownShortlist(sid, "r", 1, 20, 2, ("get_weather", "send_email"), time.time()))
-    rec.submit(sid, ["get_weather"], [{"tool": "get_weather", "useful": True}], True,
-               known_tools=lambda r: {"get_weather", "send_email"}, equivalence=lambda r: EquivalenceClasses())
+    assert again.window.stats("r", "exact").events == rec.window.stats("r", "exact").events == 1
 
 
 # -- Redis stream ---------------------------------------------------------------------------------
@@ -248,9 +236,8 @@ def redis_client(redis_server):
 def _redis_recorder(client, prefix: str, clock=time.time) -> FeedbackRecorder:
     from registry.store.redis import RedisFeedbackLog, RedisShortlistMemory
 
-    return FeedbackRecorder(RedisShortlistMemory(client, 600, prefix), RedisFeedbackLog(client, prefix),
-                            LiveWindow(3600, clock=clock),
-                            ToolEfficiency(), clock=clock, min_compact_interval_seconds=0)
+    return clocked_recorder(RedisShortlistMemory(client, 600, prefix), RedisFeedbackLog(client, prefix),
+                            clock, min_compact_interval_seconds=0)
 
 
 def test_redis_compaction_checkpoint_trim_and_a_fresh_replica(redis_client, redis_server, redis_prefix) -> None:
@@ -306,21 +293,21 @@ def test_a_replica_behind_a_compaction_resyncs(redis_client, redis_server, redis
     a.restore()
     b.restore()
     for i in range(5):
-        _submit(a, f"a{i}")
-        _submit(b, f"b{i}")
+        submit_served(a, f"a{i}")
+        submit_served(b, f"b{i}")
     assert a.catch_up() == 5 and b.catch_up() == 5
     for i in range(5, 12):
-        _submit(a, f"a{i}")  # b has not read these when a compacts them away
-    _submit(b, "b-own")
+        submit_served(a, f"a{i}")  # b has not read these when a compacts them away
+    submit_served(b, "b-own")
     assert isinstance(a.log, RedisFeedbackLog)
     assert a.log.compact(time.time() + 1) == 18
-    _submit(a, "a-after")
+    submit_served(a, "a-after")
     b.catch_up()  # LogCompacted -> resync from the checkpoint
     a.catch_up()  # b-own
     assert b.efficiency.to_state() == a.efficiency.to_state()
     assert b.efficiency.report("r")["events"] == 19
     assert b.window.stats("r", "exact").events == a.window.stats("r", "exact").events
-    _submit(b, "b-after")  # own events after the resync are counted once
+    submit_served(b, "b-after")  # own events after the resync are counted once
     a.catch_up()
     b.catch_up()
     assert b.efficiency.to_state() == a.efficiency.to_state()
