@@ -34,6 +34,7 @@ from registry.feedback import (
     FeedbackListener,
     FeedbackRecorder,
     LiveWindow,
+    LocalFeedbackLog,
     ToolEfficiency,
 )
 from registry.index.embed import Embedder
@@ -253,15 +254,20 @@ class Shortlister:
         return lambda event: runner.replay(snap, event.query, len(event.margins))
 
     def close(self) -> None:
-        """Stop the sync thread and release store connections (at shutdown)."""
+        """Stop the sync thread, wait for a running feedback compaction, then close the feedback
+        log and release store connections (at shutdown)."""
         self._closing.set()
         if self.sync is not None:
             self.sync.stop()
+        # before the learner (its checkpoint) and the log and store a compaction writes to
+        self.feedback_recorder.close()
         self.policies.close()
         self.write_jobs.close()
         self.learning.close()
         if self.engine is not None:
             self.feedback_recorder.save_pending(self._pending_path)
+        if isinstance(self.feedback_recorder.log, LocalFeedbackLog):
+            self.feedback_recorder.log.close()
         if isinstance(self.store, SharedStore):
             self.store.close()
 

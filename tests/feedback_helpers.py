@@ -6,6 +6,7 @@ A recorder whose live window and clock are one (fake) clock, and a shortlist tha
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -38,3 +39,16 @@ def submit_served(rec: FeedbackRecorder, sid: str, calls: int = 1) -> None:
     rec.remember(ShownShortlist(sid, "r", 1, 20, 2, SHOWN, time.time()))
     rec.submit(sid, ["get_weather"], [{"tool": "get_weather", "useful": True}] * calls, True,
                known_tools=lambda r: set(SHOWN), equivalence=lambda r: EquivalenceClasses())
+
+
+def assert_close_waits(close: Callable[[], None], started: threading.Event, release: threading.Event) -> None:
+    """``close`` blocks while a compaction is held up (``started`` and not yet ``release``d),
+    and returns once it is released."""
+    assert started.wait(10)
+    closer = threading.Thread(target=close)
+    closer.start()
+    closer.join(0.3)
+    assert closer.is_alive()  # waiting for the compaction
+    release.set()
+    closer.join(10)
+    assert not closer.is_alive()

@@ -101,3 +101,33 @@ def test_demo_registry_is_loaded_from_settings(make_core):
     core = make_core(demo_registry=Settings().demo_registry)
     assert [i.registry for i in core.list_registries()] == [DEMO_REGISTRY]
     assert core.shortlist(ShortlistRequest(DEMO_REGISTRY, "weather in Paris")).k >= 1
+
+
+def test_close_waits_for_a_feedback_compaction_then_closes_the_log(make_core, monkeypatch):
+    """A compaction started by feedback must not outlive the core (it would log to streams a
+    test or the server has closed): close() joins it, starts no more and closes the log."""
+    import threading
+
+    from registry.feedback import LocalFeedbackLog
+    from tests.feedback_helpers import assert_close_waits
+
+    core = make_core(feedback_compact_events=1, feedback_compact_interval_seconds=0)
+    log = core.feedback_recorder.log
+    assert isinstance(log, LocalFeedbackLog)
+    started, release = threading.Event(), threading.Event()
+
+    def slow_checkpoint() -> bool:  # the learner's save before a compaction, held up
+        started.set()
+        release.wait(10)
+        return True
+
+    monkeypatch.setattr(core.feedback_recorder, "before_compact", slow_checkpoint)
+    core.put_registry("tools", weather_tools())
+    for _ in range(2):  # the second event passes the threshold of one: a compaction starts
+        result = core.shortlist(ShortlistRequest("tools", "weather in Paris"))
+        recorded = core.feedback(result.shortlist_id, ["get_weather"])
+    assert_close_waits(core.close, started, release)
+    assert core.feedback_recorder.compactions == 1
+    assert not core.feedback_recorder.maybe_compact(wait=True)  # none after close
+    with pytest.raises(ValueError, match="closed"):
+        log.append(recorded.event)

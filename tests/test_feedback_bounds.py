@@ -99,6 +99,7 @@ def _large_events_then_a_late_one(tmp_path: Path, compact_after_bytes: int) -> t
         time.sleep(0.05)
     kept = log.pending_events()
     counted = int(rec.efficiency.report("r")["events"])
+    rec.close()  # joins a compaction still running (it would log after the test)
     log.close()
     return young, kept, counted
 
@@ -126,6 +127,7 @@ def test_the_redis_stream_reports_its_bytes(redis_server, redis_prefix) -> None:
         submit_served(rec, f"big{i}", calls=1_400)
     assert log.pending_events() == 5
     assert log.pending_bytes() > small + 4 * 40_000 > 100_000
+    rec.close()
     assert rec.compactions >= 1  # the byte threshold started one (nothing old enough to fold)
 
 

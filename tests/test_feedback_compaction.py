@@ -21,7 +21,7 @@ from registry.feedback import (
     ToolCall,
     ToolEfficiency,
 )
-from tests.feedback_helpers import clocked_recorder, submit_served
+from tests.feedback_helpers import assert_close_waits, clocked_recorder, submit_served
 from tests.test_feedback import make_event
 
 
@@ -216,6 +216,7 @@ def test_recorder_compacts_past_the_threshold_and_restores_the_same_report(tmp_p
         time.sleep(0.05)
     assert rec.compactions >= 1 and log.pending_events() < 31
     report = rec.efficiency.report("r")
+    rec.close()
     log.close()
     again = clocked_recorder(ShortlistMemory(), LocalFeedbackLog.in_data_dir(tmp_path), lambda: now[0])
     again.restore()
@@ -324,3 +325,29 @@ def test_one_compaction_at_a_time(redis_client, redis_prefix) -> None:
     assert log.compact(time.time() + 1) == 0 and log.pending_events() == 5
     redis_client.delete(log.lock_key)
     assert log.compact(time.time() + 1) == 5 and log.pending_events() == 0
+
+
+def test_closing_the_recorder_waits_for_its_compaction_and_starts_no_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = LocalFeedbackLog.in_data_dir(tmp_path)
+    started, release = threading.Event(), threading.Event()
+    compact = log.compact
+
+    def slow_compact(cutoff: float) -> int:
+        started.set()
+        release.wait(10)
+        return compact(cutoff)
+
+    monkeypatch.setattr(log, "compact", slow_compact)
+    rec = clocked_recorder(ShortlistMemory(), log, time.time, compact_after_events=1,
+                           min_compact_interval_seconds=0)
+    submit_served(rec, "s0")
+    submit_served(rec, "s1")  # past the threshold: a compaction starts on its own thread
+    assert_close_waits(rec.close, started, release)
+    assert rec.compactions == 1
+    assert not any(t.name == "feedback-compaction" and t.is_alive() for t in threading.enumerate())
+    submit_served(rec, "s2")  # still accepted, never compacted again
+    assert not rec.maybe_compact(wait=True) and rec.compactions == 1
+    rec.close()  # idempotent
+    log.close()

@@ -78,6 +78,8 @@ class FeedbackRecorder:
         # resync never counts one of this process's events twice (or misses one).
         self._count_lock = threading.Lock()
         self._compacting = threading.Lock()
+        self._compactor: threading.Thread | None = None  # the last background compaction
+        self._closed = False
         self._last_compact = -math.inf
         self.compactions = 0
         # (when, what) lost remembered shortlists: a restart without a graceful shutdown, a
@@ -224,7 +226,7 @@ class FeedbackRecorder:
             Whether a compaction was started.
         """
         log = self.log
-        if not isinstance(log, CompactableFeedbackLog):
+        if self._closed or not isinstance(log, CompactableFeedbackLog):
             return False
         now = time.monotonic()
         if now - self._last_compact < self.min_compact_interval_seconds:
@@ -243,8 +245,27 @@ class FeedbackRecorder:
         if wait:
             self._compact_now()
         else:
-            threading.Thread(target=self._compact_now, name="feedback-compaction", daemon=True).start()
+            self._compactor = threading.Thread(
+                target=self._compact_now, name="feedback-compaction", daemon=True
+            )
+            self._compactor.start()
         return True
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Wait for a running compaction and start no more (at shutdown, before the log and the
+        store it writes to are closed); idempotent.
+
+        Holding the compaction lock from here on keeps :meth:`maybe_compact` from starting one,
+        so no compaction thread outlives the service and logs after its streams are closed.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if not self._compacting.acquire(timeout=timeout):
+            logger.warning("feedback compaction still running after %.0f s at shutdown", timeout)
+        compactor = self._compactor
+        if compactor is not None:
+            compactor.join(timeout)
 
     def _compact_now(self) -> None:
         try:
