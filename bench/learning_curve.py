@@ -128,6 +128,7 @@ def evaluate(
         "seen_n": split["seen"][0],
         "unseen_n": split["unseen"][0],
         "profile_weight": profile_weight(core, registry),
+        "similarity": memory_similarity(core, registry),
     }
 
 
@@ -136,6 +137,14 @@ def profile_weight(core: Any, registry: str) -> float:
     if hasattr(core, "profile_weight"):
         return float(core.profile_weight(registry))
     return float(core.learning.memory.weight(registry))
+
+
+def memory_similarity(core: Any, registry: str) -> float | None:
+    """The usage memory's neighbourhood for the registry (fitted by a refit, else the setting)."""
+    if hasattr(core, "memory_similarity"):
+        return core.memory_similarity(registry)  # type: ignore[no-any-return]
+    learning = getattr(core, "learning", None)
+    return None if learning is None else float(learning.memory.similarity(registry))
 
 
 def stream(

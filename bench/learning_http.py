@@ -72,6 +72,10 @@ class HttpCore:
     def profile_weight(self, registry: str) -> float:
         return float(self._ok(self.client.get(f"/registries/{registry}/learning"))["profile_weight"])
 
+    def memory_similarity(self, registry: str) -> float | None:
+        value = self._ok(self.client.get(f"/registries/{registry}/learning")).get("similarity")
+        return None if value is None else float(value)
+
     def shortlist(self, request: ShortlistRequest, caller: str | None = None) -> _Result:
         body: dict[str, Any] = {"registry": request.registry, "query": request.query}
         if request.k is not None:

@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -238,11 +239,12 @@ class Shortlister:
         if runner is None:
             return self.learning.fit_profile_weight(snap, events)
 
-        def ranked(text: str) -> tuple[tuple[str, ...], Any]:
+        def ranked(text: str, usage: Any = runner.usage) -> tuple[tuple[str, ...], Any]:
             return base_ranking(snap, text, FEATURE_WINDOW, scorer=self.settings.default_scorer,
-                                embedder=runner.embedder, usage=runner.usage)
+                                embedder=runner.embedder, usage=usage)
 
-        return self.learning.fit_profile_weight(snap, events, ranked)
+        plain = partial(ranked, usage=None)  # the memory's neighbourhood is fitted on the base scorer
+        return self.learning.fit_profile_weight(snap, events, ranked, plain_ranking=plain)
 
     def _replay(self, registry: str) -> Replay | None:
         """A refit's events ranked again as ``registry`` is served now (None: not loaded)."""

@@ -269,6 +269,15 @@ class LearningReport(BaseModel):
     profile_fit: dict[str, Any] | None = Field(
         description="How that weight was chosen (held-out events, reciprocal rank per weight, gain)."
     )
+    similarity: float = Field(
+        description="Cosine from which a past request lifts its tools for a new one (the usage "
+        "memory's neighbourhood): fitted by the last refit on this registry's feedback, else "
+        "SHORTLIST_LEARNING_SIMILARITY; 0.99 recalls a request's repeats only."
+    )
+    similarity_fitted: bool = Field(description="A refit fitted it (false: the setting applies).")
+    similarity_fit: dict[str, Any] | None = Field(
+        description="How it was chosen (held-out new phrasings, reciprocal rank per cosine, gain)."
+    )
     tools_with_profile: int
     profiles: list[ToolProfile] = Field(description="Each tool's evidence (the 1000 with most).")
     tools_with_memory: int

@@ -104,3 +104,36 @@ def test_two_replicas_serve_the_profile_weight_a_refit_fitted(
     finally:
         a.close()
         b.close()
+
+
+def test_two_replicas_serve_the_neighbourhood_a_refit_fitted(
+    settings, bor_policy, redis_server, redis_prefix, tmp_path, monkeypatch
+):
+    """A refit on one replica fits the usage memory's neighbourhood; the other applies the same
+    one (the control record in Redis), so both lift the same tools for a new phrasing."""
+    from registry.learning import learner as learner_module
+
+    monkeypatch.setattr(learner_module, "fit_similarity", lambda *args, **kwargs: (0.99, {"reason": "repeats only"}))
+    a = core(settings, bor_policy, redis_server.url, redis_prefix, tmp_path / "a")
+    b = core(settings, bor_policy, redis_server.url, redis_prefix, tmp_path / "b")
+    try:
+        a.put_registry("w", TOOLS)
+        eventually(lambda: b.engine is not None and b.engine.has_registry("w"))
+        for i in range(60):
+            sl = a.shortlist(ShortlistRequest("w", f"forecast for {CITIES[i % len(CITIES)]} number {i}"))
+            a.feedback(sl.shortlist_id, ["weather_forecast"], success=True, caller=f"c{i % 10}")
+        assert b.learning.memory.similarity("w") == 0.5  # the setting (KNOBS)
+        job = a.policies.refit("w")
+        assert job.estimate["profile"]["neighbourhood"]["similarity"] == 0.99, job
+        eventually(lambda: b.learning.memory.similarity("w") == 0.99)
+        assert b.learning_report("w")["similarity_fit"] == {"reason": "repeats only"}
+        eventually(lambda: b.learning_report("w")["events"] == a.learning_report("w")["events"])
+
+        def scores(c: Shortlister) -> list[tuple[str, float]]:
+            result = c.shortlist(ShortlistRequest("w", "forecast for paris next week", k=4))
+            return [(t.name, round(t.score, 4)) for t in result.tools]
+
+        eventually(lambda: scores(a) == scores(b))
+    finally:
+        a.close()
+        b.close()

@@ -154,9 +154,9 @@ def test_the_profile_weight_is_fitted_on_the_ranking_a_new_phrasing_meets(make_c
     seen: list = []
     real = core.learning.fit_profile_weight
 
-    def spy(snap, events, base_ranking=None):
+    def spy(snap, events, base_ranking=None, **kwargs):
         seen.append(base_ranking)
-        return real(snap, events, base_ranking)
+        return real(snap, events, base_ranking, **kwargs)
 
     monkeypatch.setattr(core.learning, "fit_profile_weight", spy)
     for i in range(120):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -28,6 +28,7 @@ from registry.errors import ShortlistError
 from registry.feedback import FeedbackEvent
 from registry.index.snapshot import Snapshot
 from registry.learning.evidence import evidence_config
+from registry.learning.neighbourhood import Ranked, event_rankings, fit_similarity
 from registry.learning.persist import Control, LearningStore
 from registry.learning.profiles import ProfileConfig, fit_weight
 from registry.learning.usage import UsageConfig, UsageEvent, UsageMemory
@@ -150,6 +151,7 @@ class UsageLearner:
             self._apply_wipe(registry, control.wiped_at)
         if control is not None:
             self.memory.set_weight(registry, control.profile_weight)
+            self.memory.set_similarity(registry, control.similarity)
 
     def close(self) -> None:
         """Stop the thread and save what changed."""
@@ -283,14 +285,24 @@ class UsageLearner:
         self._controls = {**self._controls, registry: control}
         self.memory.set_weight(registry, weight)
 
+    def set_similarity(self, registry: str, similarity: float | None, fit: dict[str, Any]) -> None:
+        """Ship a fitted memory neighbourhood for ``registry`` (a refit), on every replica."""
+        control = replace(self._control(registry), similarity=similarity, similarity_fit=fit)
+        self.store.set_control(registry, control)
+        self._controls = {**self._controls, registry: control}
+        self.memory.set_similarity(registry, similarity)
+
     def fit_profile_weight(
         self, snap: Snapshot, events: Iterable[FeedbackEvent],
-        base_ranking: Callable[[str], tuple[Sequence[str], np.ndarray]] | None = None,
+        base_ranking: Ranked | None = None, *, plain_ranking: Ranked | None = None,
     ) -> dict[str, Any]:
-        """Fit ``snap``'s registry's profile fusion weight on its logged events (the most recent
-        :data:`FIT_EVENTS`) and ship it on every replica when the guard passes; the fit report.
-        ``base_ranking``: each request's ranking before the profiles, as a new phrasing meets it
-        (:func:`registry.serving.replay.base_ranking`); None: the logged ranking and scores."""
+        """Fit ``snap``'s registry's memory neighbourhood (with ``plain_ranking``: each request's
+        ranking by the base scorer alone; :mod:`registry.learning.neighbourhood`), then its
+        profile fusion weight, on its logged events (the most recent :data:`FIT_EVENTS`), and
+        ship each on every replica when its guard passes; the fit report (the neighbourhood's
+        under ``"neighbourhood"``). ``base_ranking``: each request's ranking before the
+        profiles, as a new phrasing meets it (:func:`registry.serving.replay.base_ranking`, read
+        after the neighbourhood shipped); None: the logged ranking and scores."""
         registry = snap.registry
         rows = [e for e in events if e.registry == registry and e.query and e.used][-FIT_EVENTS:]
         ids = snap.by_name
@@ -299,29 +311,34 @@ class UsageLearner:
         if not self.attached or len(rows) < cfg.min_fit_events:
             fit = {"events": len(rows), "reason": f"{len(rows)} events; fitting a weight needs {cfg.min_fit_events}"}
             weight = 0.0
+            hood: dict[str, Any] | None = None
         else:
             vecs = np.stack([np.asarray(self.memory.embed(e.query), np.float32) for e in rows])
-            cands: list[np.ndarray] = []
-            base: list[np.ndarray] = []
-            for e in rows:
-                ranked = base_ranking(e.query) if base_ranking is not None else None
-                order = ranked[0] if ranked is not None else (e.ranking or e.shown)
-                names = [n for n in order if n in ids][: cfg.candidates]
-                cands.append(np.array([ids[n] for n in names], np.int64))
-                logged = ranked[1] if ranked is not None else e.scores
-                scores = np.asarray(logged, np.float32)[: len(names)]
-                if len(scores) < len(names):  # no logged scores: dense cosines stand in
-                    scores = snap.dense.scores_for(vecs[len(base)], cands[-1])
-                base.append(scores)
+            used = [[ids[u] for u in e.used if u in ids] for e in rows]
+            common: dict[str, Any] = {"keys": [e.query for e in rows], "received": [e.received for e in rows]}
+            hood = None if plain_ranking is None else self._fit_similarity(
+                snap, rows, vecs, used, cfg, plain_ranking, common)
+            cands, base = event_rankings(snap, rows, vecs, cfg.candidates, base_ranking)
             weight, fit = fit_weight(
-                vecs, [[ids[u] for u in e.used if u in ids] for e in rows], [e.caller for e in rows],
-                snap.dense.embeddings, cfg, candidates=cands, base_scores=base,
-                keys=[e.query for e in rows], received=[e.received for e in rows],
-                shown=[[ids[n] for n in e.shown if n in ids] for e in rows],
+                vecs, used, [e.caller for e in rows], snap.dense.embeddings, cfg, candidates=cands,
+                base_scores=base, shown=[[ids[n] for n in e.shown if n in ids] for e in rows], **common,
             )
         if weight != self.memory.weight(registry) or fit.get("reason") == "shipped":
             self.set_profile_weight(registry, weight, fit)
-        return {**fit, "weight": weight}
+        out = {**fit, "weight": weight}
+        return out if hood is None else {**out, "neighbourhood": hood}
+
+    def _fit_similarity(
+        self, snap: Snapshot, rows: list[FeedbackEvent], vecs: np.ndarray, used: list[list[int]],
+        cfg: ProfileConfig, plain: Ranked, common: dict[str, Any],
+    ) -> dict[str, Any]:
+        mem = self.memory.config
+        cands, base = event_rankings(snap, rows, vecs, cfg.candidates, plain)
+        tau, fit = fit_similarity(vecs, used, [e.caller for e in rows], cfg, candidates=cands, base_scores=base,
+                                  beta=mem.beta, n0=mem.n0, **common)
+        if tau is not None:
+            self.set_similarity(snap.registry, tau, fit)
+        return {**fit, "similarity": self.memory.similarity(snap.registry)}
 
     def _apply_controls(self) -> None:
         for registry, control in self._controls.items():
@@ -329,6 +346,7 @@ class UsageLearner:
                 self._apply_wipe(registry, control.wiped_at)
             if self.memory.weight(registry) != control.profile_weight:
                 self.memory.set_weight(registry, control.profile_weight)
+            self.memory.set_similarity(registry, control.similarity)
 
     def _apply_wipe(self, registry: str, at: float) -> None:
         if at > self._wiped_at(registry):
@@ -356,6 +374,7 @@ class UsageLearner:
         """The registry report's ``learning`` section."""
         return {
             "profile_fit": self._control(registry).profile_fit,
+            "similarity_fit": self._control(registry).similarity_fit,
             "enabled": self.enabled(registry),
             "global_enabled": bool(self.settings.learning),
             "registry_enabled": self._control(registry).enabled,

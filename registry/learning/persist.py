@@ -5,8 +5,9 @@ Two things per registry:
 * the usage-memory state, one blob (``UsageMemory.state_bytes``): written by every replica now
   and then (they fold the same events, so the blobs agree up to the order events arrived in);
 * its control record ``{"enabled": bool, "wiped_at": epoch seconds, "profile_weight": float,
-  "profile_fit": {...}}``: small, read by every replica on each sync tick, so a switch-off, a
-  wipe or a newly fitted profile weight reaches all of them.
+  "profile_fit": {...}, "similarity": float | null, "similarity_fit": {...}}``: small, read by
+  every replica on each sync tick, so a switch-off, a wipe or a newly fitted profile weight or
+  memory neighbourhood reaches all of them.
 
 Local layout: ``<data_dir>/learning/<registry>.usage.npz`` and ``<data_dir>/learning/control.json``.
 Redis: ``<prefix>usage:<registry>`` (string) and ``<prefix>learning:control`` (hash registry -> JSON).
@@ -36,20 +37,25 @@ class Control:
     wiped_at: float = 0.0
     profile_weight: float = 0.0  # the usage profiles' fitted fusion weight (a refit sets it)
     profile_fit: dict[str, Any] | None = None  # how that weight was chosen
+    similarity: float | None = None  # the usage memory's fitted neighbourhood (None: the setting)
+    similarity_fit: dict[str, Any] | None = None  # how it was chosen
 
     def to_json(self) -> str:
         return json.dumps({"enabled": self.enabled, "wiped_at": self.wiped_at,
-                           "profile_weight": self.profile_weight, "profile_fit": self.profile_fit})
+                           "profile_weight": self.profile_weight, "profile_fit": self.profile_fit,
+                           "similarity": self.similarity, "similarity_fit": self.similarity_fit})
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Control:
         doc = json.loads(raw)
-        fit = doc.get("profile_fit")
+        fit, sim_fit, sim = doc.get("profile_fit"), doc.get("similarity_fit"), doc.get("similarity")
         return cls(
             enabled=bool(doc.get("enabled", True)),
             wiped_at=float(doc.get("wiped_at", 0.0)),
             profile_weight=float(doc.get("profile_weight", 0.0)),
             profile_fit=fit if isinstance(fit, dict) else None,
+            similarity=float(sim) if isinstance(sim, (int, float)) else None,
+            similarity_fit=sim_fit if isinstance(sim_fit, dict) else None,
         )
 
 

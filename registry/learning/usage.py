@@ -15,12 +15,15 @@ tool of an event::
 At query time only the ``candidates`` best tools of the base ranking can be lifted (usage alone
 never brings in a tool the query does not match), by::
 
-    k_i     = clip((cos(q, v_i) - similarity) / (1 - similarity), 0, 1)   per memory entry i
+    k_i     = clip((cos(q, v_i) - tau) / (1 - tau), 0, 1)                 per memory entry i
     e_t     = sum over t's entries of max(count_i, 0) * k_i               local evidence
     lift_t  = beta * e_t / (sum over candidates of e + n0)                a share, damped by n0
 
 so a tool gains at most ``beta`` and only as far as past queries close to this one used it
-rather than the other candidates; one stray event weighs ``1 / (1 + n0)`` of that.
+rather than the other candidates; one stray event weighs ``1 / (1 + n0)`` of that. ``tau`` is
+the registry's neighbourhood: ``similarity`` until a refit fits one on the registry's own
+feedback (:mod:`registry.learning.neighbourhood`; 0.99 when neighbours name other tools: then
+only repeats are recalled).
 
 Each event's evidence is weighted by the one evidence rule (:mod:`registry.learning.evidence`:
 a per-caller rate per minute, decay per caller and tool, a soft share across callers), and the
@@ -68,6 +71,7 @@ class UsageMemory:
         self.config = config or UsageConfig()
         self._registries: dict[str, RegistryMemory] = {}
         self._weights: dict[str, float] = {}
+        self._similarity: dict[str, float] = {}  # fitted neighbourhoods (else config.similarity)
         self._lock = threading.RLock()
 
     # -- writes ---------------------------------------------------------------------------------
@@ -217,12 +221,14 @@ class UsageMemory:
         with self._lock:
             self._registries[registry] = RegistryMemory(wiped_at=float(at), counter=EvidenceCounter(self.config.evidence))
             self._weights.pop(registry, None)
+            self._similarity.pop(registry, None)
 
     def forget(self, registry: str) -> None:
         """Drop ``registry`` from memory entirely (it was deleted)."""
         with self._lock:
             self._registries.pop(registry, None)
             self._weights.pop(registry, None)
+            self._similarity.pop(registry, None)
 
     def registries(self) -> list[str]:
         with self._lock:
@@ -245,7 +251,8 @@ class UsageMemory:
         reg = self._registries.get(registry)
         if reg is None or not reg.tools or not len(out):
             return out
-        evidence = self.evidence(reg, query, names[: self.config.candidates], exclude_repeats)
+        evidence = self.evidence(reg, query, names[: self.config.candidates], exclude_repeats,
+                                 self.similarity(registry))
         total = float(evidence.sum())
         if total > 0:
             cfg = self.config
@@ -253,15 +260,17 @@ class UsageMemory:
         return out
 
     def evidence(
-        self, reg: RegistryMemory, query: np.ndarray, names: Sequence[str], exclude_repeats: bool = False
+        self, reg: RegistryMemory, query: np.ndarray, names: Sequence[str], exclude_repeats: bool = False,
+        similarity: float | None = None,
     ) -> np.ndarray:
         """Local evidence ``e_t`` of each of ``names`` for ``query`` (``exclude_repeats``: entries
-        at or above the dedupe cosine, the query's own repeats, count nothing).
+        at or above the dedupe cosine, the query's own repeats, count nothing; ``similarity``:
+        the neighbourhood ``tau``, by default the configured one).
 
         ``sum_i c_i * max(s_i - tau, 0) / (1 - tau)`` is computed as
         ``(c . max(s, tau) - tau * sum(c)) / (1 - tau)``: three numpy calls per tool.
         """
-        tau = self.config.similarity
+        tau = self.config.similarity if similarity is None else similarity
         tools = reg.tools
         out = np.zeros(len(names), dtype=np.float32)
         for i, name in enumerate(names):
@@ -317,6 +326,20 @@ class UsageMemory:
     def weight(self, registry: str) -> float:
         return self._weights.get(registry, 0.0)
 
+    def set_similarity(self, registry: str, similarity: float | None) -> None:
+        """The registry's fitted neighbourhood ``tau`` (:mod:`registry.learning.neighbourhood`;
+        None: the configured one)."""
+        with self._lock:
+            if similarity is None:
+                self._similarity.pop(registry, None)
+            else:
+                self._similarity[registry] = float(similarity)
+
+    def similarity(self, registry: str) -> float:
+        """The neighbourhood ``tau`` the registry's memory lifts from."""
+        return self._similarity.get(registry, self.config.similarity)
+
+
     def rerank(
         self,
         registry: str,
@@ -350,6 +373,8 @@ class UsageMemory:
             ranked = sorted(reg.profile_mass.items(), key=lambda kv: (-kv[1], kv[0]))
             return {
                 "profile_weight": self._weights.get(registry, 0.0),
+                "similarity": self.similarity(registry),
+                "similarity_fitted": registry in self._similarity,
                 "profiles": [
                     {"tool": t, "evidence": round(m, 3), "shrink": round(m / (m + self.config.profile_n0), 3)}
                     for t, m in ranked[:REPORT_TOOLS]
