@@ -244,3 +244,38 @@ def test_a_tool_passed_over_again_and_again_is_no_longer_held_above():
     restored.set_weight("r", 1.0)
     memory = restored
     assert order() == [0, 9]
+
+
+def test_the_bound_resamples_requests_not_their_repeats():
+    """BFCL's stream repeats each request about ten times: ten events of one lucky request and
+    none worse among 64 requests is one request's evidence, not ten events'."""
+    from registry.learning.profiles import request_bound
+
+    groups = [f"request {i // 10}" for i in range(640)]
+    gains = np.zeros(640)
+    gains[:10] = 0.5  # every repeat of request 0 gains
+    lower, changed = request_bound(gains, groups, 0.9)
+    assert changed == 1 and lower == 0.0
+    events_lower, _ = request_bound(gains, [f"event {i}" for i in range(640)], 0.9)
+    assert events_lower > 0  # what a bootstrap over events said
+    gains[:200] = 0.5  # 20 requests gain: a real effect
+    lower, changed = request_bound(gains, groups, 0.9)
+    assert changed == 20 and lower > 0.1
+    assert request_bound(np.array([1.0, 1.0, 3.0]), ["a", "a", "b"], 0.5)[1] == 2
+
+
+def test_a_weight_resting_on_too_few_requests_is_refused():
+    """The same fit that ships with ``min_changed`` at most the requests it changes is refused
+    with one more: however large the gain, it must rest on that many held-out requests."""
+    from dataclasses import replace
+
+    rng = np.random.default_rng(0)
+    asked, described = _needs(rng, 20)
+    q, used = _requests(rng, asked, 400)
+    args = (q, used, [f"a{i % 10}" for i in range(400)], described)
+    keys = [f"request {i}" for i in range(400)]
+    weight, report = fit_weight(*args, ProfileConfig(), keys=keys)
+    assert weight > 0 and report["changed_requests"] >= 5
+    strict = replace(ProfileConfig(), min_changed=report["changed_requests"] + 1)
+    weight, report = fit_weight(*args, strict, keys=keys)
+    assert weight == 0.0 and "rests on" in report["reason"]

@@ -26,7 +26,9 @@ tools (two tools that compute the same thing).
 Guard. A ``tau`` whose mean reciprocal rank on held-out events of *unseen* tools (no evidence
 in the fitting part) is below the reference's is never chosen: a neighbour's tool can only push
 such a request's tool down. The best remaining ``tau`` ships when the bootstrap lower bound
-(``confidence``) of its gain over the reference is above ``margin``; otherwise the reference
+(``confidence``, resampling held-out requests:
+:func:`registry.learning.profiles.request_bound`) of its gain over the reference is above
+``margin`` and the rank changes for at least ``min_changed`` held-out requests; otherwise the
 ships: the memory then recalls repeats and leaves new phrasings to the usage profiles. With too
 few events nothing is fitted (the registry keeps its neighbourhood).
 """
@@ -40,7 +42,7 @@ import numpy as np
 
 from registry.feedback import FeedbackEvent
 from registry.index.snapshot import Snapshot
-from registry.learning.profiles import BOOTSTRAP, ProfileConfig, event_weights, held_out
+from registry.learning.profiles import ProfileConfig, event_weights, held_out, request_bound
 
 __all__ = ["REPEATS", "SIMILARITY_GRID", "Ranked", "event_rankings", "fit_similarity", "memory_lift"]
 
@@ -112,6 +114,7 @@ def fit_similarity(
     table: list[np.ndarray] = []
     event_w: list[float] = []
     unseen: list[bool] = []
+    groups: list[str] = []
     for i in (int(j) for j in np.flatnonzero(held)):
         used = {t for t, w in weights[i].items() if w > 0}
         cand = np.asarray(candidates[i])[: cfg.candidates]
@@ -129,6 +132,7 @@ def fit_similarity(
         table.append(np.array(rr))
         event_w.append(max(weights[i].values()))
         unseen.append(not any(t in by_tool for t in used))
+        groups.append(" ".join(keys[i].lower().split()))
     if len(table) < cfg.min_fit_events // 3:
         return None, {**report, "reason": f"{len(table)} held-out events rank a used tool among the candidates"}
     scores = np.stack(table)
@@ -143,11 +147,11 @@ def fit_similarity(
         report["unseen_mrr_by_similarity"] = {str(t): round(float(m), 4) for t, m in zip(taus, fresh_means, strict=True)}
     best = int(np.argmax(np.where(allowed, means, -np.inf)))
     gains = (scores[:, best] - scores[:, 0]) * ew / ew.mean()
-    rng = np.random.default_rng(0)
-    lower = float(np.quantile(gains[rng.integers(0, len(gains), size=(BOOTSTRAP, len(gains)))].mean(axis=1),
-                              1 - cfg.confidence))
+    lower, changed = request_bound(gains, groups, cfg.confidence)
     report.update({
         "scored_events": len(table),
+        "held_out_requests": len(set(groups)),
+        "changed_requests": changed,
         "mrr_by_similarity": {str(t): round(float(m), 4) for t, m in zip(taus, means, strict=True)},
         "best_similarity": float(taus[best]),
         "gain": round(float(gains.mean()), 5),
@@ -156,6 +160,9 @@ def fit_similarity(
     if best == 0 or not lower > cfg.margin:
         return REPEATS, {**report, "reason": f"repeats only: lower bound {lower:+.4f} of the gain of "
                                f"cosine {taus[best]:g} is not above {cfg.margin:g}"}
+    if changed < cfg.min_changed:
+        return REPEATS, {**report, "reason": f"repeats only: the gain of cosine {taus[best]:g} rests on "
+                               f"{changed} held-out requests; shipping needs {cfg.min_changed}"}
     return float(taus[best]), {**report, "reason": "shipped"}
 
 

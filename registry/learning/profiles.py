@@ -37,7 +37,9 @@ profiles are built from 70% (split by a hash of the request text, so every held-
 is a new phrasing, never a repeat a memory would recall), every weight of ``WEIGHT_GRID`` is
 replayed on the other 30% (the used tool's reciprocal rank among the candidates, events
 weighted by the same evidence rule), and the best weight ships only when the bootstrap lower
-bound of its gain over weight 0 is above ``margin``; else the weight is 0 (no lift). Weights
+bound of its gain over weight 0, resampling held-out *requests* (:func:`request_bound`), is
+above ``margin`` and its rank changes for at least ``min_changed`` held-out requests; else the
+weight is 0 (no lift). Weights
 whose mean reciprocal rank on the held-out events of tools *without a profile* in the fitting
 part (unseen tools) is below weight 0's are never chosen: the gain on seen tools must not be
 bought with requests for tools nobody has used yet.
@@ -66,6 +68,7 @@ __all__ = [
     "fit_weight",
     "fused_scores",
     "profile_lift",
+    "request_bound",
 ]
 
 WEIGHT_GRID = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)
@@ -114,6 +117,7 @@ class ProfileConfig:
     margin: float = 0.0
     confidence: float = 0.9
     min_fit_events: int = 50
+    min_changed: int = 5  # a fitted value ships only when at least this many held-out requests change
     unseen_guard: float = 1.0  # 1: a lift never passes a candidate without a profile ranked above
     center: float = 0.0  # 1: cosines about the registry's mean request (module doc)
 
@@ -303,6 +307,7 @@ def fit_weight(
     rows: list[np.ndarray] = []  # per held-out event: reciprocal rank of the used tool per weight
     event_w: list[float] = []
     unseen: list[bool] = []  # its used tools have no profile in the fitting part
+    groups: list[str] = []  # its request (the bootstrap resamples requests)
     for i in (int(j) for j in np.flatnonzero(held)):
         used = {t for t, w in weights[i].items() if w > 0}
         if not used:
@@ -324,6 +329,7 @@ def fit_weight(
         rows.append(np.array(rr))
         event_w.append(max(weights[i].values()))
         unseen.append(not any(t in profiles.index for t in used))
+        groups.append(" ".join(keys[i].lower().split()))
     if len(rows) < cfg.min_fit_events // 3:
         return 0.0, {**report, "reason": f"{len(rows)} held-out events rank a used tool among the candidates"}
     table = np.stack(rows)
@@ -340,11 +346,11 @@ def fit_weight(
         }
     best = int(np.argmax(np.where(allowed, means, -np.inf)))
     gains = (table[:, best] - table[:, 0]) * ew / ew.mean()
-    rng = np.random.default_rng(0)
-    boot = gains[rng.integers(0, len(gains), size=(BOOTSTRAP, len(gains)))].mean(axis=1)
-    lower = float(np.quantile(boot, 1 - cfg.confidence))
+    lower, changed = request_bound(gains, groups, cfg.confidence)
     report.update({
         "scored_events": len(rows),
+        "held_out_requests": len(set(groups)),
+        "changed_requests": changed,
         "mrr_by_weight": {str(w): round(float(m), 4) for w, m in zip(WEIGHT_GRID, means, strict=True)},
         "best_weight": WEIGHT_GRID[best],
         "gain": round(float(gains.mean()), 5),
@@ -352,4 +358,23 @@ def fit_weight(
     })
     if best == 0 or not lower > cfg.margin:
         return 0.0, {**report, "reason": f"lower bound {lower:+.4f} of the gain is not above {cfg.margin:g}"}
+    if changed < cfg.min_changed:
+        return 0.0, {**report, "reason": f"the gain rests on {changed} held-out requests; shipping needs {cfg.min_changed}"}
     return float(WEIGHT_GRID[best]), {**report, "reason": "shipped"}
+
+
+def request_bound(gains: np.ndarray, groups: Sequence[str], confidence: float) -> tuple[float, int]:
+    """Bootstrap lower bound (one-sided, ``confidence``) of the mean of per-event ``gains``,
+    resampling *requests* (``groups``: each event's request text), not events, and how many
+    requests' summed gain is non-zero. A stream repeats its requests (BFCL's each about ten
+    times) and the events of one request gain or lose together: resampled as independent
+    events, three repeats of one lucky request gave a positive 90% bound (BFCL, 2,000 events:
+    the weight shipped and cost found@1 4 points on new requests)."""
+    index: dict[str, int] = {}
+    g = np.array([index.setdefault(k, len(index)) for k in groups], np.int64)
+    sums = np.bincount(g, weights=gains, minlength=len(index))
+    counts = np.bincount(g, minlength=len(index)).astype(np.float64)
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, len(index), size=(BOOTSTRAP, len(index)))
+    means = sums[idx].sum(axis=1) / np.maximum(counts[idx].sum(axis=1), 1e-12)
+    return float(np.quantile(means, 1 - confidence)), int((np.abs(sums) > 1e-9).sum())
