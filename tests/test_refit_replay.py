@@ -173,3 +173,24 @@ def test_the_profile_weight_is_fitted_on_the_ranking_a_new_phrasing_meets(make_c
     events = list(core.feedback_recorder.log.replay())
     report = real(snap, events, lambda text: (("get_weather", "send_email"), np.array([0.9, 0.8])))
     assert report["weight"] == 0.0 and "rank a used tool" in report["reason"]
+
+
+def test_the_refit_holds_out_requests_not_repeats_of_fitted_ones():
+    """A stream repeats its requests: the refit's held-out part must be requests it did not fit
+    on (split by request text), and its bound resamples requests, not their repeated events."""
+    from registry.learning.refit import _bootstrap_mean
+    from registry.learning.refit_data import LoggedEvent, LoggedEvents
+
+    def event(i: int, text: str) -> LoggedEvent:
+        return LoggedEvent(f"s{i}", np.zeros(3), np.zeros((3, 2)), 0.0, 0.0, 1.0, text)
+
+    data = LoggedEvents(tuple(event(i, f"request {i % 40}") for i in range(400)))
+    fit, held = data.split()
+    assert len(held) and len(fit)
+    assert not {e.request for e in fit.events} & {e.request for e in held.events}
+    assert LoggedEvents((event(0, ""),)).events[0].group == "shortlist:s0"
+    gains = np.zeros(400)
+    gains[[i for i in range(400) if i % 40 == 0]] = 1.0  # every repeat of one request gains
+    groups = [e.group for e in data.events]
+    assert _bootstrap_mean(gains, 0.9)[0] > 0  # over events: ten lucky repeats look like evidence
+    assert _bootstrap_mean(gains, 0.9, groups=groups)[0] == 0.0  # one request of 40 is not

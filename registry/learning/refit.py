@@ -28,8 +28,8 @@ current policy's there, is the candidate.
 
 Guard. Every event is weighted by the evidence rule the usage memory applies
 (:mod:`registry.learning.evidence`: rate-limited events out, a caller's repeated claims decay),
-in the fit and in the held-out estimate alike. On the held-out part (30%, split by shortlist
-id) the bootstrap lower bound of the weighted mean gain at ``confidence`` must be above
+in the fit and in the held-out estimate alike. On the held-out part (30%, split by request
+text, resampling requests) the bootstrap lower bound of the weighted mean gain at ``confidence`` must be above
 ``margin``, the candidate's found rate must not be below the current one's, and a candidate
 whose mean K grows past ``max_mean_k`` times the current one must find more than fixed top-K
 does at its own mean K (extra depth must pay for itself on the fixed-K curve). Otherwise the
@@ -187,13 +187,21 @@ def event_gains(cand: np.ndarray, cur: np.ndarray, ranks: np.ndarray, slope: flo
 
 
 def _bootstrap_mean(
-    values: np.ndarray, confidence: float, weights: np.ndarray | None = None, seed: int = 0
+    values: np.ndarray, confidence: float, weights: np.ndarray | None = None, seed: int = 0,
+    groups: list[str] | None = None,
 ) -> tuple[float, float]:
-    """Bootstrap ``(lower, upper)`` bounds of the (weighted) mean at ``confidence`` (one-sided each)."""
+    """Bootstrap ``(lower, upper)`` bounds of the (weighted) mean at ``confidence`` (one-sided
+    each), resampling ``groups`` (the events' requests: repeats of one request rise and fall
+    together) or, without them, events."""
     rng = np.random.default_rng(seed)
     w = np.ones(len(values)) if weights is None else weights
-    idx = rng.integers(0, len(values), size=(BOOTSTRAP, len(values)))
-    means = (values[idx] * w[idx]).sum(axis=1) / np.maximum(w[idx].sum(axis=1), 1e-12)
+    index: dict[str, int] = {}
+    g = np.arange(len(values)) if groups is None else np.array([index.setdefault(k, len(index)) for k in groups])
+    n = int(g.max()) + 1 if len(g) else 0
+    sums = np.bincount(g, weights=values * w, minlength=n)
+    mass = np.bincount(g, weights=w, minlength=n)
+    idx = rng.integers(0, n, size=(BOOTSTRAP, n))
+    means = sums[idx].sum(axis=1) / np.maximum(mass[idx].sum(axis=1), 1e-12)
     return float(np.quantile(means, 1 - confidence)), float(np.quantile(means, confidence))
 
 
@@ -257,7 +265,7 @@ def refit(
     held_w = held.weights()
     gains = event_gains(cand_d, cur_d, ranks, slope)
     point = float(held_w @ gains / held_w.sum())
-    lower, upper = _bootstrap_mean(gains, confidence, held_w)
+    lower, upper = _bootstrap_mean(gains, confidence, held_w, groups=[e.group for e in held.events])
     fixed = fixed_found_at(ranks, held_w, cand.mean_k)
     estimate = {
         "events": len(data),

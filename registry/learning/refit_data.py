@@ -52,6 +52,12 @@ class LoggedEvent:
     bias: float
     rank: float  # 0-based position by which every used tool is ranked; inf: past the ranking
     weight: float = 1.0  # the evidence rule's weight of the event
+    request: str = ""  # its request text, normalised ("": none; the shortlist id stands in)
+
+    @property
+    def group(self) -> str:
+        """What the split and the bootstrap group by: the request (a stream repeats requests)."""
+        return self.request or f"shortlist:{self.shortlist_id}"
 
 
 def needed_rank(order: Sequence[str], used: Iterable[str]) -> int | None:
@@ -123,6 +129,7 @@ class LoggedEvents:
                     float(e.depth_bias or 0.0),
                     math.inf if rank is None else float(rank),
                     max(weights.values(), default=1.0),
+                    " ".join(str(e.query or "").lower().split()),
                 )
             )
         if len(schemas) > 1:  # the policy changed mid-replay: keep the rows of the last schema
@@ -137,11 +144,16 @@ class LoggedEvents:
         return np.array([e.weight for e in self.events], np.float64)
 
     def split(self, share: float = HOLDOUT_SHARE) -> tuple[LoggedEvents, LoggedEvents]:
-        """``(fit, held out)``, by a hash of the shortlist id (stable across refits)."""
+        """``(fit, held out)``, by a hash of the request text (stable across refits): every
+        event of one request falls on one side, so the held-out estimate is measured on requests
+        the rule was not fitted on. Split by shortlist id, a stream that repeats its requests
+        (BFCL's each about ten times) put repeats of the fitted requests in the held-out part:
+        a shallower rule shipped on an estimate of found 0.942 -> 0.960 and lost found on new
+        requests."""
         fit: list[LoggedEvent] = []
         held: list[LoggedEvent] = []
         for e in self.events:
-            h = int.from_bytes(hashlib.sha256(e.shortlist_id.encode()).digest()[:4], "big")
+            h = int.from_bytes(hashlib.sha256(e.group.encode()).digest()[:4], "big")
             (held if h / 2**32 < share else fit).append(e)
         return LoggedEvents(tuple(fit)), LoggedEvents(tuple(held))
 
