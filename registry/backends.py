@@ -1,7 +1,8 @@
 """Every backend a core needs, built from settings in one place: local files, or one Redis.
 
 :func:`build_backends` picks local-vs-Redis once. In Redis mode the registry store, the feedback
-log, the usage-memory store and the policy book share one connection; the remembered shortlists
+log, the usage-memory store, the job records (with the queue of large writes on them) and the
+policy book share one connection; the remembered shortlists
 get a second one with a short timeout, so a Redis that stops answering adds at most that to a
 query before the outage is noticed. :func:`build_learner` and :func:`start_learner` give the
 usage learner its store and, once the engine is loaded, its backlog (local log) or a reader of
@@ -23,6 +24,7 @@ from registry.feedback import (
     ShortlistMemory,
 )
 from registry.index.embed import Embedder
+from registry.jobs import JobRecords, LocalJobRecords, RedisJobRecords
 from registry.learning.learner import UsageLearner
 from registry.learning.manager import PolicyManager, RefitHooks
 from registry.learning.persist import LearningStore, LocalLearningStore, RedisLearningStore
@@ -31,6 +33,7 @@ from registry.settings import Settings
 from registry.store.base import SharedStore, Store
 from registry.store.local import LocalStore
 from registry.writes.engine import ShortlistEngine
+from registry.writes.write_jobs import WriteJobs
 
 __all__ = ["Backends", "HoldsBackWrites", "RedisBacked", "build_backends", "build_learner", "start_learner"]
 
@@ -61,6 +64,8 @@ class Backends:
     shortlists: RememberedShortlists
     feedback_log: FeedbackLog
     learning_store: LearningStore
+    job_records: JobRecords  # durable background jobs (202 uploads, refits): beside the registries
+    write_jobs: WriteJobs  # the queue of large registry writes, on ``job_records``
     redis: Any
     store_health: Any  # registry.store.redis.StoreHealth in Redis mode, else None
 
@@ -93,6 +98,7 @@ def build_backends(settings: Settings, store: Store | None = None) -> Backends:
         client = connect(url)
         health = StoreHealth()  # every Redis call reports to it
         prefix = settings.redis_prefix
+        job_records: JobRecords = RedisJobRecords(client, prefix)
         return Backends(
             store=RedisStore(client, prefix, health),
             shortlists=RedisShortlistMemory(
@@ -100,6 +106,8 @@ def build_backends(settings: Settings, store: Store | None = None) -> Backends:
             ),
             feedback_log=RedisFeedbackLog(client, prefix, health),
             learning_store=RedisLearningStore(client, prefix),
+            job_records=job_records,
+            write_jobs=_write_jobs(settings, job_records),
             redis=client,
             store_health=health,
         )
@@ -109,14 +117,21 @@ def build_backends(settings: Settings, store: Store | None = None) -> Backends:
         learning_store = RedisLearningStore(store.client, settings.redis_prefix)
     else:
         learning_store = LocalLearningStore(settings.data_dir)
+    job_records = LocalJobRecords(settings.data_dir)  # an injected store has no connection to share
     return Backends(
         store=store,
         shortlists=ShortlistMemory(settings.feedback_retention_seconds, settings.max_remembered_shortlists),
         feedback_log=LocalFeedbackLog.in_data_dir(settings.data_dir, archive=settings.feedback_archive),
         learning_store=learning_store,
+        job_records=job_records,
+        write_jobs=_write_jobs(settings, job_records),
         redis=None,
         store_health=None,
     )
+
+
+def _write_jobs(settings: Settings, records: JobRecords) -> WriteJobs:
+    return WriteJobs(records, limit=settings.write_queue_max, lease_seconds=settings.job_lease_seconds)
 
 
 def build_learner(settings: Settings, learning_store: LearningStore, engine_ref: Any) -> UsageLearner:

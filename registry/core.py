@@ -42,7 +42,7 @@ from registry.index.embed import Embedder
 from registry.index.minilm_export import load_minilm
 from registry.index.query_cache import CachedEmbedder
 from registry.index.snapshot import Snapshot
-from registry.jobs import JobRecords, LocalJobRecords, RedisJobRecords
+from registry.jobs import JobRecords
 from registry.learning.learner import UsageLearner
 from registry.learning.manager import RefitHooks
 from registry.learning.refit_data import Replay
@@ -125,15 +125,8 @@ class Shortlister:
         backends = build_backends(settings, store)
         self.store: Store = backends.store
         self.store_health: Any = backends.store_health  # registry.store.redis.StoreHealth in Redis mode
-        # durable background jobs (large uploads answered 202, refits): next to the registries
-        self.job_records: JobRecords = (
-            RedisJobRecords(backends.redis, settings.redis_prefix)
-            if backends.redis is not None and backends.shared
-            else LocalJobRecords(settings.data_dir)
-        )
-        self.write_jobs = WriteJobs(
-            self.job_records, limit=settings.write_queue_max, lease_seconds=settings.job_lease_seconds
-        )
+        self.job_records: JobRecords = backends.job_records
+        self.write_jobs: WriteJobs = backends.write_jobs
         self.window = LiveWindow(settings.live_window_seconds)
         self.query_cache: CachedEmbedder | None = None  # set at load when the cache is on
         self._loading: ShortlistEngine | None = None
