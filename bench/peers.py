@@ -10,8 +10,11 @@ hybrid top-K at our default's mean K (linear between integer K), per metric.
 Per source (the ten sets of ``../shared/data/train`` and the three dev sets, ``--max-queries``
 sampled with seed 0, the same sample as the score tables), every query goes through an
 in-process :class:`registry.writes.engine.ShortlistEngine` built as the service builds it (real
-MiniLM, the ``--policy`` artifact, multi-intent composition on), once with the defaults and
-once per scorer with ``k=20`` (the plain ranking, from which every fixed-K point comes).
+MiniLM, the ``--policy`` artifact, multi-intent composition on; exploration off, so two runs
+serve the same lists), once with the defaults and once per scorer with ``k=20`` (the plain
+ranking, from which every fixed-K point comes). ``--coverage FILE`` / ``--coverage-dir DIR``
+(``DIR/<source>.json``, the held-out models of ``bench/coverage_loso.py``) turn the coverage
+refinement on; ``--dump`` writes each request's lists, the rows that script fits on.
 Printed: any-found (a needed tool shown), recall (share of needed tools shown), all-needed,
 mean K and the definition tokens shown (JSON characters / 4), for our default, each peer and
 the frontier; then the goal checks of issue 19 (multi-tool sources: recall and all-needed
@@ -56,13 +59,18 @@ def _sample(queries: list[Any], n: int | None) -> list[Any]:
     return random.Random(0).sample(queries, n) if n is not None and len(queries) > n else queries
 
 
-def _engine(tools: Any, registry: str, tmp: Path, embedder: Any, policy_dir: Path) -> Any:
+def _engine(
+    tools: Any, registry: str, tmp: Path, embedder: Any, policy_dir: Path, coverage: Path | None = None
+) -> Any:
     from registry.serving.depth_policies import OnnxDepthPolicy
     from registry.settings import Settings
     from registry.store.local import LocalStore
     from registry.writes.engine import ShortlistEngine
 
-    settings = Settings(data_dir=tmp, demo_registry=None, policy_dir=policy_dir)
+    # exploration off: the service serves 5% of adaptive lists 1-3 tools deeper at random (the
+    # learning loop's propensities); a benchmark comparing two configurations must not draw that noise
+    settings = Settings(data_dir=tmp, demo_registry=None, policy_dir=policy_dir, coverage_model=coverage,
+                        explore_share=0.0)
     engine = ShortlistEngine(settings, LocalStore(tmp), embedder, OnnxDepthPolicy.from_dir(policy_dir))
     engine.put_registry(registry, tools)
     return engine
@@ -90,7 +98,10 @@ def _score(slots: Sequence[Slot], gold: set[str], tokens: dict[str, float]) -> d
     }
 
 
-def run_source(directory: Path, embedder: Any, policy_dir: Path, max_queries: int | None) -> dict[str, Any]:
+def run_source(
+    directory: Path, embedder: Any, policy_dir: Path, max_queries: int | None, dump: list[dict[str, Any]] | None = None,
+    coverage: Path | None = None,
+) -> dict[str, Any]:
     from registry.errors import ValidationFailed
     from registry.offline.datasets import load_dataset
 
@@ -104,17 +115,25 @@ def run_source(directory: Path, embedder: Any, policy_dir: Path, max_queries: in
     rejected = 0
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="peers-") as tmp:
-        engine = _engine(tools, registry, Path(tmp), embedder, policy_dir)
+        engine = _engine(tools, registry, Path(tmp), embedder, policy_dir, coverage)
         for q in queries:
             gold = set(q.gold)
             try:
                 answer = engine.shortlist(ShortlistRequest(registry, q.query))
-                lists = {s: _slots(engine.shortlist(ShortlistRequest(registry, q.query, k=DEEP_K, scorer=s)))
-                         for s in SCORER_NAMES}
+                deep = {s: engine.shortlist(ShortlistRequest(registry, q.query, k=DEEP_K, scorer=s))
+                        for s in SCORER_NAMES}
+                lists = {s: _slots(a) for s, a in deep.items()}
             except ValidationFailed:  # a request over max_query_chars: the service's 422
                 rejected += 1
                 continue
             ours.append(_score(_slots(answer), gold, tokens))
+            if dump is not None:  # per-query lists, for offline studies of depth and composition
+                dump.append({
+                    "source": directory.name, "query": q.query, "gold": sorted(gold), "n_tools": len(tools),
+                    "ours": _slots(answer), "ours_scores": [t.score for t in answer.tools],
+                    "intents": list(answer.intents), **{s: lists[s] for s in SCORER_NAMES},
+                    "hybrid_scores": [t.score for t in deep["hybrid"].tools],
+                })
             for s in SCORER_NAMES:
                 ranked[s].append(lists[s])
             golds.append(gold)
@@ -213,6 +232,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--embedding-cache", type=Path, default=None, help="text embeddings (bench/embed_cache.py)")
     ap.add_argument("--sources", nargs="*", default=None, help="source names (default: all)")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--coverage", type=Path, default=None, help="coverage model file for every source")
+    ap.add_argument("--coverage-dir", type=Path, default=None,
+                    help="held-out coverage models, <dir>/<source>.json (bench/coverage_loso.py)")
+    ap.add_argument("--dump", type=Path, default=None, help="per-query lists (JSON lines), for offline studies")
     args = ap.parse_args(argv)
 
     from bench.embed_cache import DiskCachedEmbedder
@@ -229,7 +252,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     for directory in source_dirs():
         if args.sources and directory.name not in args.sources:
             continue
-        row = run_source(directory, embedder, args.policy, args.max_queries)
+        dump: list[dict[str, Any]] | None = [] if args.dump else None
+        coverage = args.coverage_dir / f"{directory.name}.json" if args.coverage_dir else args.coverage
+        row = run_source(directory, embedder, args.policy, args.max_queries, dump, coverage)
+        row["coverage"] = str(coverage) if coverage else None
+        if args.dump and dump is not None:
+            args.dump.parent.mkdir(parents=True, exist_ok=True)
+            with args.dump.open("a", encoding="utf-8") as fh:
+                fh.writelines(json.dumps(d) + "\n" for d in dump)
         row["goals"] = goals(row)
         rows.append(row)
         print(f"{row['source']}: {json.dumps(row['ours'])} ({row['seconds']}s)", file=sys.stderr, flush=True)

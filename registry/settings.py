@@ -104,6 +104,12 @@ class Settings(BaseSettings):
         _PROJECT_ROOT / "models" / "relevance.json",
         description="Calibrated 'does any tool fit' model used by allow_empty requests.",
     )
+    coverage_model: Path | None = Field(
+        None,
+        description="Coverage refinement of adaptive shortlists (registry.serving.coverage): a "
+        "learned per-tool 'needed' probability that trims a one-intent list's unlikely tools and "
+        "appends likely ones; empty or unset: off. Built by bench/coverage_loso.py --export.",
+    )
     embedder: EmbedderName = Field(
         "minilm",
         description="Sentence embedder: 'minilm' (all-MiniLM-L6-v2, fp32) or 'minilm-int8' (the "
@@ -385,7 +391,7 @@ class Settings(BaseSettings):
             return tuple(SecretStr(t.strip()) for v in raw for t in v.split(",") if t.strip())
         return value
 
-    @field_validator("demo_registry", "embedder_cache_dir", "redis_url", mode="before")
+    @field_validator("demo_registry", "embedder_cache_dir", "redis_url", "coverage_model", mode="before")
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         return None if value == "" else value
