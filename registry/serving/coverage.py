@@ -40,10 +40,11 @@ from typing import Any
 import numpy as np
 
 from registry.errors import ArtifactError
+from registry.serving.compose import Folded, Pick
 from registry.serving.features import FEATURE_NAMES, depth_features
 from registry.serving.needs import SIGNAL_NAMES, needs_inputs
 
-__all__ = ["COVERAGE_FEATURE_NAMES", "COVERAGE_WINDOW", "CoverageModel", "coverage_features"]
+__all__ = ["COVERAGE_FEATURE_NAMES", "COVERAGE_WINDOW", "CoverageModel", "cover", "coverage_features"]
 
 COVERAGE_WINDOW = 20  # positions of the request's ranking the model reads and may add from
 _DEPTH_COLUMNS = tuple(n for n in FEATURE_NAMES if n not in ("k", "log2_n", "bor_ceiling"))
@@ -204,3 +205,43 @@ class CoverageModel:
                 "'python bench/coverage_loso.py --dump DUMP --export PATH'",
                 {"path": str(path)},
             ) from exc
+
+
+def cover(
+    model: CoverageModel, picks: list[Pick], ranking: tuple[np.ndarray, np.ndarray], main: Folded, n_tools: int,
+    signals: np.ndarray | None, *, one_intent: bool, cap: int,
+) -> list[Pick]:
+    """The composed ``picks`` trimmed and extended by ``model`` (the query path's last step).
+
+    Args:
+        model: the coverage model.
+        picks: the composed list.
+        ranking: the request's own ranking ``(ids, scores)``, unfolded.
+        main: that ranking folded (an appended tool brings its near-duplicates as alternates).
+        n_tools: registry size.
+        signals: the request's :func:`registry.serving.needs.request_signals`.
+        one_intent: the request was not split into intents (only then is the list trimmed).
+        cap: the longest list allowed; the list never becomes the whole registry.
+    """
+    ids, scores = ranking
+    window = [int(t) for t in ids[:COVERAGE_WINDOW]]
+    offered = {p.tool for p in picks} | {a for p in picks for a in p.alternates}
+    rows = coverage_features(scores, n_tools, signals, [t in offered for t in window], len(picks))
+    probabilities = model.probabilities(rows)
+    limit = min(cap, n_tools - 1) if n_tools > 1 else cap
+    kept = model.refine(
+        [p.tool for p in picks], window[: probabilities.size], probabilities,
+        keep={p.tool for p in picks if p.named}, offered=offered, trim=one_intent, limit=limit,
+    )
+    by_tool = {p.tool: p for p in picks}
+    score_of = {t: float(s) for t, s in zip(window, scores[:COVERAGE_WINDOW])}
+    taken = set(kept) | {a for t in kept if t in by_tool for a in by_tool[t].alternates}
+    out = []
+    for t in kept:
+        if t in by_tool:
+            out.append(by_tool[t])
+            continue
+        alternates = tuple(a for a in main.alternates.get(t, ()) if a not in taken)
+        taken.update(alternates)
+        out.append(Pick(t, score_of[t], None, False, alternates))
+    return out

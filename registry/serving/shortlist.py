@@ -33,8 +33,8 @@ from registry.index.hybrid import Query, best_scores, rank_windows
 from registry.index.lexical import tokenize
 from registry.index.snapshot import Snapshot
 from registry.request import ResolvedRequest
-from registry.serving.compose import Folded, Pick, fold_duplicates, interleave
-from registry.serving.coverage import COVERAGE_WINDOW, CoverageModel, coverage_features
+from registry.serving.compose import Pick, fold_duplicates, interleave
+from registry.serving.coverage import CoverageModel, cover
 from registry.serving.depth_policies import (
     DepthPolicy,
     FixedPolicy,
@@ -349,38 +349,8 @@ class QueryRunner:
         explored = trace is not None and trace.shown != trace.chosen
         if self.coverage is None or request.policy != "bor" or explored or not picks:
             return picks
-        return self._cover(self.coverage, snap, picks, rankings[0], folded[0], texts[0] if texts else "",
-                           one_intent=not steps, cap=cap)
-
-    @staticmethod
-    def _cover(
-        model: CoverageModel, snap: Snapshot, picks: list[Pick], ranking: tuple[np.ndarray, np.ndarray],
-        main: Folded, query: str, *, one_intent: bool, cap: int,
-    ) -> list[Pick]:
-        """``picks`` trimmed and extended by the coverage model (:mod:`registry.serving.coverage`)."""
-        ids, scores = ranking
-        window = [int(t) for t in ids[:COVERAGE_WINDOW]]
-        offered = {p.tool for p in picks} | {a for p in picks for a in p.alternates}
-        rows = coverage_features(scores, snap.n_tools, request_signals(query), [t in offered for t in window],
-                                 len(picks))
-        probabilities = model.probabilities(rows)
-        limit = min(cap, snap.n_tools - 1) if snap.n_tools > 1 else cap  # never the whole registry
-        kept = model.refine(
-            [p.tool for p in picks], window[: probabilities.size], probabilities,
-            keep={p.tool for p in picks if p.named}, offered=offered, trim=one_intent, limit=limit,
-        )
-        by_tool = {p.tool: p for p in picks}
-        score_of = {int(t): float(s) for t, s in zip(ids[:COVERAGE_WINDOW], scores[:COVERAGE_WINDOW])}
-        taken = set(kept) | {a for t in kept if t in by_tool for a in by_tool[t].alternates}
-        out = []
-        for t in kept:
-            if t in by_tool:
-                out.append(by_tool[t])
-            else:
-                alternates = tuple(a for a in main.alternates.get(t, ()) if a not in taken)
-                taken.update(alternates)
-                out.append(Pick(t, score_of[t], None, False, alternates))
-        return out
+        return cover(self.coverage, picks, rankings[0], folded[0], n, request_signals(texts[0] if texts else ""),
+                     one_intent=not steps, cap=cap)
 
     @staticmethod
     def _ranking(snap: Snapshot, items: list[ShortlistItem], ids: np.ndarray) -> tuple[str, ...]:
