@@ -325,13 +325,19 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n\nExploration cost (mean extra tools per served list): " + "; ".join(extra)
 
 
+def similarity_cell(row: dict[str, Any], config: str) -> str:
+    """The memory's neighbourhood in a table cell ("-" where the memory is off or not recorded)."""
+    value = row.get("similarity")
+    return "-" if value is None or config in ("none", "refit", "poison_refit") else f"{value:g}"
+
+
 def render_split(results: dict[str, Any]) -> str:
     """The issue-22 table: held-out requests split into seen tool (new phrasing) / unseen tool,
     with each checkpoint's gain over no learning at the same checkpoint."""
     lines = [
-        "| data set | config | events | profile weight | found@1 | seen tool, new phrasing: n, found@1 / found "
-        "| unseen tool: n, found@1 / found | found | mean K | efficiency | policy |",
-        "|---|---|---:|---:|---:|---|---|---:|---:|---:|---|",
+        "| data set | config | events | memory cosine | profile weight | found@1 | seen tool, new phrasing: n, "
+        "found@1 / found | unseen tool: n, found@1 / found | found | mean K | efficiency | policy |",
+        "|---|---|---:|---:|---:|---:|---|---|---:|---:|---:|---|",
     ]
     for ds in results["datasets"]:
         base = {r["events"]: r for c in ds["configs"] if c["config"] == "none" for r in c["curve"]}
@@ -349,7 +355,7 @@ def render_split(results: dict[str, Any]) -> str:
                     cells.append(f"{row[f'{kind}_n']}, {at1:.1f}{gain} / {found:.1f}")
                 lines.append(
                     f"| {ds['dataset']}{' (HTTP)' if ds.get('http') else ''} | {cfg['config']} | {row['events']:,} "
-                    f"| {row.get('profile_weight', 0):g} | {row['found@1']:.1f} | {cells[0]} | {cells[1]} "
+                    f"| {similarity_cell(row, cfg['config'])} | {row.get('profile_weight', 0):g} | {row['found@1']:.1f} | {cells[0]} | {cells[1]} "
                     f"| {row['found']:.1f} | {row['mean_k']:.2f} | {row['efficiency']:.2f} "
                     f"| {', '.join(row['policy_version'])} |"
                 )
