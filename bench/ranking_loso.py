@@ -42,7 +42,9 @@ from registry.settings import Settings
 
 
 def finetune_main(args: argparse.Namespace, corpus: list, sources: list, log: Callable[[str], None]) -> int:
-    recipe = replace(FinetuneRecipe(), steps=args.steps, batch=args.batch, lr=args.lr)
+    recipe = replace(
+        FinetuneRecipe(), steps=args.steps, batch=args.batch, lr=args.lr, trainable_layers=args.layers
+    )
     folds = loso_folds({sv.name: len(sv.gold) for sv in sources}, args.folds)
     args.workdir.mkdir(parents=True, exist_ok=True)
     progress = args.workdir / "folds.jsonl"
@@ -77,6 +79,8 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--finetune", action="store_true", help="fine-tune MiniLM per fold instead")
     parser.add_argument("--batch", type=int, default=FinetuneRecipe().batch)
+    parser.add_argument("--layers", type=int, default=FinetuneRecipe().trainable_layers,
+                        help="top encoder layers fine-tuned")
     parser.add_argument("--workdir", type=Path, default=Path("data/finetune_loso"))
     parser.add_argument("--only", nargs="*", default=None, help="just these sources")
     args = parser.parse_args()
