@@ -35,7 +35,6 @@ from registry.feedback import (
     FeedbackListener,
     FeedbackRecorder,
     LiveWindow,
-    LocalFeedbackLog,
     ToolEfficiency,
 )
 from registry.index.embed import Embedder
@@ -249,8 +248,9 @@ class Shortlister:
         return lambda event: runner.replay(snap, event.query, len(event.margins))
 
     def close(self) -> None:
-        """Stop the sync thread, wait for a running feedback compaction, then close the feedback
-        log and release store connections (at shutdown)."""
+        """Stop the sync thread, wait for a running feedback compaction, then release store
+        connections (at shutdown). The local feedback log stays open: an app's lifespan may
+        start the same core again (the API fuzz test does)."""
         self._closing.set()
         if self.sync is not None:
             self.sync.stop()
@@ -261,8 +261,6 @@ class Shortlister:
         self.learning.close()
         if self.engine is not None:
             self.feedback_recorder.save_pending(self._pending_path)
-        if isinstance(self.feedback_recorder.log, LocalFeedbackLog):
-            self.feedback_recorder.log.close()
         if isinstance(self.store, SharedStore):
             self.store.close()
 

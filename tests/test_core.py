@@ -103,17 +103,14 @@ def test_demo_registry_is_loaded_from_settings(make_core):
     assert core.shortlist(ShortlistRequest(DEMO_REGISTRY, "weather in Paris")).k >= 1
 
 
-def test_close_waits_for_a_feedback_compaction_then_closes_the_log(make_core, monkeypatch):
+def test_close_waits_for_a_running_feedback_compaction(make_core, monkeypatch):
     """A compaction started by feedback must not outlive the core (it would log to streams a
-    test or the server has closed): close() joins it, starts no more and closes the log."""
+    test or the server has closed): close() waits for it and joins its thread."""
     import threading
 
-    from registry.feedback import LocalFeedbackLog
     from tests.feedback_helpers import assert_close_waits
 
     core = make_core(feedback_compact_events=1, feedback_compact_interval_seconds=0)
-    log = core.feedback_recorder.log
-    assert isinstance(log, LocalFeedbackLog)
     started, release = threading.Event(), threading.Event()
 
     def slow_checkpoint() -> bool:  # the learner's save before a compaction, held up
@@ -125,9 +122,7 @@ def test_close_waits_for_a_feedback_compaction_then_closes_the_log(make_core, mo
     core.put_registry("tools", weather_tools())
     for _ in range(2):  # the second event passes the threshold of one: a compaction starts
         result = core.shortlist(ShortlistRequest("tools", "weather in Paris"))
-        recorded = core.feedback(result.shortlist_id, ["get_weather"])
+        core.feedback(result.shortlist_id, ["get_weather"])
     assert_close_waits(core.close, started, release)
     assert core.feedback_recorder.compactions == 1
-    assert not core.feedback_recorder.maybe_compact(wait=True)  # none after close
-    with pytest.raises(ValueError, match="closed"):
-        log.append(recorded.event)
+    assert not any(t.name == "feedback-compaction" and t.is_alive() for t in threading.enumerate())

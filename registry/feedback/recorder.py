@@ -79,7 +79,6 @@ class FeedbackRecorder:
         self._count_lock = threading.Lock()
         self._compacting = threading.Lock()
         self._compactor: threading.Thread | None = None  # the last background compaction
-        self._closed = False
         self._last_compact = -math.inf
         self.compactions = 0
         # (when, what) lost remembered shortlists: a restart without a graceful shutdown, a
@@ -226,7 +225,7 @@ class FeedbackRecorder:
             Whether a compaction was started.
         """
         log = self.log
-        if self._closed or not isinstance(log, CompactableFeedbackLog):
+        if not isinstance(log, CompactableFeedbackLog):
             return False
         now = time.monotonic()
         if now - self._last_compact < self.min_compact_interval_seconds:
@@ -252,16 +251,13 @@ class FeedbackRecorder:
         return True
 
     def close(self, timeout: float = 60.0) -> None:
-        """Wait for a running compaction and start no more (at shutdown, before the log and the
-        store it writes to are closed); idempotent.
-
-        Holding the compaction lock from here on keeps :meth:`maybe_compact` from starting one,
-        so no compaction thread outlives the service and logs after its streams are closed.
+        """Wait for a running compaction (at shutdown, before the learner, log and store it uses
+        are closed), so no compaction thread outlives the service and logs after its streams
+        are closed. A later :meth:`maybe_compact` (the core started again) may start another.
         """
-        if self._closed:
-            return
-        self._closed = True
-        if not self._compacting.acquire(timeout=timeout):
+        if self._compacting.acquire(timeout=timeout):  # the running one holds it until it ends
+            self._compacting.release()
+        else:
             logger.warning("feedback compaction still running after %.0f s at shutdown", timeout)
         compactor = self._compactor
         if compactor is not None:
