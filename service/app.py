@@ -20,7 +20,8 @@ from service.middleware import BodyLimitMiddleware, HttpMetricsMiddleware, Reque
 from service.routes import console, feedback, health, registries, shortlist
 from service.routes import learning as learning_routes
 from service.routes import policies as policy_routes
-from service.schemas import document_settings, error_responses
+from service.schemas import error_responses
+from service.schemas_openapi import document_settings
 from service.state import EmbedderFactory, ServiceState, default_embedder
 
 DESCRIPTION = """Per-query tool shortlists for LLM agents. Upload tool registries, ask

@@ -40,7 +40,8 @@ from registry.index.embed import HashingEmbedder
 from registry.settings import Settings
 from registry.tools import REGISTRY_NAME_PATTERN
 from service.app import create_app
-from service.schemas import MAX_TOOL_NAME_CHARS, MAX_USED_TOOLS
+from service.schemas import MAX_USED_TOOLS
+from service.schemas_openapi import MAX_TOOL_NAME_CHARS
 from tests.conftest import ROOT
 
 ADMIN = "fuzz-admin-token-0123456789"

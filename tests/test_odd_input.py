@@ -203,7 +203,7 @@ def test_schema_valid_requests_are_served(make_client, tools_payload, body):
     ],
 )
 def test_tool_uploads_the_validation_refuses_are_not_schema_valid(client, payload):
-    from service.schemas import TOOLS_BODY_OPENAPI
+    from service.schemas_openapi import TOOLS_BODY_OPENAPI
 
     schema = TOOLS_BODY_OPENAPI["requestBody"]["content"]["application/json"]["schema"]
     assert client.put("/registries/t", json=payload).status_code == 422
@@ -211,7 +211,7 @@ def test_tool_uploads_the_validation_refuses_are_not_schema_valid(client, payloa
 
 
 def test_the_schema_accepts_every_tool_format(client, tools_payload):
-    from service.schemas import TOOLS_BODY_OPENAPI
+    from service.schemas_openapi import TOOLS_BODY_OPENAPI
 
     schema = TOOLS_BODY_OPENAPI["requestBody"]["content"]["application/json"]["schema"]
     payload = {"tools": tools_payload, "equivalents": [["get_weather", "send_email"]]}
@@ -221,7 +221,7 @@ def test_the_schema_accepts_every_tool_format(client, tools_payload):
 
 def test_the_schemas_knob_rules_name_real_policies():
     from registry.request import POLICIES
-    from service.schemas import SHORTLIST_KNOB_RULES
+    from service.schemas_openapi import SHORTLIST_KNOB_RULES
 
     for rule in SHORTLIST_KNOB_RULES:
         assert set(rule["then"]["properties"]["policy"]["enum"]) - {None} <= set(POLICIES)

@@ -23,8 +23,6 @@ from registry.writes.write_jobs import WriteJob
 from service.deps import CoreDep, require_json
 from service.errors import invalid_body
 from service.schemas import (
-    MAX_TOOL_NAME_CHARS,
-    TOOLS_BODY_OPENAPI,
     ErrorDetail,
     RegistryInfoOut,
     RegistryList,
@@ -32,6 +30,7 @@ from service.schemas import (
     ToolReport,
     error_responses,
 )
+from service.schemas_openapi import MAX_TOOL_NAME_CHARS, TOOLS_BODY_OPENAPI
 
 # Reads and writes are separate routers so that create_app can guard each with its own token.
 router = APIRouter(prefix="/registries", tags=["registries"])
