@@ -30,7 +30,8 @@ from torch import nn
 from registry.index.minilm_export import load_minilm
 from registry.offline.datasets import load_dataset
 from registry.offline.metrics import DEFAULT_CAP, depth_efficiency, fixed_curve, found_rate
-from registry.offline.tables import ScoreTable, load_or_build_table, rank_table
+from registry.offline.score_tables import ScoreTable
+from registry.offline.tables import load_or_build_table, rank_table
 from registry.serving.features import depth_features
 
 ROOT = Path(__file__).resolve().parent.parent

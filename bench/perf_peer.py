@@ -102,7 +102,8 @@ def peer_latency(
 def found_at_1(data_dir: Path, embedder: object, max_queries: int | None) -> float:
     """Hybrid-scorer found@1 (share of queries whose top tool is gold) on one dev set."""
     from registry.offline.evaluate import evaluate_ranked
-    from registry.offline.tables import rank_table, score_table
+    from registry.offline.score_tables import score_table
+    from registry.offline.tables import rank_table
 
     table = score_table(data_dir, embedder, max_queries=max_queries)  # type: ignore[arg-type]
     return float(evaluate_ranked(rank_table(table, "hybrid"), {})["found_at"]["1"])

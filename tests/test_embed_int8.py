@@ -113,7 +113,8 @@ def test_int8_rankings_match_fp32_within_tolerance(minilm, minilm_int8) -> None:
 
 def test_int8_found_at_1_within_tolerance_of_fp32(minilm, minilm_int8) -> None:
     from registry.offline.evaluate import evaluate_ranked
-    from registry.offline.tables import rank_table, score_table
+    from registry.offline.score_tables import score_table
+    from registry.offline.tables import rank_table
 
     for name in PARITY_SETS:
         found = {}

@@ -1,9 +1,9 @@
 """Benchmark evaluation of depth policies: per-policy reports, Markdown tables, plots and the CLI.
 
-Score tables and episodes come from :mod:`registry.offline.tables`, the metrics from
-:mod:`registry.offline.metrics`, the tables and figures of the report from
-:mod:`registry.offline.evaluation_report` (all re-exported here). The pipeline, each step usable on its
-own (no HTTP, no FastAPI)::
+Score tables and episodes come from :mod:`registry.offline.score_tables` and
+:mod:`registry.offline.tables`, the metrics from :mod:`registry.offline.metrics`, the tables
+and figures of the report from :mod:`registry.offline.evaluation_report` (all re-exported
+here). The pipeline, each step usable on its own (no HTTP, no FastAPI)::
 
     table = score_table(data_dir, embedder)           # every query x every tool, base scorers
     ranked = rank_table(table, "hybrid")              # episodes: top scores + gold ranks
@@ -64,14 +64,8 @@ from registry.offline.metrics import (
     needed_ranks,
     policy_depths,
 )
-from registry.offline.tables import (
-    RankedSet,
-    ScoreTable,
-    candidate_episodes,
-    load_or_build_table,
-    rank_table,
-    score_table,
-)
+from registry.offline.score_tables import ScoreTable, score_table
+from registry.offline.tables import RankedSet, candidate_episodes, load_or_build_table, rank_table
 from registry.request import SCORERS
 
 __all__ = [
