@@ -62,6 +62,41 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@contextlib.contextmanager
+def redis_server(directory: Path | None = None) -> Iterator[str]:
+    """A fresh ``redis-server`` without persistence on a free loopback port (its files in
+    ``directory``, default a temporary one); yields its URL and stops it on exit."""
+    import shutil
+
+    import redis
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        sys.exit("redis-server is not installed: apt-get install redis-server")
+    port = free_port()
+    with contextlib.ExitStack() as stack:
+        where = directory if directory is not None else Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        proc = subprocess.Popen(
+            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(where)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        )
+        try:
+            client = redis.Redis(port=port)
+            for _ in range(200):
+                try:
+                    client.ping()
+                    break
+                except redis.exceptions.ConnectionError:
+                    time.sleep(0.05)
+            else:
+                raise RuntimeError("redis-server did not start")
+            yield f"redis://127.0.0.1:{port}/0"
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
 def rss_mib(pid: int) -> float:
     """Resident memory of a process in MiB (``nan`` if /proc does not say)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

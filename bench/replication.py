@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,7 +33,7 @@ import httpx
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import Server, free_port, rss_mib
+from common import Server, redis_server, rss_mib
 
 ROOT = Path(__file__).resolve().parent.parent
 QUERIES = [
@@ -48,26 +46,6 @@ QUERIES = [
     "look up the lyrics of a song",
     "show me football match results from yesterday",
 ]
-
-
-def start_redis(directory: Path) -> tuple[subprocess.Popen[bytes], str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        sys.exit("redis-server is not installed: apt-get install redis-server")
-    port = free_port()
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(directory)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-    )
-    client = redis.Redis(port=port)
-    for _ in range(200):
-        try:
-            client.ping()
-            return proc, f"redis://127.0.0.1:{port}/0"
-        except redis.exceptions.ConnectionError:
-            time.sleep(0.05)
-    raise RuntimeError("redis-server did not start")
 
 
 def served_version(server: Server, registry: str) -> int | None:
@@ -129,9 +107,8 @@ def main() -> None:
     big = big_registry(args.tools, args.toolbench)
     results: dict[str, Any] = {"tools": len(big), "trials": args.trials}
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, redis_server(Path(tmp)) as redis_url:
         base = Path(tmp)
-        redis_proc, redis_url = start_redis(base)
         a, b = (Server(args.embedder_cache, base / name, log_path=base / f"{name}.log", redis_url=redis_url)
                 for name in ("a", "b"))
         try:
@@ -175,8 +152,6 @@ def main() -> None:
         finally:
             a.stop(kill=True)
             b.stop(kill=True)
-            redis_proc.kill()
-            redis_proc.wait(10)
 
     s, g = results["lag_small"], results["lag_big"]
     print(f"registry: {results['tools']} tools; upload to A {results['upload_seconds']:.1f} s "

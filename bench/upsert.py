@@ -34,14 +34,13 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from common import DEFAULT_EMBEDDER_CACHE, Server, worktree  # noqa: E402
+from common import DEFAULT_EMBEDDER_CACHE, Server, redis_server, worktree  # noqa: E402
 from perf import synthetic_tools  # noqa: E402
 
 CACHE = Path(tempfile.gettempdir()) / "shortlist-bench-upsert"
@@ -146,30 +145,6 @@ def run_local(args: argparse.Namespace) -> None:
 
 
 # -- redis: concurrent writers on two replicas ---------------------------------------------
-
-
-@contextlib.contextmanager
-def redis_server() -> Iterator[str]:
-    from common import free_port
-
-    port = free_port()
-    with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.Popen(
-            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", tmp], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        try:
-            import redis
-
-            client = redis.Redis(port=port)
-            for _ in range(100):
-                with contextlib.suppress(redis.ConnectionError):
-                    client.ping()
-                    break
-                time.sleep(0.05)
-            yield f"redis://127.0.0.1:{port}/0"
-        finally:
-            proc.terminate()
-            proc.wait(10)
 
 
 def put_and_wait(
