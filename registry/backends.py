@@ -6,7 +6,8 @@ policy book share one connection; the remembered shortlists
 get a second one with a short timeout, so a Redis that stops answering adds at most that to a
 query before the outage is noticed. :func:`build_learner` and :func:`start_learner` give the
 usage learner its store and, once the engine is loaded, its backlog (local log) or a reader of
-its own on the shared log (Redis).
+its own on the shared log (Redis); :func:`refit_hooks` lends the depth-policy refits the loaded
+engine's rankings.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol, runtime_checkable
 
 from registry.feedback import (
+    FeedbackEvent,
     FeedbackLog,
     LocalFeedbackLog,
     LogCompacted,
@@ -28,14 +31,25 @@ from registry.jobs import JobRecords, LocalJobRecords, RedisJobRecords
 from registry.learning.learner import UsageLearner
 from registry.learning.manager import PolicyManager, RefitHooks
 from registry.learning.persist import LearningStore, LocalLearningStore, RedisLearningStore
+from registry.learning.refit_data import Replay
 from registry.learning.usage import UsageEvent
+from registry.serving.features import FEATURE_WINDOW
+from registry.serving.replay import base_ranking
 from registry.settings import Settings
 from registry.store.base import SharedStore, Store
 from registry.store.local import LocalStore
 from registry.writes.engine import ShortlistEngine
 from registry.writes.write_jobs import WriteJobs
 
-__all__ = ["Backends", "HoldsBackWrites", "RedisBacked", "build_backends", "build_learner", "start_learner"]
+__all__ = [
+    "Backends",
+    "HoldsBackWrites",
+    "RedisBacked",
+    "build_backends",
+    "build_learner",
+    "refit_hooks",
+    "start_learner",
+]
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +158,40 @@ def build_learner(settings: Settings, learning_store: LearningStore, engine_ref:
         return None if snap is None else snap.by_name
 
     return UsageLearner(settings, learning_store, known_tools)
+
+
+def refit_hooks(settings: Settings, learner: UsageLearner, engine_ref: Any) -> RefitHooks:
+    """What each depth-policy refit borrows from the loaded engine (``engine_ref()``, None
+    until loaded): the usage-profile fit on the registry's rankings, and a replay of its logged
+    requests as they are served now."""
+
+    def fit_profiles(registry: str, events: list[FeedbackEvent]) -> dict[str, Any] | None:
+        """A refit's first step: the registry's usage-profile weight (None: learning is off)."""
+        engine: ShortlistEngine | None = engine_ref()
+        snap = engine.current(registry) if engine is not None else None
+        if engine is None or snap is None or not learner.enabled(registry):
+            return None
+        runner = engine.queries
+        if runner is None:
+            return learner.fit_profile_weight(snap, events)
+
+        def ranked(text: str, usage: Any = runner.usage) -> tuple[tuple[str, ...], Any]:
+            return base_ranking(snap, text, FEATURE_WINDOW, scorer=settings.default_scorer,
+                                embedder=runner.embedder, usage=usage)
+
+        plain = partial(ranked, usage=None)  # the memory's neighbourhood is fitted on the base scorer
+        return learner.fit_profile_weight(snap, events, ranked, plain_ranking=plain)
+
+    def replay(registry: str) -> Replay | None:
+        """A refit's events ranked again as ``registry`` is served now (None: not loaded)."""
+        engine: ShortlistEngine | None = engine_ref()
+        snap = engine.current(registry) if engine is not None else None
+        if engine is None or snap is None:
+            return None
+        runner = engine.queries
+        return lambda event: runner.replay(snap, event.query, len(event.margins))
+
+    return RefitHooks(fit_profiles, replay)
 
 
 def start_learner(

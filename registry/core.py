@@ -23,11 +23,16 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from registry.backends import HoldsBackWrites, build_backends, build_learner, start_learner
+from registry.backends import (
+    HoldsBackWrites,
+    build_backends,
+    build_learner,
+    refit_hooks,
+    start_learner,
+)
 from registry.errors import NotReady, ShortlistError, StoreUnavailable
 from registry.feedback import (
     EquivalenceClasses,
@@ -43,12 +48,8 @@ from registry.index.query_cache import CachedEmbedder
 from registry.index.snapshot import Snapshot
 from registry.jobs import JobRecords
 from registry.learning.learner import UsageLearner
-from registry.learning.manager import RefitHooks
-from registry.learning.refit_data import Replay
 from registry.request import ShortlistRequest
 from registry.serving.depth_policies import OnnxDepthPolicy, TunableDepthPolicy
-from registry.serving.features import FEATURE_WINDOW
-from registry.serving.replay import base_ranking
 from registry.serving.shortlist import Shortlist
 from registry.settings import Settings
 from registry.store.base import SharedStore, Store
@@ -145,7 +146,10 @@ class Shortlister:
         )
         # per-registry depth policies (registry.learning): versions, refits, hot swaps
         self.policies = backends.policy_manager(
-            settings, self.feedback_recorder.log, self.job_records, RefitHooks(self._fit_profiles, self._replay)
+            settings,
+            self.feedback_recorder.log,
+            self.job_records,
+            refit_hooks(settings, self.learning, lambda: self._loading),
         )
         self.sync: StoreSync | None = None
         self._registry_listeners: list[RegistryListener] = []
@@ -220,32 +224,6 @@ class Shortlister:
         if self._thread is not None:
             self._thread.join(timeout)
         return self.ready
-
-    def _fit_profiles(self, registry: str, events: list[FeedbackEvent]) -> dict[str, Any] | None:
-        """A refit's first step: the registry's usage-profile weight (None: learning is off)."""
-        snap = self._loading.current(registry) if self._loading is not None else None
-        if snap is None or not self.learning.enabled(registry):
-            return None
-        engine = self._loading
-        runner = engine.queries if engine is not None else None
-        if runner is None:
-            return self.learning.fit_profile_weight(snap, events)
-
-        def ranked(text: str, usage: Any = runner.usage) -> tuple[tuple[str, ...], Any]:
-            return base_ranking(snap, text, FEATURE_WINDOW, scorer=self.settings.default_scorer,
-                                embedder=runner.embedder, usage=usage)
-
-        plain = partial(ranked, usage=None)  # the memory's neighbourhood is fitted on the base scorer
-        return self.learning.fit_profile_weight(snap, events, ranked, plain_ranking=plain)
-
-    def _replay(self, registry: str) -> Replay | None:
-        """A refit's events ranked again as ``registry`` is served now (None: not loaded)."""
-        engine = self._loading
-        snap = engine.current(registry) if engine is not None else None
-        if engine is None or snap is None:
-            return None
-        runner = engine.queries
-        return lambda event: runner.replay(snap, event.query, len(event.margins))
 
     def close(self) -> None:
         """Stop the sync thread, wait for a running feedback compaction, then release store
