@@ -42,7 +42,7 @@ import numpy as np
 
 from registry.feedback import FeedbackEvent
 from registry.index.snapshot import Snapshot
-from registry.learning.profiles import ProfileConfig, event_weights, held_out, request_bound
+from registry.learning.profiles import ProfileConfig, event_weights, grid_choice, held_out
 
 __all__ = ["REPEATS", "SIMILARITY_GRID", "Ranked", "event_rankings", "fit_similarity", "memory_lift"]
 
@@ -136,27 +136,7 @@ def fit_similarity(
     if len(table) < cfg.min_fit_events // 3:
         return None, {**report, "reason": f"{len(table)} held-out events rank a used tool among the candidates"}
     scores = np.stack(table)
-    ew = np.array(event_w)
-    means = ew @ scores / ew.sum()
-    allowed = np.ones(len(taus), bool)
-    fresh = np.array(unseen, bool)
-    if fresh.any():  # never a neighbourhood that costs requests for tools without feedback
-        fresh_means = ew[fresh] @ scores[fresh] / ew[fresh].sum()
-        allowed = fresh_means >= fresh_means[0] - 1e-9
-        report["unseen_scored_events"] = int(fresh.sum())
-        report["unseen_mrr_by_similarity"] = {str(t): round(float(m), 4) for t, m in zip(taus, fresh_means, strict=True)}
-    best = int(np.argmax(np.where(allowed, means, -np.inf)))
-    gains = (scores[:, best] - scores[:, 0]) * ew / ew.mean()
-    lower, changed = request_bound(gains, groups, cfg.confidence)
-    report.update({
-        "scored_events": len(table),
-        "held_out_requests": len(set(groups)),
-        "changed_requests": changed,
-        "mrr_by_similarity": {str(t): round(float(m), 4) for t, m in zip(taus, means, strict=True)},
-        "best_similarity": float(taus[best]),
-        "gain": round(float(gains.mean()), 5),
-        "gain_lower": round(lower, 5),
-    })
+    best, lower, changed = grid_choice(scores, event_w, unseen, groups, taus, "similarity", cfg.confidence, report)
     if best == 0 or not lower > cfg.margin:
         return REPEATS, {**report, "reason": f"repeats only: lower bound {lower:+.4f} of the gain of "
                                f"cosine {taus[best]:g} is not above {cfg.margin:g}"}

@@ -67,6 +67,7 @@ __all__ = [
     "event_weights",
     "fit_weight",
     "fused_scores",
+    "grid_choice",
     "profile_lift",
     "request_bound",
 ]
@@ -333,29 +334,7 @@ def fit_weight(
     if len(rows) < cfg.min_fit_events // 3:
         return 0.0, {**report, "reason": f"{len(rows)} held-out events rank a used tool among the candidates"}
     table = np.stack(rows)
-    ew = np.array(event_w)
-    means = ew @ table / ew.sum()
-    allowed = np.ones(len(WEIGHT_GRID), bool)
-    fresh = np.array(unseen, bool)
-    if fresh.any():  # never a weight that costs held-out requests for tools without feedback
-        fresh_means = ew[fresh] @ table[fresh] / ew[fresh].sum()
-        allowed = fresh_means >= fresh_means[0] - 1e-9
-        report["unseen_scored_events"] = int(fresh.sum())
-        report["unseen_mrr_by_weight"] = {
-            str(w): round(float(m), 4) for w, m in zip(WEIGHT_GRID, fresh_means, strict=True)
-        }
-    best = int(np.argmax(np.where(allowed, means, -np.inf)))
-    gains = (table[:, best] - table[:, 0]) * ew / ew.mean()
-    lower, changed = request_bound(gains, groups, cfg.confidence)
-    report.update({
-        "scored_events": len(rows),
-        "held_out_requests": len(set(groups)),
-        "changed_requests": changed,
-        "mrr_by_weight": {str(w): round(float(m), 4) for w, m in zip(WEIGHT_GRID, means, strict=True)},
-        "best_weight": WEIGHT_GRID[best],
-        "gain": round(float(gains.mean()), 5),
-        "gain_lower": round(lower, 5),
-    })
+    best, lower, changed = grid_choice(table, event_w, unseen, groups, WEIGHT_GRID, "weight", cfg.confidence, report)
     if best == 0 or not lower > cfg.margin:
         return 0.0, {**report, "reason": f"lower bound {lower:+.4f} of the gain is not above {cfg.margin:g}"}
     if changed < cfg.min_changed:
@@ -378,3 +357,41 @@ def request_bound(gains: np.ndarray, groups: Sequence[str], confidence: float) -
     idx = rng.integers(0, len(index), size=(BOOTSTRAP, len(index)))
     means = sums[idx].sum(axis=1) / np.maximum(counts[idx].sum(axis=1), 1e-12)
     return float(np.quantile(means, 1 - confidence)), int((np.abs(sums) > 1e-9).sum())
+
+
+def grid_choice(
+    table: np.ndarray,
+    event_w: Sequence[float],
+    unseen: Sequence[bool],
+    groups: Sequence[str],
+    grid: Sequence[float] | np.ndarray,
+    label: str,
+    confidence: float,
+    report: dict[str, Any],
+) -> tuple[int, float, int]:
+    """The best column of ``table`` (held-out events x ``grid`` values: the used tool's
+    reciprocal rank), never one that lowers the mean over the *unseen* events (tools without
+    feedback) below column 0's; returns it, the :func:`request_bound` of its gain over column 0
+    and how many requests it changes. Writes the evidence into ``report`` (``*_by_<label>``)."""
+    ew = np.asarray(event_w, np.float64)
+    means = ew @ table / ew.sum()
+    allowed = np.ones(len(grid), bool)
+    fresh = np.asarray(unseen, bool)
+    if fresh.any():  # never a value that costs held-out requests for tools without feedback
+        fresh_means = ew[fresh] @ table[fresh] / ew[fresh].sum()
+        allowed = fresh_means >= fresh_means[0] - 1e-9
+        report["unseen_scored_events"] = int(fresh.sum())
+        report[f"unseen_mrr_by_{label}"] = {str(v): round(float(m), 4) for v, m in zip(grid, fresh_means, strict=True)}
+    best = int(np.argmax(np.where(allowed, means, -np.inf)))
+    gains = (table[:, best] - table[:, 0]) * ew / ew.mean()
+    lower, changed = request_bound(gains, groups, confidence)
+    report.update({
+        "scored_events": len(table),
+        "held_out_requests": len(set(groups)),
+        "changed_requests": changed,
+        f"mrr_by_{label}": {str(v): round(float(m), 4) for v, m in zip(grid, means, strict=True)},
+        f"best_{label}": float(grid[best]),
+        "gain": round(float(gains.mean()), 5),
+        "gain_lower": round(lower, 5),
+    })
+    return best, lower, changed
