@@ -260,17 +260,17 @@ class UsageMemory:
         return out
 
     def evidence(
-        self, reg: RegistryMemory, query: np.ndarray, names: Sequence[str], exclude_repeats: bool = False,
-        similarity: float | None = None,
+        self, reg: RegistryMemory, query: np.ndarray, names: Sequence[str], exclude_repeats: bool,
+        similarity: float,
     ) -> np.ndarray:
         """Local evidence ``e_t`` of each of ``names`` for ``query`` (``exclude_repeats``: entries
         at or above the dedupe cosine, the query's own repeats, count nothing; ``similarity``:
-        the neighbourhood ``tau``, by default the configured one).
+        the registry's neighbourhood ``tau``, :meth:`similarity`).
 
         ``sum_i c_i * max(s_i - tau, 0) / (1 - tau)`` is computed as
         ``(c . max(s, tau) - tau * sum(c)) / (1 - tau)``: three numpy calls per tool.
         """
-        tau = self.config.similarity if similarity is None else similarity
+        tau = similarity
         tools = reg.tools
         out = np.zeros(len(names), dtype=np.float32)
         for i, name in enumerate(names):
@@ -338,7 +338,6 @@ class UsageMemory:
     def similarity(self, registry: str) -> float:
         """The neighbourhood ``tau`` the registry's memory lifts from."""
         return self._similarity.get(registry, self.config.similarity)
-
 
     def rerank(
         self,
