@@ -71,6 +71,22 @@ def test_two_replicas_learn_together(settings, bor_policy, redis_server, redis_p
         b.close()
 
 
+def load_and_teach(a: Shortlister, b: Shortlister) -> None:
+    """Registry "w" on replica a (seen by b), then 60 feedback events for new phrasings of a
+    forecast, from ten callers."""
+    a.put_registry("w", TOOLS)
+    eventually(lambda: b.engine is not None and b.engine.has_registry("w"))
+    for i in range(60):
+        sl = a.shortlist(ShortlistRequest("w", f"forecast for {CITIES[i % len(CITIES)]} number {i}"))
+        a.feedback(sl.shortlist_id, ["weather_forecast"], success=True, caller=f"c{i % 10}")
+
+
+def lifted(c: Shortlister) -> list[tuple[str, float]]:
+    """A phrasing no event used, ranked by ``c``: names and scores (4 decimals)."""
+    result = c.shortlist(ShortlistRequest("w", "forecast for paris next week", k=4))
+    return [(t.name, round(t.score, 4)) for t in result.tools]
+
+
 def test_two_replicas_serve_the_profile_weight_a_refit_fitted(
     settings, bor_policy, redis_server, redis_prefix, tmp_path, monkeypatch
 ):
@@ -83,11 +99,7 @@ def test_two_replicas_serve_the_profile_weight_a_refit_fitted(
     a = core(settings, bor_policy, redis_server.url, redis_prefix, tmp_path / "a")
     b = core(settings, bor_policy, redis_server.url, redis_prefix, tmp_path / "b")
     try:
-        a.put_registry("w", TOOLS)
-        eventually(lambda: b.engine is not None and b.engine.has_registry("w"))
-        for i in range(60):
-            sl = a.shortlist(ShortlistRequest("w", f"forecast for {CITIES[i % len(CITIES)]} number {i}"))
-            a.feedback(sl.shortlist_id, ["weather_forecast"], success=True, caller=f"c{i % 10}")
+        load_and_teach(a, b)
         assert b.learning.memory.weight("w") == 0.0
         job = a.policies.refit("w")
         assert job.estimate["profile"]["weight"] == 0.4, job
@@ -95,12 +107,7 @@ def test_two_replicas_serve_the_profile_weight_a_refit_fitted(
         assert b.learning_report("w")["profile_weight"] == 0.4
         assert b.learning_report("w")["profile_fit"]["reason"] == "shipped"
         eventually(lambda: b.learning_report("w")["events"] == a.learning_report("w")["events"])
-
-        def scores(c: Shortlister) -> list[tuple[str, float]]:
-            result = c.shortlist(ShortlistRequest("w", "forecast for paris next week", k=4))
-            return [(t.name, round(t.score, 4)) for t in result.tools]
-
-        eventually(lambda: scores(a) == scores(b))
+        eventually(lambda: lifted(a) == lifted(b))
     finally:
         a.close()
         b.close()
@@ -117,23 +124,14 @@ def test_two_replicas_serve_the_neighbourhood_a_refit_fitted(
     a = core(settings, bor_policy, redis_server.url, redis_prefix, tmp_path / "a")
     b = core(settings, bor_policy, redis_server.url, redis_prefix, tmp_path / "b")
     try:
-        a.put_registry("w", TOOLS)
-        eventually(lambda: b.engine is not None and b.engine.has_registry("w"))
-        for i in range(60):
-            sl = a.shortlist(ShortlistRequest("w", f"forecast for {CITIES[i % len(CITIES)]} number {i}"))
-            a.feedback(sl.shortlist_id, ["weather_forecast"], success=True, caller=f"c{i % 10}")
+        load_and_teach(a, b)
         assert b.learning.memory.similarity("w") == 0.5  # the setting (KNOBS)
         job = a.policies.refit("w")
         assert job.estimate["profile"]["neighbourhood"]["similarity"] == 0.99, job
         eventually(lambda: b.learning.memory.similarity("w") == 0.99)
         assert b.learning_report("w")["similarity_fit"] == {"reason": "repeats only"}
         eventually(lambda: b.learning_report("w")["events"] == a.learning_report("w")["events"])
-
-        def scores(c: Shortlister) -> list[tuple[str, float]]:
-            result = c.shortlist(ShortlistRequest("w", "forecast for paris next week", k=4))
-            return [(t.name, round(t.score, 4)) for t in result.tools]
-
-        eventually(lambda: scores(a) == scores(b))
+        eventually(lambda: lifted(a) == lifted(b))
     finally:
         a.close()
         b.close()
