@@ -106,13 +106,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
 
-    from bench.embed_cache import DiskCachedEmbedder
+    from bench.embed_cache import DiskCachedEmbedder, disk_cached
     from registry.core import default_embedder
     from registry.settings import Settings
 
-    embedder: Any = default_embedder(Settings())
-    if args.embedding_cache:
-        embedder = DiskCachedEmbedder(embedder, args.embedding_cache)
+    embedder = disk_cached(default_embedder(Settings()), args.embedding_cache)
     rows = []
     for directory in source_dirs():
         if args.sources and directory.name not in args.sources:

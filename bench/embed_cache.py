@@ -21,6 +21,11 @@ import numpy as np
 _SAVE_EVERY = 256  # new query vectors between saves
 
 
+def disk_cached(inner: Any, directory: Path | None) -> Any:
+    """``inner`` behind a :class:`DiskCachedEmbedder` in ``directory`` (None: ``inner`` as is)."""
+    return inner if directory is None else DiskCachedEmbedder(inner, directory)
+
+
 class DiskCachedEmbedder:
     """``embed_query`` / ``embed_documents`` of ``inner``, memoised on disk."""
 

@@ -278,11 +278,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from registry.settings import Settings
 
     torch.set_num_threads(1)
-    from bench.embed_cache import DiskCachedEmbedder
+    from bench.embed_cache import disk_cached
 
-    embedder: Any = load_minilm(args.embedder_cache or Settings().resolved_embedder_cache())
-    if args.embedding_cache:
-        embedder = DiskCachedEmbedder(embedder, args.embedding_cache)
+    embedder = disk_cached(load_minilm(args.embedder_cache or Settings().resolved_embedder_cache()), args.embedding_cache)
     t0 = time.perf_counter()
     bundles = []
     for d in source_dirs():

@@ -238,16 +238,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--dump", type=Path, default=None, help="per-query lists (JSON lines), for offline studies")
     args = ap.parse_args(argv)
 
-    from bench.embed_cache import DiskCachedEmbedder
+    from bench.embed_cache import DiskCachedEmbedder, disk_cached
     from registry.core import default_embedder
     from registry.settings import Settings
 
     settings = Settings(embedder=args.embedder)
     if args.embedder_cache:
         settings = Settings(embedder=args.embedder, embedder_cache_dir=args.embedder_cache)
-    embedder: Any = default_embedder(settings)
-    if args.embedding_cache:
-        embedder = DiskCachedEmbedder(embedder, args.embedding_cache)
+    embedder = disk_cached(default_embedder(settings), args.embedding_cache)
     rows = []
     for directory in source_dirs():
         if args.sources and directory.name not in args.sources:
