@@ -13,7 +13,7 @@ engine's rankings.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, runtime_checkable
@@ -144,30 +144,34 @@ def build_backends(settings: Settings, store: Store | None = None) -> Backends:
     )
 
 
+EngineRef = Callable[[], ShortlistEngine | None]
+"""The loaded engine, or None until the core has loaded it."""
+
+
 def _write_jobs(settings: Settings, records: JobRecords) -> WriteJobs:
     return WriteJobs(records, limit=settings.write_queue_max, lease_seconds=settings.job_lease_seconds)
 
 
-def build_learner(settings: Settings, learning_store: LearningStore, engine_ref: Any) -> UsageLearner:
+def build_learner(settings: Settings, learning_store: LearningStore, engine_ref: EngineRef) -> UsageLearner:
     """A learner (not attached yet) over ``learning_store``; ``engine_ref()`` is the loaded
     engine or None."""
 
     def known_tools(registry: str) -> Collection[str] | None:
-        engine: ShortlistEngine | None = engine_ref()
+        engine = engine_ref()
         snap = engine.current(registry) if engine is not None else None
         return None if snap is None else snap.by_name
 
     return UsageLearner(settings, learning_store, known_tools)
 
 
-def refit_hooks(settings: Settings, learner: UsageLearner, engine_ref: Any) -> RefitHooks:
+def refit_hooks(settings: Settings, learner: UsageLearner, engine_ref: EngineRef) -> RefitHooks:
     """What each depth-policy refit borrows from the loaded engine (``engine_ref()``, None
     until loaded): the usage-profile fit on the registry's rankings, and a replay of its logged
     requests as they are served now."""
 
     def fit_profiles(registry: str, events: list[FeedbackEvent]) -> dict[str, Any] | None:
         """A refit's first step: the registry's usage-profile weight (None: learning is off)."""
-        engine: ShortlistEngine | None = engine_ref()
+        engine = engine_ref()
         snap = engine.current(registry) if engine is not None else None
         if engine is None or snap is None or not learner.enabled(registry):
             return None
@@ -184,7 +188,7 @@ def refit_hooks(settings: Settings, learner: UsageLearner, engine_ref: Any) -> R
 
     def replay(registry: str) -> Replay | None:
         """A refit's events ranked again as ``registry`` is served now (None: not loaded)."""
-        engine: ShortlistEngine | None = engine_ref()
+        engine = engine_ref()
         snap = engine.current(registry) if engine is not None else None
         if engine is None or snap is None:
             return None
