@@ -1,7 +1,8 @@
 """LOSO ranking table: today's hybrid MiniLM against the tool adapter, per source and pooled.
 
 Each grouped fold fits the adapter on the other sources (plain MiniLM vectors cached under
---vectors-cache) and scores the held-out ones; the baseline (hybrid MiniLM, alpha 0.8) is
+--vectors-cache) and scores the held-out ones (the public sources in --folds grouped folds, then
+each --extra source, by default the project's MCP tasks, held out alone); the baseline (hybrid MiniLM, alpha 0.8) is
 scored in the same run on the same queries. found@1 over all queries, recall@5 over the
 multi-tool queries of the multi-tool sources (>= 10% multi-tool queries).
 
@@ -31,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from registry.index.hybrid import HYBRID_ALPHA
 from registry.index.minilm_export import load_minilm
 from registry.offline.adapter import AdapterRecipe
-from registry.offline.corpus import DEFAULT_DATA_ROOT, load_corpus, loso_folds
+from registry.offline.corpus import DEFAULT_DATA_ROOT, MCP_SOURCE, Fold, load_corpus, loso_folds
 from registry.offline.corpus_vectors import corpus_vectors
 from registry.offline.finetune import FinetuneRecipe
 from registry.offline.finetune_loso import run_finetune_loso
@@ -41,11 +42,30 @@ from registry.offline.train_embedder import loso_table
 from registry.settings import Settings
 
 
-def finetune_main(args: argparse.Namespace, corpus: list, sources: list, log: Callable[[str], None]) -> int:
+def bench_folds(sources: list, args: argparse.Namespace) -> list[Fold]:
+    """The public sources' grouped folds (trained on public sources only, so a fold is the same
+    with or without --extra), then one fold per --extra source trained on every public source;
+    --fold-index keeps just those folds (0-based, in that order)."""
+    extra = {Path(p).name for p in args.extra}
+    public = [sv.name for sv in sources if sv.name not in extra]
+    folds = loso_folds({sv.name: len(sv.gold) for sv in sources if sv.name in public}, args.folds)
+    folds += [Fold(test=(sv.name,), train=tuple(public)) for sv in sources if sv.name in extra]
+    if args.fold_index is not None:
+        folds = [folds[i] for i in args.fold_index]
+    return folds
+
+
+def finetune_main(
+    args: argparse.Namespace, corpus: list, sources: list, log: Callable[[str], None]
+) -> int:
     recipe = replace(
-        FinetuneRecipe(), steps=args.steps, batch=args.batch, lr=args.lr, trainable_layers=args.layers
+        FinetuneRecipe(),
+        steps=args.steps,
+        batch=args.batch,
+        lr=args.lr,
+        trainable_layers=args.layers,
     )
-    folds = loso_folds({sv.name: len(sv.gold) for sv in sources}, args.folds)
+    folds = bench_folds(sources, args)
     args.workdir.mkdir(parents=True, exist_ok=True)
     progress = args.workdir / "folds.jsonl"
     progress.unlink(missing_ok=True)  # folds already trained in --workdir are reused
@@ -75,26 +95,48 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=AdapterRecipe().steps)
     parser.add_argument("--lr", type=float, default=AdapterRecipe().lr)
     parser.add_argument("--pull", type=float, default=AdapterRecipe().identity_pull)
-    parser.add_argument("--tune-alpha", action="store_true", help="pick alpha on each fold's train sources")
+    parser.add_argument(
+        "--tune-alpha", action="store_true", help="pick alpha on each fold's train sources"
+    )
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--finetune", action="store_true", help="fine-tune MiniLM per fold instead")
     parser.add_argument("--batch", type=int, default=FinetuneRecipe().batch)
-    parser.add_argument("--layers", type=int, default=FinetuneRecipe().trainable_layers,
-                        help="top encoder layers fine-tuned")
+    parser.add_argument(
+        "--layers",
+        type=int,
+        default=FinetuneRecipe().trainable_layers,
+        help="top encoder layers fine-tuned",
+    )
     parser.add_argument("--workdir", type=Path, default=Path("data/finetune_loso"))
     parser.add_argument("--only", nargs="*", default=None, help="just these sources")
+    parser.add_argument(
+        "--extra",
+        nargs="*",
+        type=Path,
+        default=[MCP_SOURCE],
+        help="more source directories (default: the project's MCP tasks; none: --extra)",
+    )
+    parser.add_argument(
+        "--fold-index", nargs="*", type=int, default=None, help="run just these folds (0-based)"
+    )
     args = parser.parse_args()
 
     def log(message: str) -> None:
         print(time.strftime("%H:%M:%S"), message, file=sys.stderr, flush=True)
 
     embedder = load_minilm(args.embedder_cache or Settings().resolved_embedder_cache())
-    corpus = load_corpus(args.data, max_queries=args.max_queries, max_tools=args.max_tools, only=args.only)
+    corpus = load_corpus(
+        args.data,
+        max_queries=args.max_queries,
+        max_tools=args.max_tools,
+        only=args.only,
+        extra=args.extra,
+    )
     sources = corpus_vectors(corpus, embedder, args.vectors_cache, log)
     if args.finetune:
         return finetune_main(args, corpus, sources, log)
     recipe = replace(AdapterRecipe(), steps=args.steps, lr=args.lr, identity_pull=args.pull)
-    folds = loso_folds({sv.name: len(sv.gold) for sv in sources}, args.folds)
+    folds = bench_folds(sources, args)
     results = run_loso(sources, folds, recipe, tune_alpha=args.tune_alpha, log=log)
     table, figures = loso_table(sources, results)
     print(f"recipe {recipe.as_dict()}, folds {[list(f.test) for f in folds]}")

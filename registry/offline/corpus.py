@@ -29,6 +29,7 @@ from registry.tools import Tool
 __all__ = [
     "DEFAULT_DATA_ROOT",
     "DEV_SOURCES",
+    "MCP_SOURCE",
     "Fold",
     "cap_registry",
     "corpus_dirs",
@@ -42,6 +43,9 @@ __all__ = [
 DEV_SOURCES: tuple[str, ...] = ("bfcl_simple", "metatool", "toolbench_stable")
 TRAIN_SUBDIR = "train"
 DEFAULT_DATA_ROOT = Path("../shared/data")
+# The project's own hand-labelled tasks on real MCP servers' tools/list, in the common format
+# (written by bench/mcp/corpus_source.py): one more source beside the public ones.
+MCP_SOURCE = Path(__file__).resolve().parents[2] / "bench" / "data" / "mcp_servers"
 _T = TypeVar("_T")
 
 
@@ -53,8 +57,8 @@ class Fold:
     train: tuple[str, ...]
 
 
-def corpus_dirs(root: Path) -> list[Path]:
-    """The source directories under ``root``: ``train/*`` (sorted) then the dev sets.
+def corpus_dirs(root: Path, extra: Sequence[Path] = ()) -> list[Path]:
+    """The source directories under ``root``: ``train/*`` (sorted), the dev sets, then ``extra``.
 
     A directory counts when it holds both ``tools.json`` and ``queries.jsonl``.
 
@@ -64,7 +68,10 @@ def corpus_dirs(root: Path) -> list[Path]:
     root = Path(root)
     candidates = sorted(p for p in (root / TRAIN_SUBDIR).glob("*") if p.is_dir())
     candidates += [root / name for name in DEV_SOURCES]
-    found = [p for p in candidates if (p / "tools.json").is_file() and (p / "queries.jsonl").is_file()]
+    candidates += [Path(p) for p in extra]
+    found = [
+        p for p in candidates if (p / "tools.json").is_file() and (p / "queries.jsonl").is_file()
+    ]
     if not found:
         raise FileNotFoundError(
             f"no data sets under {root} (expected {root}/{TRAIN_SUBDIR}/<set>/ and "
@@ -88,8 +95,9 @@ def load_corpus(
     max_tools: int | None = None,
     seed: int = 0,
     only: Sequence[str] | None = None,
+    extra: Sequence[Path] = (),
 ) -> list[Dataset]:
-    """Load every source under ``root`` (see :func:`corpus_dirs`), one :class:`Dataset` each.
+    """Load every source under ``root`` and ``extra`` (see :func:`corpus_dirs`), one :class:`Dataset` each.
 
     Args:
         root: The data root (``train/`` and the dev sets).
@@ -100,9 +108,10 @@ def load_corpus(
             the same one for every model compared).
         seed: Subsampling seed.
         only: Load just these source names.
+        extra: More source directories (e.g. :data:`MCP_SOURCE`).
     """
     out = []
-    for directory in corpus_dirs(root):
+    for directory in corpus_dirs(root, extra):
         if only is not None and directory.name not in only:
             continue
         data = load_dataset(directory)
