@@ -29,7 +29,7 @@ import numpy as np
 from registry.fsio import atomic_write_bytes
 from registry.index.minilm_export import ADAPTER_MANIFEST, TRAIN_EMBEDDER_COMMAND
 from registry.offline.adapter import AdapterRecipe, fit_adapter
-from registry.offline.corpus import DEFAULT_DATA_ROOT, load_corpus, loso_folds
+from registry.offline.corpus import DEFAULT_DATA_ROOT, MCP_SOURCE, load_corpus, loso_folds
 from registry.offline.corpus_vectors import SourceVectors, corpus_vectors
 from registry.offline.loso_report import loso_report
 from registry.offline.ranking import FoldResult, best_alpha, run_loso
@@ -111,6 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--lr", type=float, default=None, help="learning rate (default: the recipe's)")
     parser.add_argument("--batch", type=int, default=None, help="batch size (default: the recipe's)")
+    parser.add_argument("--layers", type=int, default=None, help="top encoder layers fine-tuned (default: the recipe's)")
+    parser.add_argument(
+        "--extra", nargs="*", type=Path, default=[MCP_SOURCE],
+        help="more source directories (default: the project's MCP tasks; none: --extra)",
+    )
     parser.add_argument(
         "--loso-json", type=Path, default=None,
         help="with --folds 0: LOSO figures of an earlier bench/ranking_loso.py --finetune run for the manifest",
@@ -129,7 +134,9 @@ def main(argv: Sequence[str] | None = None, log: Callable[[str], None] | None = 
     if not args.adapter:
         return finetune_main(args, out, argv, say)
     embedder = load_minilm(args.embedder_cache or settings.resolved_embedder_cache())
-    corpus = load_corpus(args.data, max_queries=args.max_queries, max_tools=args.max_tools, seed=args.seed)
+    corpus = load_corpus(
+        args.data, max_queries=args.max_queries, max_tools=args.max_tools, seed=args.seed, extra=args.extra
+    )
     sources = corpus_vectors(corpus, embedder, args.vectors_cache, say)
     recipe = AdapterRecipe(steps=args.steps or AdapterRecipe().steps, seed=args.seed)
     figures: dict[str, Any] = {}
@@ -176,9 +183,12 @@ def finetune_main(
         steps=args.steps or recipe.steps,
         lr=args.lr if args.lr is not None else recipe.lr,
         batch=args.batch if args.batch is not None else recipe.batch,
+        trainable_layers=args.layers if args.layers is not None else recipe.trainable_layers,
     )
     embedder = load_minilm(args.embedder_cache or Settings().resolved_embedder_cache())
-    corpus = load_corpus(args.data, max_queries=args.max_queries, max_tools=args.max_tools, seed=args.seed)
+    corpus = load_corpus(
+        args.data, max_queries=args.max_queries, max_tools=args.max_tools, seed=args.seed, extra=args.extra
+    )
     sources = corpus_vectors(corpus, embedder, args.vectors_cache, say)
     figures: dict[str, Any] = {}
     if args.folds:
