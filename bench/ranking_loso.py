@@ -1,9 +1,9 @@
 """LOSO ranking table: today's hybrid MiniLM against the tool adapter, per source and pooled.
 
 Each grouped fold fits the adapter on the other sources (plain MiniLM vectors cached under
---vectors-cache) and scores the held-out ones (the public sources in --folds grouped folds, then
-each --extra source, by default the project's MCP tasks, held out alone); the baseline (hybrid MiniLM, alpha 0.8) is
-scored in the same run on the same queries. found@1 over all queries, recall@5 over the
+--vectors-cache) and scores the held-out ones: the public sources in --folds grouped folds, then
+each --extra source (by default the project's MCP tasks) held out alone. The baseline (hybrid
+MiniLM, alpha 0.8) is scored in the same run on the same queries. found@1 over all queries, recall@5 over the
 multi-tool queries of the multi-tool sources (>= 10% multi-tool queries).
 
     python bench/ranking_loso.py --data ../shared/data [--folds 4] [--steps 300] [--pull 0.01]
@@ -47,23 +47,15 @@ def bench_folds(sources: list, args: argparse.Namespace) -> list[Fold]:
     with or without --extra), then one fold per --extra source trained on every public source;
     --fold-index keeps just those folds (0-based, in that order)."""
     extra = {Path(p).name for p in args.extra}
-    public = [sv.name for sv in sources if sv.name not in extra]
+    public = tuple(sv.name for sv in sources if sv.name not in extra)
     folds = loso_folds({sv.name: len(sv.gold) for sv in sources if sv.name in public}, args.folds)
-    folds += [Fold(test=(sv.name,), train=tuple(public)) for sv in sources if sv.name in extra]
-    if args.fold_index is not None:
-        folds = [folds[i] for i in args.fold_index]
-    return folds
+    folds += [Fold(test=(sv.name,), train=public) for sv in sources if sv.name in extra]
+    return folds if args.fold_index is None else [folds[i] for i in args.fold_index]
 
 
-def finetune_main(
-    args: argparse.Namespace, corpus: list, sources: list, log: Callable[[str], None]
-) -> int:
+def finetune_main(args: argparse.Namespace, corpus: list, sources: list, log: Callable[[str], None]) -> int:
     recipe = replace(
-        FinetuneRecipe(),
-        steps=args.steps,
-        batch=args.batch,
-        lr=args.lr,
-        trainable_layers=args.layers,
+        FinetuneRecipe(), steps=args.steps, batch=args.batch, lr=args.lr, trainable_layers=args.layers
     )
     folds = bench_folds(sources, args)
     args.workdir.mkdir(parents=True, exist_ok=True)
@@ -95,30 +87,18 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=AdapterRecipe().steps)
     parser.add_argument("--lr", type=float, default=AdapterRecipe().lr)
     parser.add_argument("--pull", type=float, default=AdapterRecipe().identity_pull)
-    parser.add_argument(
-        "--tune-alpha", action="store_true", help="pick alpha on each fold's train sources"
-    )
+    parser.add_argument("--tune-alpha", action="store_true", help="pick alpha on each fold's train sources")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--finetune", action="store_true", help="fine-tune MiniLM per fold instead")
     parser.add_argument("--batch", type=int, default=FinetuneRecipe().batch)
-    parser.add_argument(
-        "--layers",
-        type=int,
-        default=FinetuneRecipe().trainable_layers,
-        help="top encoder layers fine-tuned",
-    )
+    parser.add_argument("--layers", type=int, default=FinetuneRecipe().trainable_layers,
+                        help="top encoder layers fine-tuned")
     parser.add_argument("--workdir", type=Path, default=Path("data/finetune_loso"))
     parser.add_argument("--only", nargs="*", default=None, help="just these sources")
-    parser.add_argument(
-        "--extra",
-        nargs="*",
-        type=Path,
-        default=[MCP_SOURCE],
-        help="more source directories (default: the project's MCP tasks; none: --extra)",
-    )
-    parser.add_argument(
-        "--fold-index", nargs="*", type=int, default=None, help="run just these folds (0-based)"
-    )
+    parser.add_argument("--extra", nargs="*", type=Path, default=[MCP_SOURCE],
+                        help="more source directories (default: the project's MCP tasks; none: --extra)")
+    parser.add_argument("--fold-index", nargs="*", type=int, default=None,
+                        help="run just these folds (0-based)")
     args = parser.parse_args()
 
     def log(message: str) -> None:
@@ -126,11 +106,7 @@ def main() -> int:
 
     embedder = load_minilm(args.embedder_cache or Settings().resolved_embedder_cache())
     corpus = load_corpus(
-        args.data,
-        max_queries=args.max_queries,
-        max_tools=args.max_tools,
-        only=args.only,
-        extra=args.extra,
+        args.data, max_queries=args.max_queries, max_tools=args.max_tools, only=args.only, extra=args.extra
     )
     sources = corpus_vectors(corpus, embedder, args.vectors_cache, log)
     if args.finetune:

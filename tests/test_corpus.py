@@ -18,6 +18,7 @@ from registry.offline.corpus import (
     tool_texts,
     training_pairs,
 )
+from registry.offline.datasets import load_dataset
 
 
 def _write_source(directory: Path, tools: list[dict], queries: list[dict]) -> None:
@@ -28,38 +29,24 @@ def _write_source(directory: Path, tools: list[dict], queries: list[dict]) -> No
 
 def _tool(name: str, description: str, **params: str) -> dict:
     props = {k: {"type": "string", "description": v} for k, v in params.items()}
-    return {
-        "name": name,
-        "description": description,
-        "parameters": {"type": "object", "properties": props},
-    }
+    return {"name": name, "description": description, "parameters": {"type": "object", "properties": props}}
 
 
 @pytest.fixture()
 def root(tmp_path: Path) -> Path:
     _write_source(
         tmp_path / "train" / "alpha",
-        [
-            _tool("calendar.CreateEvent", "Add an event", start_time="when"),
-            _tool("mail/send_mail", "Send"),
-        ],
+        [_tool("calendar.CreateEvent", "Add an event", start_time="when"), _tool("mail/send_mail", "Send")],
         [
             {"id": "a0", "query": "book a meeting", "gold": ["calendar.CreateEvent"]},
-            {
-                "id": "a1",
-                "query": "meet and mail",
-                "gold": ["calendar.CreateEvent", "mail/send_mail"],
-            },
+            {"id": "a1", "query": "meet and mail", "gold": ["calendar.CreateEvent", "mail/send_mail"]},
             {"id": "a2", "query": "unknown gold only", "gold": ["not_a_tool"]},
         ],
     )
     _write_source(
         tmp_path / "train" / "beta",
         [_tool("getWeatherForecast", "Weather for days ahead", city="a city")],
-        [
-            {"id": f"b{i}", "query": f"weather {i}", "gold": ["getWeatherForecast"]}
-            for i in range(5)
-        ],
+        [{"id": f"b{i}", "query": f"weather {i}", "gold": ["getWeatherForecast"]} for i in range(5)],
     )
     (tmp_path / "train" / "not_a_set").mkdir()  # no files: ignored
     _write_source(
@@ -76,34 +63,34 @@ def test_corpus_dirs_lists_train_sets_then_dev_sets(root: Path) -> None:
 
 def test_extra_sources_come_last_and_load_like_the_others(root: Path, tmp_path: Path) -> None:
     extra = tmp_path / "own_tasks"
-    _write_source(
-        extra,
-        [_tool("write_file", "Write a file", path="where")],
-        [{"id": "o0", "query": "save notes", "gold": ["write_file"]}],
-    )
-    assert [p.name for p in corpus_dirs(root, [extra])] == [
-        "alpha",
-        "beta",
-        DEV_SOURCES[1],
-        "own_tasks",
-    ]
-    assert [
-        q.id for q in {d.name: d for d in load_corpus(root, extra=[extra])}["own_tasks"].queries
-    ] == ["o0"]
-    assert [d.name for d in load_corpus(root)] == [
-        "alpha",
-        "beta",
-        DEV_SOURCES[1],
-    ]  # not by default
+    _write_source(extra, [_tool("write_file", "Write a file", path="where")],
+                  [{"id": "o0", "query": "save notes", "gold": ["write_file"]}])
+    assert [p.name for p in corpus_dirs(root, [extra])] == ["alpha", "beta", DEV_SOURCES[1], "own_tasks"]
+    assert [q.id for q in {d.name: d for d in load_corpus(root, extra=[extra])}["own_tasks"].queries] == ["o0"]
+    assert [d.name for d in load_corpus(root)] == ["alpha", "beta", DEV_SOURCES[1]]  # not by default
+
+
+def test_an_extra_directory_that_is_not_a_source_is_named(root: Path, tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        corpus_dirs(root, [tmp_path / "nowhere"])
 
 
 def test_the_shipped_mcp_source_holds_every_task_with_its_gold() -> None:
-    (data,) = load_corpus(MCP_SOURCE.parent, only=[MCP_SOURCE.name], extra=[MCP_SOURCE])
+    data = load_dataset(MCP_SOURCE)
     tasks = (MCP_SOURCE.parent / "mcp_tasks.jsonl").read_text().splitlines()
     assert len(data.queries) == len(tasks)  # no task dropped for a gold name the union lacks
     names = [t.name for t in data.tools]
     assert len(names) == len(set(names))  # names two servers share carry their server
     assert "github__create_issue" in names and "gitlab__create_issue" in names
+
+
+def test_the_shipped_mcp_source_is_what_its_script_writes_now() -> None:
+    from bench.mcp.corpus_source import build_source
+
+    tools, rows = build_source()
+    assert json.loads((MCP_SOURCE / "tools.json").read_text()) == tools
+    lines = (MCP_SOURCE / "queries.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == rows  # re-run the script after editing the tasks
 
 
 def test_corpus_dirs_without_any_set_names_the_root(tmp_path: Path) -> None:
@@ -153,9 +140,7 @@ def test_tool_text_splits_every_name_form_and_bm25_matches_the_words(root: Path)
     data = {d.name: d for d in load_corpus(root)}
     texts = dict(zip([t.name for t in data["alpha"].tools], tool_texts(data["alpha"].tools)))
     assert "calendar create event" in texts["calendar.CreateEvent"]
-    assert (
-        "start time: when" in texts["calendar.CreateEvent"]
-    )  # parameter name split, with its text
+    assert "start time: when" in texts["calendar.CreateEvent"]  # parameter name split, with its text
     assert "mail send mail" in texts["mail/send_mail"]
     (weather,) = tool_texts(data["beta"].tools)
     assert "get weather forecast" in weather and "city: a city" in weather

@@ -6,8 +6,8 @@ Reads every harvested server under ``bench/data/mcp_registries`` (not the gatewa
 union of some of them) and ``bench/data/mcp_tasks.jsonl``, and writes ``bench/data/mcp_servers/``
 (``tools.json``, ``queries.jsonl``): one registry of all the servers' tools, so each task is
 ranked against every server's tools, as an agent with all of them installed would see them.
-A name that two servers share is prefixed with its server (``<stem>__<name>``, as
-:mod:`bench.mcp.gateway` does) and each task's gold follows its server's rename.
+A name that two servers share is prefixed with its server (``<stem>__<name>``, by
+:func:`bench.mcp.gateway.build`) and each task's gold follows its server's rename.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -26,49 +27,39 @@ TASKS = REGISTRIES.parent / "mcp_tasks.jsonl"
 OUT = REGISTRIES.parent / "mcp_servers"
 
 
-def servers() -> tuple[str, ...]:
-    return tuple(sorted(p.stem for p in REGISTRIES.glob("*.json") if p.stem != "gateway"))
-
-
-def renamed_gold(
-    server: str, gold: list[str], renamed: set[str], members: tuple[str, ...]
-) -> list[str]:
-    """``gold`` of a task on ``server`` in the union's names (the gateway's tasks: its members)."""
-    owners = members if server == "gateway" else (server,)
-    out = []
-    for name in gold:
-        if name not in renamed:
-            out.append(name)
-            continue
-        owner = next(s for s in owners if name in tool_names(s))
-        out.append(f"{owner}__{name}")
-    return out
-
-
-def tool_names(stem: str) -> set[str]:
-    return {t["name"] for t in json.loads((REGISTRIES / f"{stem}.json").read_text())["tools"]}
-
-
-def main() -> None:
-    stems = servers()
-    union = build(stems, REGISTRIES)
+def build_source() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The union's tools and the tasks (``id``, ``query``, ``gold``) in the union's names."""
+    stems = sorted(p.stem for p in REGISTRIES.glob("*.json") if p.stem != "gateway")
+    union = build(tuple(stems), REGISTRIES)
     renamed = set(union["renamed"])
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "tools.json").write_text(json.dumps(union["tools"], indent=1, ensure_ascii=False) + "\n")
+    owners: dict[str, list[str]] = {}  # a shared name -> the servers that publish it
+    for stem in stems:
+        for tool in json.loads((REGISTRIES / f"{stem}.json").read_text())["tools"]:
+            if tool["name"] in renamed:
+                owners.setdefault(tool["name"], []).append(stem)
+
+    def union_name(server: str, name: str) -> str:
+        if name not in renamed:
+            return name
+        members = GATEWAY_MEMBERS if server == "gateway" else (server,)
+        return f"{next(s for s in owners[name] if s in members)}__{name}"
+
     names = {t["name"] for t in union["tools"]}
     rows = []
     for line in TASKS.read_text().splitlines():
         task = json.loads(line)
-        gold = renamed_gold(task["registry"], task["gold"], renamed, GATEWAY_MEMBERS)
+        gold = [union_name(task["registry"], g) for g in task["gold"]]
         assert set(gold) <= names, (task["id"], gold)
         rows.append({"id": task["id"], "query": task["query"], "gold": gold})
-    (OUT / "queries.jsonl").write_text(
-        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-    )
-    print(
-        f"{len(union['tools'])} tools from {len(stems)} servers (renamed {sorted(renamed)}), "
-        f"{len(rows)} tasks -> {OUT}"
-    )
+    return union["tools"], rows
+
+
+def main() -> None:
+    tools, rows = build_source()
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "tools.json").write_text(json.dumps(tools, indent=1, ensure_ascii=False) + "\n")
+    (OUT / "queries.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    print(f"{len(tools)} tools, {len(rows)} tasks -> {OUT}")
 
 
 if __name__ == "__main__":

@@ -60,24 +60,30 @@ class Fold:
 def corpus_dirs(root: Path, extra: Sequence[Path] = ()) -> list[Path]:
     """The source directories under ``root``: ``train/*`` (sorted), the dev sets, then ``extra``.
 
-    A directory counts when it holds both ``tools.json`` and ``queries.jsonl``.
+    A directory under ``root`` counts when it holds both ``tools.json`` and ``queries.jsonl``;
+    each ``extra`` directory must hold both.
 
     Raises:
-        FileNotFoundError: ``root`` holds no source at all.
+        FileNotFoundError: ``root`` holds no source at all, or an ``extra`` directory is not one.
     """
     root = Path(root)
     candidates = sorted(p for p in (root / TRAIN_SUBDIR).glob("*") if p.is_dir())
     candidates += [root / name for name in DEV_SOURCES]
-    candidates += [Path(p) for p in extra]
-    found = [
-        p for p in candidates if (p / "tools.json").is_file() and (p / "queries.jsonl").is_file()
-    ]
+    found = [p for p in candidates if _is_source(p)]
+    for directory in map(Path, extra):
+        if not _is_source(directory):
+            raise FileNotFoundError(f"{directory} is not a data set (no tools.json and queries.jsonl)")
+        found.append(directory)
     if not found:
         raise FileNotFoundError(
             f"no data sets under {root} (expected {root}/{TRAIN_SUBDIR}/<set>/ and "
             f"{', '.join(DEV_SOURCES)} with tools.json and queries.jsonl)"
         )
     return found
+
+
+def _is_source(directory: Path) -> bool:
+    return (directory / "tools.json").is_file() and (directory / "queries.jsonl").is_file()
 
 
 def subsample(items: Sequence[_T], limit: int | None, seed: int) -> list[_T]:
