@@ -226,3 +226,36 @@ def test_a_real_server_serves_the_fine_tune_and_refuses_a_corrupt_one(
             assert httpx.get(f"{failed.url}/readyz", timeout=5).status_code != 200
     finally:
         servers.close()
+
+
+def _write_source(directory: Path, tools: list[tuple[str, str]], queries: list[tuple[str, str]]) -> None:
+    directory.mkdir(parents=True)
+    (directory / "tools.json").write_text(json.dumps([{"name": n, "description": d} for n, d in tools]))
+    rows = [{"id": f"{directory.name}{i}", "query": q, "gold": [g]} for i, (q, g) in enumerate(queries)]
+    (directory / "queries.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_train_embedder_cli_trains_the_layers_asked_on_root_and_extra_sources(
+    tmp_path: Path, minilm_cache: Path
+) -> None:
+    from registry.offline.train_embedder import main
+
+    files = [("write_file", "Write text to a file"), ("read_file", "Read a file"), ("move_file", "Move a file"),
+             ("delete_file", "Delete a file"), ("list_directory", "List a folder"), ("get_file_info", "File size")]
+    _write_source(tmp_path / "data" / "train" / "files", files,
+                  [("save notes.md", "write_file"), ("open the log", "read_file"), ("rename a.txt", "move_file"),
+                   ("remove old.csv", "delete_file"), ("what is in src", "list_directory"),
+                   ("how big is app.log", "get_file_info")])
+    weather = [("get_weather", "Weather now"), ("get_forecast", "Weather for days ahead"),
+               ("get_alerts", "Storm warnings"), ("get_air_quality", "Air pollution index")]
+    _write_source(tmp_path / "own", weather,
+                  [("is it raining", "get_weather"), ("weather tomorrow", "get_forecast"),
+                   ("any storm coming", "get_alerts"), ("is the air bad today", "get_air_quality")])
+    out = tmp_path / "out"
+    rc = main(["--data", str(tmp_path / "data"), "--extra", str(tmp_path / "own"), "--folds", "0",
+               "--steps", "2", "--batch", "2", "--layers", "1", "--embedder-cache", str(minilm_cache),
+               "--vectors-cache", str(tmp_path / "vectors"), "--out", str(out)], log=lambda _: None)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert rc == 0 and manifest["recipe"]["trainable_layers"] == 1 and manifest["recipe"]["steps"] == 2
+    assert set(manifest["datasets"]) == {"files", "own"}
+    assert check_adapter(out)["sha256"] == manifest["sha256"]
