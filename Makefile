@@ -41,7 +41,7 @@ system-deps:
 
 test: system-deps
 	$(MAKE) lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2
 
 bench: install
 	$(BIN)/python bench/latency.py
