@@ -27,42 +27,20 @@ import numpy as np
 from registry.errors import ShortlistError
 from registry.feedback import FeedbackEvent
 from registry.index.snapshot import Snapshot
-from registry.learning.evidence import evidence_config
+from registry.learning.configs import profile_config, usage_config
 from registry.learning.neighbourhood import Ranked, event_rankings, fit_similarity
 from registry.learning.persist import Control, LearningStore
 from registry.learning.profiles import ProfileConfig, fit_weight
-from registry.learning.usage import UsageConfig, UsageEvent, UsageMemory
+from registry.learning.usage import UsageEvent, UsageMemory
 from registry.settings import Settings
 
-__all__ = ["UsageLearner", "usage_config"]
+__all__ = ["UsageLearner"]
 
 log = logging.getLogger(__name__)
 
 FIT_EVENTS = 5000  # a profile-weight fit reads at most this many of the newest events
 KnownTools = Callable[[str], Collection[str] | None]
 EventSource = Callable[[], Iterable[UsageEvent]]
-
-
-def usage_config(settings: Settings) -> UsageConfig:
-    """The memory's knobs from the settings; callers are required when query tokens are set."""
-    return UsageConfig(
-        per_tool=settings.learning_per_tool,
-        per_registry=settings.learning_per_registry,
-        similarity=settings.learning_similarity,
-        beta=settings.learning_beta,
-        candidates=settings.learning_candidates,
-        evidence=evidence_config(settings),
-        require_caller=bool(settings.query_token),
-    )
-
-
-def profile_config(settings: Settings) -> ProfileConfig:
-    """The usage profiles' knobs from the settings."""
-    return ProfileConfig(
-        candidates=settings.learning_candidates,
-        evidence=evidence_config(settings),
-        margin=settings.refit_margin,
-    )
 
 
 class UsageLearner:
