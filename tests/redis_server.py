@@ -63,6 +63,10 @@ class RedisServer:
                     raise RuntimeError(f"redis-server exited with {self.proc.returncode}: {tail}")
                 try:
                     if client.ping():
+                        # Our own process, not another test's server on a reused port.
+                        pid = client.info("server")["process_id"]
+                        if pid != self.proc.pid:
+                            raise RuntimeError(f"port {self.port} answers for redis pid {pid}, not ours")
                         return self
                 except (redis.exceptions.ConnectionError, redis.exceptions.BusyLoadingError):
                     pass

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -15,10 +17,36 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 
 
+PORTS_PER_WORKER = 1000
+FIRST_PORT = 20000  # below Linux's ephemeral range (32768+), so no outgoing connection holds one
+
+
+def _worker_ports() -> Iterator[int]:
+    """This pytest worker's own block of ports, each handed out at most once per cycle."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    start = FIRST_PORT + (int(worker) if worker.isdigit() else 0) * PORTS_PER_WORKER
+    return itertools.cycle(range(start, start + PORTS_PER_WORKER))
+
+
+_PORTS = _worker_ports()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free loopback port from this worker's block.
+
+    Not ``bind(0)``: under ``pytest -n`` a port one worker's test has just freed (a Redis stopped
+    to simulate an outage, to be restarted on the same port) could be handed to the other
+    worker's next server, and the two tests would then share one Redis.
+    """
+    for _ in range(PORTS_PER_WORKER):
+        port = next(_PORTS)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in this worker's block of {PORTS_PER_WORKER}")
 
 
 class Server:
