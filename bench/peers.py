@@ -15,6 +15,9 @@ serve the same lists), once with the defaults and once per scorer with ``k=20`` 
 ranking, from which every fixed-K point comes). ``--coverage FILE`` / ``--coverage-dir DIR``
 (``DIR/<source>.json``, the held-out models of ``bench/coverage_loso.py``) turn the coverage
 refinement on; ``--dump`` writes each request's lists, the rows that script fits on.
+``--fold-embedders DIR`` ranks each source with the fine-tune of ``bench/ranking_loso.py
+--finetune --workdir DIR`` that held it out, so a tuned ranker is measured on sources it never
+saw (``--embedder`` then names the rest of the run only).
 Printed: any-found (a needed tool shown), recall (share of needed tools shown), all-needed,
 mean K and the definition tokens shown (JSON characters / 4), for our default, each peer and
 the frontier; then the goal checks of issue 19 (multi-tool sources: recall and all-needed
@@ -53,6 +56,20 @@ PEERS: dict[str, tuple[str, int]] = {
     "dense top-10 (LiteLLM)": ("dense", 10),
 }
 METRICS = ("any", "recall", "all")
+
+
+def fold_embedder(folds_dir: Path, source: str) -> Any:
+    """The fold fine-tune in ``folds_dir`` (one ``<held-out sources joined by ->/onnx/`` each)
+    that held ``source`` out."""
+    from registry.index.embed import OnnxEmbedder
+
+    for fold in sorted(folds_dir.iterdir()):
+        onnx = fold / "onnx" / "model-tuned.onnx"
+        if source in fold.name.split("-") and onnx.is_file():
+            return OnnxEmbedder(onnx, onnx.parent / "tokenizer.json")
+    raise SystemExit(
+        f"no fold in {folds_dir} held out {source}: run bench/ranking_loso.py --finetune --workdir {folds_dir}"
+    )
 
 
 def _sample(queries: list[Any], n: int | None) -> list[Any]:
@@ -236,6 +253,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--coverage-dir", type=Path, default=None,
                     help="held-out coverage models, <dir>/<source>.json (bench/coverage_loso.py)")
     ap.add_argument("--dump", type=Path, default=None, help="per-query lists (JSON lines), for offline studies")
+    ap.add_argument("--extra", type=Path, nargs="*", default=[],
+                    help="more source directories, e.g. bench/data/mcp_servers (the project's MCP tasks)")
+    ap.add_argument("--fold-embedders", type=Path, default=None,
+                    help="rank each source with the held-out fine-tune of bench/ranking_loso.py --workdir DIR")
     args = ap.parse_args(argv)
 
     from bench.embed_cache import DiskCachedEmbedder, disk_cached
@@ -247,13 +268,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = Settings(embedder=args.embedder, embedder_cache_dir=args.embedder_cache)
     embedder = disk_cached(default_embedder(settings), args.embedding_cache)
     rows = []
-    for directory in source_dirs():
+    for directory in [*source_dirs(), *args.extra]:
         if args.sources and directory.name not in args.sources:
             continue
         dump: list[dict[str, Any]] | None = [] if args.dump else None
         coverage = args.coverage_dir / f"{directory.name}.json" if args.coverage_dir else args.coverage
-        row = run_source(directory, embedder, args.policy, args.max_queries, dump, coverage)
+        ranker = embedder
+        if args.fold_embedders:
+            ranker = disk_cached(fold_embedder(args.fold_embedders, directory.name), args.embedding_cache)
+        row = run_source(directory, ranker, args.policy, args.max_queries, dump, coverage)
         row["coverage"] = str(coverage) if coverage else None
+        row["embedder"] = ranker.model_id
+        if isinstance(ranker, DiskCachedEmbedder) and ranker is not embedder:
+            ranker.save()
         if args.dump and dump is not None:
             args.dump.parent.mkdir(parents=True, exist_ok=True)
             with args.dump.open("a", encoding="utf-8") as fh:

@@ -346,6 +346,36 @@ def test_cli_train_on_data_directories(trained_cli_policy: Path) -> None:
     assert 1 <= policy.choose_depth(scores, 16, 10) <= 10
 
 
+def test_cli_train_learns_the_scores_of_the_embedder_asked(tmp_path: Path, minilm_cache: Path) -> None:
+    """``--embedder tuned`` scores the training sets with the tuned model, so the policy learns the
+    score shapes it will be served with; the manifest names that model, not plain MiniLM."""
+    pytest.importorskip("torch")
+    from registry.serving.depth_policies import OnnxDepthPolicy
+    from service.cli import main
+
+    models = {}
+    for name in ("minilm", "tuned"):
+        out = tmp_path / name
+        rc = main([
+            "train", "--data", str(WEATHER), "--scorer", "dense", "--embedder", name,
+            "--embedder-cache", str(minilm_cache), "--steps", "20", "--max-depth", "5",
+            "--holdout-fraction", "0.25", "--out", str(out),
+        ])
+        assert rc == 0
+        models[name] = OnnxDepthPolicy.from_dir(out).manifest["training_data"]["files"][0]["meta"]["embedder"]
+    assert models["minilm"].startswith("all-MiniLM-L6-v2/")
+    assert models["tuned"].startswith("all-MiniLM-L6-v2+tool-finetune/")
+
+
+def test_cli_train_rejects_an_unknown_embedder(capsys: pytest.CaptureFixture[str]) -> None:
+    from service.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--data", str(WEATHER), "--embedder", "bert"])
+    assert exc.value.code == 2
+    assert "--embedder" in capsys.readouterr().err
+
+
 def test_cli_evaluate_writes_tables_and_plots(trained_cli_policy: Path, tmp_path: Path) -> None:
     from service.cli import main
 

@@ -67,6 +67,7 @@ from registry.offline.metrics import (
 from registry.offline.model import QEnsemble, QNetwork, SizeGatedQ, TrainedPolicy
 from registry.offline.tables import candidate_episodes, load_or_build_table, rank_table
 from registry.request import SCORERS
+from registry.settings import EMBEDDERS
 
 log = logging.getLogger(__name__)
 
@@ -405,6 +406,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "blended between (SizeGatedQ; default: no gate)",
     )
     ap.add_argument("--embedder-cache", type=Path, default=None, help="MiniLM ONNX cache (default: the service's)")
+    ap.add_argument(
+        "--embedder", choices=EMBEDDERS, default=None,
+        help="embedder whose scores the policy learns (default: SHORTLIST_EMBEDDER, else minilm); "
+        "serve the policy with the same one",
+    )
     ap.add_argument("--table-cache", type=Path, default=None, help="cache score tables here (default: no cache)")
     ap.add_argument("--holdout-fraction", type=float, default=0.3, help="share of each data set's queries held out for the reported metrics")
     ap.add_argument("--seed", type=int, default=0, help="seeds the split, sampling and training")
@@ -458,9 +464,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             from registry.index.minilm_export import load_minilm
             from registry.settings import Settings
 
-            with progress_step(log, "loading the MiniLM embedder (exported to ONNX on first use)"):
+            settings = Settings()
+            name = args.embedder or settings.embedder
+            with progress_step(log, f"loading the {name} embedder (exported to ONNX on first use)"):
                 embedder = ProgressEmbedder(
-                    load_minilm(args.embedder_cache or Settings().resolved_embedder_cache()), log
+                    load_minilm(
+                        args.embedder_cache or settings.resolved_embedder_cache(),
+                        embedder=name, adapter_dir=settings.tuned_embedder_dir,
+                    ),
+                    log,
                 )
         tables = []
         train_rows, hold_rows, all_rows = [], [], []
