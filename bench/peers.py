@@ -58,20 +58,6 @@ PEERS: dict[str, tuple[str, int]] = {
 METRICS = ("any", "recall", "all")
 
 
-def fold_embedder(folds_dir: Path, source: str) -> Any:
-    """The fold fine-tune in ``folds_dir`` (one ``<held-out sources joined by ->/onnx/`` each)
-    that held ``source`` out."""
-    from registry.index.embed import OnnxEmbedder
-
-    for fold in sorted(folds_dir.iterdir()):
-        onnx = fold / "onnx" / "model-tuned.onnx"
-        if source in fold.name.split("-") and onnx.is_file():
-            return OnnxEmbedder(onnx, onnx.parent / "tokenizer.json")
-    raise SystemExit(
-        f"no fold in {folds_dir} held out {source}: run bench/ranking_loso.py --finetune --workdir {folds_dir}"
-    )
-
-
 def _sample(queries: list[Any], n: int | None) -> list[Any]:
     return random.Random(0).sample(queries, n) if n is not None and len(queries) > n else queries
 
@@ -260,7 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from bench.embed_cache import DiskCachedEmbedder, disk_cached
-    from registry.core import default_embedder
+    from registry.index.minilm_export import default_embedder
+    from registry.offline.finetune_loso import held_out_embedder
     from registry.settings import Settings
 
     settings = Settings(embedder=args.embedder)
@@ -275,7 +262,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         coverage = args.coverage_dir / f"{directory.name}.json" if args.coverage_dir else args.coverage
         ranker = embedder
         if args.fold_embedders:
-            ranker = disk_cached(fold_embedder(args.fold_embedders, directory.name), args.embedding_cache)
+            try:
+                ranker = disk_cached(held_out_embedder(args.fold_embedders, directory.name), args.embedding_cache)
+            except FileNotFoundError as exc:
+                raise SystemExit(str(exc)) from exc
         row = run_source(directory, ranker, args.policy, args.max_queries, dump, coverage)
         row["coverage"] = str(coverage) if coverage else None
         row["embedder"] = ranker.model_id

@@ -43,7 +43,7 @@ from registry.feedback import (
     ToolEfficiency,
 )
 from registry.index.embed import Embedder
-from registry.index.minilm_export import load_minilm
+from registry.index.minilm_export import default_embedder
 from registry.index.query_cache import CachedEmbedder
 from registry.index.snapshot import Snapshot
 from registry.jobs import JobRecords
@@ -76,16 +76,6 @@ EmbedderFactory = Callable[[Settings], Embedder]
 RegistryListener = Callable[[RegistryChange], None]
 ShortlistListener = Callable[[Shortlist], None]
 T = TypeVar("T")
-
-
-def default_embedder(settings: Settings) -> Embedder:
-    """The settings' embedder (MiniLM fp32 or int8) from their embedder cache (made on first use)."""
-    return load_minilm(
-        settings.resolved_embedder_cache(),
-        threads=settings.embed_threads,
-        embedder=settings.embedder,
-        adapter_dir=settings.tuned_embedder_dir,
-    )
 
 
 @dataclass(frozen=True, slots=True)

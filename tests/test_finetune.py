@@ -20,6 +20,7 @@ from registry.index.minilm_export import (
     FINETUNE_KIND,
     TRAIN_EMBEDDER_COMMAND,
     check_adapter,
+    ensure_minilm_onnx,
     load_minilm,
     minilm_model_dir,
 )
@@ -259,3 +260,23 @@ def test_train_embedder_cli_trains_the_layers_asked_on_root_and_extra_sources(
     assert rc == 0 and manifest["recipe"]["trainable_layers"] == 1 and manifest["recipe"]["steps"] == 2
     assert set(manifest["datasets"]) == {"files", "own"}
     assert check_adapter(out)["sha256"] == manifest["sha256"]
+
+
+def test_held_out_embedder_picks_the_fold_that_held_the_source_out(tmp_path: Path, minilm_cache: Path) -> None:
+    """bench/peers.py --fold-embedders: each source is ranked by the fold model that never saw it."""
+    import shutil
+
+    from registry.index.embed import TOKENIZER_FILE
+    from registry.offline.finetune_loso import fold_dir, fold_onnx, held_out_embedder
+
+    onnx = ensure_minilm_onnx(minilm_cache)
+    trained = fold_onnx(fold_dir(tmp_path, ("acebench", "tooleyes")))
+    trained.parent.mkdir(parents=True)
+    shutil.copy(onnx, trained)
+    shutil.copy(onnx.parent / TOKENIZER_FILE, trained.parent / TOKENIZER_FILE)
+    fold_dir(tmp_path, ("api_bank",)).mkdir()  # a fold cut short before its export
+    embedder = held_out_embedder(tmp_path, "tooleyes")
+    assert embedder.embed_query("weather in Paris").shape == (embedder.dim,)
+    for source in ("api_bank", "metatool", "ace"):  # untrained, in no fold, a substring only
+        with pytest.raises(FileNotFoundError, match=source):
+            held_out_embedder(tmp_path, source)

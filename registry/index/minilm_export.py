@@ -40,7 +40,7 @@ from registry.index.embed import (
     read_manifest,
     sha256_file,
 )
-from registry.settings import EmbedderName
+from registry.settings import EmbedderName, Settings
 
 __all__ = [
     "EMBEDDER_FILES",
@@ -276,6 +276,16 @@ def load_minilm(
         ArtifactError: The export failed, a cached file is corrupt or unloadable.
     """
     return load_embedder(cache_dir, embedder, threads=threads, adapter_dir=adapter_dir)
+
+
+def default_embedder(settings: Settings) -> OnnxEmbedder:
+    """The settings' embedder (``SHORTLIST_EMBEDDER``) from their embedder cache (made on first use)."""
+    return load_minilm(
+        settings.resolved_embedder_cache(),
+        threads=settings.embed_threads,
+        embedder=settings.embedder,
+        adapter_dir=settings.tuned_embedder_dir,
+    )
 
 
 def load_embedder(

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from registry.index.embed import OnnxEmbedder
+from registry.index.embed import TOKENIZER_FILE, OnnxEmbedder
 from registry.index.hybrid import HYBRID_ALPHA
 from registry.index.minilm_export import minilm_model_dir
 from registry.offline.corpus import Fold, subsample
@@ -93,10 +93,10 @@ def run_fold(
     train = [by_name[n] for n in fold.train]
     test = [by_name[n] for n in fold.test]
     start = time.monotonic()
-    artifact = workdir / "-".join(fold.test)
+    artifact = fold_dir(workdir, fold.test)
     state = artifact / "fold.json"
     done: dict[str, Any] = json.loads(state.read_text()) if state.is_file() else {}
-    if not (artifact / "onnx" / "model-tuned-int8.onnx").is_file():
+    if not fold_onnx(artifact, int8=True).is_file():
         triplets = mine_triplets([corpus[i] for i in train], [base[i] for i in train], recipe)
         log(f"fold {fold.test}: {len(triplets)} triplets from {len(train)} sources")
         model = load_base(minilm_model_dir(), recipe)
@@ -108,8 +108,8 @@ def run_fold(
         state.write_text(json.dumps(done))
     else:
         log(f"fold {fold.test}: reusing the fine-tune in {artifact}")
-    fp32_path, int8_path = artifact / "onnx" / "model-tuned.onnx", artifact / "onnx" / "model-tuned-int8.onnx"
-    tokenizer = fp32_path.parent / "tokenizer.json"
+    fp32_path, int8_path = fold_onnx(artifact), fold_onnx(artifact, int8=True)
+    tokenizer = fp32_path.parent / TOKENIZER_FILE
     fp32 = OnnxEmbedder(fp32_path, tokenizer, threads=recipe.threads)
     if "alpha" not in done:
         small = alpha_subset([corpus[i] for i in train], [base[i] for i in train], recipe.seed)
@@ -150,6 +150,30 @@ def cached_reembed(data: Dataset, base: SourceVectors, embedder: OnnxEmbedder, p
 
 def base_found(sv: SourceVectors) -> float:
     return score_source(sv, None, HYBRID_ALPHA).found_at_1
+
+
+def fold_dir(workdir: Path, test: Sequence[str]) -> Path:
+    """Where a fold's fine-tune lives: ``<workdir>/<held-out sources joined by ->``."""
+    return workdir / "-".join(test)
+
+
+def fold_onnx(artifact: Path, *, int8: bool = False) -> Path:
+    """A fold's exported model (its ``tokenizer.json`` sits beside it)."""
+    return artifact / "onnx" / ("model-tuned-int8.onnx" if int8 else "model-tuned.onnx")
+
+
+def held_out_embedder(workdir: Path, source: str, threads: int = 1) -> OnnxEmbedder:
+    """The fp32 fine-tune in ``workdir`` whose fold held ``source`` out.
+
+    Raises:
+        FileNotFoundError: No trained fold in ``workdir`` held it out.
+    """
+    folds = sorted(workdir.iterdir()) if workdir.is_dir() else []
+    for artifact in folds:
+        onnx = fold_onnx(artifact)
+        if source in artifact.name.split("-") and onnx.is_file():
+            return OnnxEmbedder(onnx, onnx.parent / TOKENIZER_FILE, threads=threads)
+    raise FileNotFoundError(f"no fold in {workdir} held {source} out (bench/ranking_loso.py --finetune --workdir)")
 
 
 def run_finetune_loso(

@@ -461,19 +461,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         sizes = _parse_sizes(args.candidate_sizes)
         embedder = None
         if scorer != "bm25":
-            from registry.index.minilm_export import load_minilm
+            from registry.index.minilm_export import default_embedder
             from registry.settings import Settings
 
-            settings = Settings()
-            name = args.embedder or settings.embedder
-            with progress_step(log, f"loading the {name} embedder (exported to ONNX on first use)"):
-                embedder = ProgressEmbedder(
-                    load_minilm(
-                        args.embedder_cache or settings.resolved_embedder_cache(),
-                        embedder=name, adapter_dir=settings.tuned_embedder_dir,
-                    ),
-                    log,
-                )
+            chosen = {"embedder": args.embedder, "embedder_cache_dir": args.embedder_cache}
+            settings = Settings(**{k: v for k, v in chosen.items() if v is not None})
+            with progress_step(log, f"loading the {settings.embedder} embedder (exported to ONNX on first use)"):
+                embedder = ProgressEmbedder(default_embedder(settings), log)
         tables = []
         train_rows, hold_rows, all_rows = [], [], []
         for directory in _progress(args.data, "scoring data sets"):
