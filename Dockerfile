@@ -1,11 +1,13 @@
 # syntax=docker/dockerfile:1
 # tool-shortlist: two stages. `build` installs the service into /opt/venv and, in a separate
-# throwaway environment with torch (pinned CPU build), exports MiniLM to ONNX once. `runtime`
-# gets the venv, the ONNX model + tokenizer and the depth policy: no torch, no download at start.
+# throwaway environment with torch (pinned CPU build), exports the embedders to ONNX once (the
+# default `tuned`: MiniLM plus the tool fine-tune of models/tuned-embedder; plain MiniLM; the int8
+# of each). `runtime` gets the venv, the ONNX models + tokenizer, the fine-tune's manifest (its
+# sha256 is checked at load) and the depth policy: no torch, no download at start.
 #
 #   docker build -t tool-shortlist .
 #   docker run -p 8080:8080 tool-shortlist                                  # embedded local store
-#   docker run -p 8080:8080 -e SHORTLIST_EMBEDDER=minilm-int8 tool-shortlist  # int8, baked too
+#   docker run -p 8080:8080 -e SHORTLIST_EMBEDDER=tuned-int8 tool-shortlist   # int8, baked too
 #   docker run -p 8080:8080 -e SHORTLIST_REDIS_URL=redis://redis:6379/0 tool-shortlist
 
 # ---- build ---------------------------------------------------------------------------------
@@ -21,6 +23,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY registry ./registry
 COPY service ./service
+COPY models/tuned-embedder ./models/tuned-embedder
 
 # The serving environment: the package and its serving dependencies only.
 RUN python -m venv /opt/venv \
@@ -32,13 +35,14 @@ RUN python -m venv /opt/export \
  && /opt/export/bin/pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0 \
  && /opt/export/bin/pip install ".[train]"
 
-# MiniLM -> /opt/embedder/all-MiniLM-L6-v2/{model.onnx, model.onnx.json, tokenizer.json}, and its
-# int8 quantisation (model-int8.onnx + manifest) so SHORTLIST_EMBEDDER=minilm-int8 serves without
-# the train extra; then load both with the serving environment, as the server will (-P: the
-# installed package, not the sources in the working directory).
+# MiniLM -> /opt/embedder/all-MiniLM-L6-v2/{model.onnx, model.onnx.json, tokenizer.json}, the tuned
+# export (model-tuned.onnx) and the int8 quantisation of each, so every SHORTLIST_EMBEDDER serves
+# without the train extra; then load all four with the serving environment, as the server will
+# (-P: the installed package, not the sources in the working directory).
 RUN /opt/export/bin/python -c "from pathlib import Path; from registry.index.minilm_export import ensure_minilm_onnx; ensure_minilm_onnx(Path('/opt/embedder'))" \
  && /opt/export/bin/python -c "from pathlib import Path; from registry.index.minilm_export import ensure_embedder_onnx; ensure_embedder_onnx(Path('/opt/embedder'), 'minilm-int8')" \
- && /opt/venv/bin/python -P -c "from pathlib import Path; from registry.index.minilm_export import load_minilm; print(load_minilm(Path('/opt/embedder')), load_minilm(Path('/opt/embedder'), embedder='minilm-int8'))"
+ && /opt/export/bin/python -c "from pathlib import Path; from registry.index.minilm_export import ensure_embedder_onnx; [ensure_embedder_onnx(Path('/opt/embedder'), e, Path('models/tuned-embedder')) for e in ('tuned', 'tuned-int8')]" \
+ && /opt/venv/bin/python -P -c "from pathlib import Path; from registry.index.minilm_export import load_minilm; print([load_minilm(Path('/opt/embedder'), embedder=e, adapter_dir=Path('models/tuned-embedder')) for e in ('minilm', 'minilm-int8', 'tuned', 'tuned-int8')])"
 
 # ---- runtime -------------------------------------------------------------------------------
 FROM python:3.11-slim AS runtime
@@ -53,6 +57,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     SHORTLIST_DATA_DIR=/var/lib/shortlist \
     SHORTLIST_EMBEDDER_CACHE_DIR=/opt/shortlist/embedder \
     SHORTLIST_POLICY_DIR=/opt/shortlist/models/default \
+    SHORTLIST_TUNED_EMBEDDER_DIR=/opt/shortlist/models/tuned-embedder \
+    SHORTLIST_RELEVANCE_DIR=/opt/shortlist/models \
     SHORTLIST_DEMO_REGISTRY=/opt/shortlist/examples/demo_tools.json
 
 RUN groupadd --system --gid 10001 shortlist \
@@ -65,6 +71,8 @@ COPY --from=build /opt/venv /opt/venv
 # Owned by the service user: loading takes a lock file next to the model (read-only otherwise).
 COPY --from=build --chown=10001:10001 /opt/embedder /opt/shortlist/embedder
 COPY models/default /opt/shortlist/models/default
+COPY models/tuned-embedder /opt/shortlist/models/tuned-embedder
+COPY models/relevance.json models/relevance-minilm.json /opt/shortlist/models/
 COPY examples/demo_tools.json /opt/shortlist/examples/demo_tools.json
 
 USER 10001:10001

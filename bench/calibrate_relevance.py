@@ -17,6 +17,7 @@ import argparse
 import random
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -24,9 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from registry.index.hybrid import Query, rank
 from registry.index.lexical import tokenize
-from registry.index.minilm_export import load_minilm
+from registry.index.minilm_export import default_embedder
 from registry.offline.datasets import index_dataset, load_dataset
+from registry.offline.finetune_loso import held_out_embedder
 from registry.serving.relevance import RELEVANCE_WINDOW, RelevanceModel, relevance_features
+from registry.settings import EMBEDDERS, Settings
 
 SETS = ("bfcl_simple", "metatool", "toolbench_stable")
 
@@ -47,24 +50,41 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=Path("../shared/data"))
     parser.add_argument("--per-set", type=int, default=400, help="queries sampled per set")
     parser.add_argument("--max-false-empty", type=float, default=0.05)
+    parser.add_argument("--embedder", choices=EMBEDDERS, default=Settings().embedder,
+                        help="the embedder whose scores the gate reads (default: SHORTLIST_EMBEDDER)")
     parser.add_argument("--embedder-cache", type=Path, default=Path("data/cache/embedder"))
+    parser.add_argument("--fold-embedders", type=Path, default=None,
+                        help="rank each registry with the fine-tune of bench/ranking_loso.py --finetune "
+                        "--workdir DIR that held its set out: the tuned model's scores on registries it "
+                        "never saw, which is what a new user's registry gets")
+    parser.add_argument("--check", type=Path, nargs="*", default=[],
+                        help="more source directories (e.g. ../shared/data/train/api_bank): print how many "
+                        "of their queries the gate keeps on their own registry")
     parser.add_argument("--out", type=Path, default=None, help="write the refitted model here")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    embedder = load_minilm(args.embedder_cache)
+    run_wide = default_embedder(Settings(embedder=args.embedder, embedder_cache_dir=args.embedder_cache))
+
+    def embedder_for(source: str) -> Any:
+        if args.fold_embedders is None:
+            return run_wide
+        try:
+            return held_out_embedder(args.fold_embedders, source)
+        except FileNotFoundError as exc:
+            raise SystemExit(str(exc)) from exc
+
     rng = random.Random(args.seed)
     data = {name: load_dataset(args.data / name) for name in SETS}
     queries = {name: rng.sample(d.queries, min(args.per_set, len(d.queries))) for name, d in data.items()}
-    vectors = {
-        name: embedder.embed_documents([q.query for q in qs]) for name, qs in queries.items()
-    }
     rows = []  # (features, label, registry, fit_split)
     for registry, dataset in data.items():
+        embedder = embedder_for(registry)
         snapshot = index_dataset(dataset.tools, embedder)
         for source, qs in queries.items():
+            vectors = embedder.embed_documents([q.query for q in qs])
             for i, q in enumerate(qs):
-                prepared = Query(vector=vectors[source][i], tokens=tokenize(q.query))
+                prepared = Query(vector=vectors[i], tokens=tokenize(q.query))
                 _, scores = rank("hybrid", prepared, snapshot.dense, snapshot.lexical, RELEVANCE_WINDOW)
                 fit = rng.random() < 0.7
                 rows.append((relevance_features(scores), float(source == registry), registry, fit))
@@ -80,6 +100,7 @@ def main() -> int:
     w = fit_logistic(x[fit], y[fit])
     cut = threshold_for(w, fit)
     p = 1.0 / (1.0 + np.exp(-(x @ w)))
+    print(f"embedder {args.embedder}" + (f", held-out folds of {args.fold_embedders}" if args.fold_embedders else ""))
     print(f"held-out ({int((~fit).sum())} query-registry pairs), threshold {cut:.3f}:")
     print("| registry | positives kept | negatives emptied |")
     print("|---|---|---|")
@@ -88,15 +109,36 @@ def main() -> int:
         kept = float(np.mean(p[m & (y == 1)] >= cut))
         emptied = float(np.mean(p[m & (y == 0)] < cut))
         print(f"| {registry} | {kept:.1%} | {emptied:.1%} |")
+    model = RelevanceModel(w_top=float(w[0]), w_lead=float(w[1]), bias=float(w[2]), threshold=cut)
+    for directory in args.check:
+        print(f"| {directory.name} (not fitted on) | {check_source(directory, embedder_for(directory.name), model, rng, args.per_set):.1%} | - |")
     if args.out:
         w_all = fit_logistic(x, y)
         model = RelevanceModel(w_top=float(w_all[0]), w_lead=float(w_all[1]), bias=float(w_all[2]),
                                threshold=threshold_for(w_all, np.ones_like(fit)))
+        command = f"python bench/calibrate_relevance.py --embedder {args.embedder}"
+        if args.fold_embedders:
+            command += " --fold-embedders DIR"
         model.save(args.out, fitted_on=list(SETS), per_set=args.per_set, seed=args.seed,
-                   max_false_empty=args.max_false_empty,
-                   command="python bench/calibrate_relevance.py --out models/relevance.json")
+                   max_false_empty=args.max_false_empty, embedder=args.embedder,
+                   held_out_folds=args.fold_embedders is not None,
+                   command=f"{command} --out models/relevance.json")
         print(f"wrote {args.out}: {model}")
     return 0
+
+
+def check_source(directory: Path, embedder: Any, model: RelevanceModel, rng: random.Random, per_set: int) -> float:
+    """Share of ``directory``'s queries (up to ``per_set``) the gate keeps on their own registry."""
+    dataset = load_dataset(directory)
+    qs = rng.sample(dataset.queries, min(per_set, len(dataset.queries)))
+    snapshot = index_dataset(dataset.tools, embedder)
+    vectors = embedder.embed_documents([q.query for q in qs])
+    kept = 0
+    for q, vector in zip(qs, vectors, strict=True):
+        _, scores = rank("hybrid", Query(vector=vector, tokens=tokenize(q.query)), snapshot.dense,
+                         snapshot.lexical, RELEVANCE_WINDOW)
+        kept += model.confidence(scores) >= model.threshold
+    return kept / max(1, len(qs))
 
 
 if __name__ == "__main__":

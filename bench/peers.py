@@ -17,7 +17,7 @@ ranking, from which every fixed-K point comes). ``--coverage FILE`` / ``--covera
 refinement on; ``--dump`` writes each request's lists, the rows that script fits on.
 ``--fold-embedders DIR`` ranks each source with the fine-tune of ``bench/ranking_loso.py
 --finetune --workdir DIR`` that held it out, so a tuned ranker is measured on sources it never
-saw (``--embedder`` then names the rest of the run only).
+saw (``--embedder`` is then not loaded).
 Printed: any-found (a needed tool shown), recall (share of needed tools shown), all-needed,
 mean K and the definition tokens shown (JSON characters / 4), for our default, each peer and
 the frontier; then the goal checks of issue 19 (multi-tool sources: recall and all-needed
@@ -227,11 +227,14 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from registry.settings import EMBEDDERS, Settings
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--max-queries", type=int, default=600, help="queries sampled per source (seed 0)")
     ap.add_argument("--policy", type=Path, default=ROOT / "models" / "default")
     ap.add_argument("--embedder-cache", type=Path, default=None, help="MiniLM ONNX cache")
-    ap.add_argument("--embedder", default="minilm", help="SHORTLIST_EMBEDDER value (minilm, tuned, ...)")
+    ap.add_argument("--embedder", choices=EMBEDDERS, default=Settings().embedder,
+                    help="SHORTLIST_EMBEDDER value (default: the service default, tuned)")
     ap.add_argument("--embedding-cache", type=Path, default=None, help="text embeddings (bench/embed_cache.py)")
     ap.add_argument("--sources", nargs="*", default=None, help="source names (default: all)")
     ap.add_argument("--json", type=Path, default=None)
@@ -248,12 +251,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from bench.embed_cache import DiskCachedEmbedder, disk_cached
     from registry.index.minilm_export import default_embedder
     from registry.offline.finetune_loso import held_out_embedder
-    from registry.settings import Settings
 
     settings = Settings(embedder=args.embedder)
     if args.embedder_cache:
         settings = Settings(embedder=args.embedder, embedder_cache_dir=args.embedder_cache)
-    embedder = disk_cached(default_embedder(settings), args.embedding_cache)
+    # with --fold-embedders every source gets its fold's model, so the run-wide one is not loaded
+    embedder = None if args.fold_embedders else disk_cached(default_embedder(settings), args.embedding_cache)
     rows = []
     for directory in [*source_dirs(), *args.extra]:
         if args.sources and directory.name not in args.sources:

@@ -100,9 +100,15 @@ class Settings(BaseSettings):
         _PROJECT_ROOT / "models" / "default",
         description="Directory of the 'bor' depth policy (manifest.json + policy.onnx).",
     )
-    relevance_model: Path = Field(
-        _PROJECT_ROOT / "models" / "relevance.json",
-        description="Calibrated 'does any tool fit' model used by allow_empty requests.",
+    relevance_model: Path | None = Field(
+        None,
+        description="Calibrated 'does any tool fit' model used by allow_empty requests (default: "
+        "the one in relevance_dir fitted on the embedder's scores).",
+    )
+    relevance_dir: Path = Field(
+        _PROJECT_ROOT / "models",
+        description="Where the relevance models live, one per embedder family: relevance.json "
+        "(tuned, tuned-int8) and relevance-minilm.json (minilm, minilm-int8).",
     )
     coverage_model: Path | None = Field(
         None,
@@ -111,10 +117,12 @@ class Settings(BaseSettings):
         "appends likely ones; empty or unset: off. Built by bench/coverage_loso.py --export.",
     )
     embedder: EmbedderName = Field(
-        "minilm",
-        description="Sentence embedder: 'minilm' (all-MiniLM-L6-v2, fp32) or 'minilm-int8' (the "
-        "same model with int8 weights, quantised at first start: faster per query at a small "
-        "quality cost, measured in README). Registries are re-embedded when it changes.",
+        "tuned",
+        description="Sentence embedder: 'tuned' (all-MiniLM-L6-v2 fine-tuned on tool retrieval, "
+        "models/tuned-embedder, fp32; composed into the embedder cache at first start), "
+        "'minilm' (plain all-MiniLM-L6-v2, fp32), or either's int8 quantisation ('tuned-int8', "
+        "'minilm-int8': faster per query at a small quality cost, measured in README). "
+        "Registries are re-embedded when it changes.",
     )
     tuned_embedder_dir: Path = Field(
         _PROJECT_ROOT / "models" / "tuned-embedder",
@@ -391,10 +399,18 @@ class Settings(BaseSettings):
             return tuple(SecretStr(t.strip()) for v in raw for t in v.split(",") if t.strip())
         return value
 
-    @field_validator("demo_registry", "embedder_cache_dir", "redis_url", "coverage_model", mode="before")
+    @field_validator(
+        "demo_registry", "embedder_cache_dir", "redis_url", "coverage_model", "relevance_model", mode="before"
+    )
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         return None if value == "" else value
+
+    def resolved_relevance_model(self) -> Path:
+        if self.relevance_model is not None:
+            return self.relevance_model
+        name = "relevance-minilm.json" if self.embedder.startswith("minilm") else "relevance.json"
+        return self.relevance_dir / name
 
     def resolved_embedder_cache(self) -> Path:
         return self.embedder_cache_dir or (self.data_dir / "cache" / "embedder")

@@ -87,11 +87,14 @@ def client(make_client):
 
 @pytest.fixture(scope="session")
 def minilm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One real MiniLM ONNX export per test session (about 5 s)."""
-    from registry.index.minilm_export import ensure_minilm_onnx
+    """One real embedder cache per test session: the MiniLM export and the tuned default composed
+    from it (about 15 s), so servers started on it load what they would serve by default."""
+    from registry.index.minilm_export import ensure_embedder_onnx, ensure_minilm_onnx
+    from registry.settings import Settings
 
     cache = tmp_path_factory.mktemp("embedder")
     ensure_minilm_onnx(cache)
+    ensure_embedder_onnx(cache, "tuned", Settings().tuned_embedder_dir)
     return cache
 
 

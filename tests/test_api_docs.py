@@ -1,5 +1,5 @@
 """docs/api.md's curl examples, run in document order with the real curl against a real server
-(MiniLM, the shipped policy, `make run`'s demo registry), each answer checked against the
+(the default tuned embedder, the shipped policy, `make run`'s demo registry), each answer checked against the
 status and JSON shape the document gives for it: a stale example fails here."""
 
 from __future__ import annotations

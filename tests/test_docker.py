@@ -201,30 +201,51 @@ def test_runtime_paths_point_at_what_the_image_holds(stages: list[Stage]) -> Non
     destinations = [copy_args(a)[2].rstrip("/") for a in runtime.all("COPY")]
     for name in ("SHORTLIST_POLICY_DIR", "SHORTLIST_EMBEDDER_CACHE_DIR", "SHORTLIST_DEMO_REGISTRY"):
         assert env[name].rstrip("/") in destinations, name
+    # the relevance models of allow_empty, one per embedder family, where the settings look
+    from registry.settings import Settings
+
+    into_relevance_dir = [
+        source
+        for _, sources, dest in (copy_args(a) for a in runtime.all("COPY"))
+        if dest.rstrip("/") == env["SHORTLIST_RELEVANCE_DIR"].rstrip("/")
+        for source in sources
+    ]
+    for embedder in ("tuned", "minilm"):
+        wanted = Path("models") / Settings(embedder=embedder).resolved_relevance_model().name
+        assert str(wanted) in into_relevance_dir and (ROOT / wanted).is_file(), wanted
     assert (ROOT / "models" / "default" / "manifest.json").is_file()
     # The export writes the embedder where the runtime stage copies it from.
     build = " ".join(stages[0].all("RUN"))
     (embedder_copy,) = [a for a in runtime.all("COPY") if "/opt/embedder" in a]
     assert "ensure_minilm_onnx(Path('/opt/embedder'))" in build and embedder_copy
-    # the int8 file is baked as well, so minilm-int8 serves without the train extra
+    # the int8 file and the tuned default (and its int8) are baked as well, so every embedder
+    # serves without the train extra; the runtime stage holds the fine-tune its load checks
     assert "ensure_embedder_onnx(Path('/opt/embedder'), 'minilm-int8')" in build
+    assert "for e in ('tuned', 'tuned-int8')" in build
+    assert env["SHORTLIST_TUNED_EMBEDDER_DIR"].rstrip("/") in destinations
+    assert (ROOT / "models" / "tuned-embedder" / "manifest.json").is_file()
 
 
 def test_the_baked_embedders_load_without_the_train_extra(tmp_path: Path) -> None:
     """The build stage's export and load commands, run as written on a scratch directory: the
-    export side makes both files; the serving side then finds both and exports nothing (a
+    export side makes all four files; the serving side then finds them and exports nothing (a
     serving process without torch or onnx could not)."""
     from registry.index.minilm_export import EMBEDDER_FILES, MINILM_NAME
 
     stages = parse_dockerfile(DOCKERFILE.read_text())
     commands = re.findall(r'python (?:-P )?-c "([^"]+)"', " ".join(stages[0].all("RUN")))
-    baked = [c.replace("/opt/embedder", str(tmp_path)) for c in commands if "/opt/embedder" in c]
-    assert len(baked) == 3, baked  # fp32 export, int8 quantisation, the serving-side load
+    # the build stage runs in /src, which holds models/tuned-embedder as the repository does
+    baked = [
+        c.replace("/opt/embedder", str(tmp_path)).replace("'models/tuned-embedder'", repr(str(ROOT / "models/tuned-embedder")))
+        for c in commands
+        if "/opt/embedder" in c
+    ]
+    assert len(baked) == 4, baked  # fp32 export, int8 quantisation, tuned and its int8, the load
     export, load = baked[:-1], baked[-1]
     for command in export:
         subprocess.run([sys.executable, "-c", command], check=True, timeout=900, cwd=tmp_path)
-    # the image bakes MiniLM fp32 and int8 (the tuned adapter is composed at first start)
-    files = {EMBEDDER_FILES[name].file for name in ("minilm", "minilm-int8")}
+    # the image bakes every embedder: MiniLM and the tuned default, fp32 and int8
+    files = {spec.file for spec in EMBEDDER_FILES.values()}
     assert files <= {p.name for p in (tmp_path / MINILM_NAME).iterdir()}
     before = {p: p.stat().st_mtime_ns for p in (tmp_path / MINILM_NAME).iterdir()}
     # serving: torch and onnx hidden, so any export or quantisation attempt would fail

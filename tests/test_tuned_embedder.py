@@ -156,3 +156,25 @@ def test_corrupt_or_missing_weights_name_the_file_and_the_command(adapter_dir: P
     (broken / "manifest.json").write_text("{not json")
     with pytest.raises(ArtifactError, match="cannot read"):
         check_adapter(broken)
+
+
+# -- the default: tuned, with the relevance gate fitted on its scores ----------------------------
+
+
+def test_the_default_embedder_is_the_tuned_one_with_its_own_relevance_gate(tmp_path: Path) -> None:
+    from registry.serving.relevance import RelevanceModel
+    from registry.settings import EMBEDDERS, Settings
+
+    assert Settings().embedder == "tuned"
+    gates = {name: Settings.model_validate({"embedder": name}).resolved_relevance_model() for name in EMBEDDERS}
+    assert gates["tuned"] == gates["tuned-int8"] and gates["minilm"] == gates["minilm-int8"]
+    assert gates["tuned"] != gates["minilm"]
+    for name, path in gates.items():
+        # each shipped gate loads and says which embedder's scores it was fitted on
+        RelevanceModel.load(path)
+        assert json.loads(path.read_text(encoding="utf-8"))["embedder"] == name.removesuffix("-int8")
+    # an explicit file wins; another directory is honoured; an empty value means the default
+    mine = tmp_path / "gate.json"
+    assert Settings(relevance_model=mine).resolved_relevance_model() == mine
+    assert Settings(relevance_dir=tmp_path).resolved_relevance_model() == tmp_path / gates["tuned"].name
+    assert Settings.model_validate({"relevance_model": ""}).resolved_relevance_model() == gates["tuned"]

@@ -408,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--embedder-cache", type=Path, default=None, help="MiniLM ONNX cache (default: the service's)")
     ap.add_argument(
         "--embedder", choices=EMBEDDERS, default=None,
-        help="embedder whose scores the policy learns (default: SHORTLIST_EMBEDDER, else minilm); "
+        help="embedder whose scores the policy learns (default: SHORTLIST_EMBEDDER, else tuned); "
         "serve the policy with the same one",
     )
     ap.add_argument("--table-cache", type=Path, default=None, help="cache score tables here (default: no cache)")

@@ -165,7 +165,7 @@ class QueryRunner:
         self.settings = settings
         self.embedder = embedder
         self.bor_policy = bor_policy
-        self.relevance = relevance or RelevanceModel.load(settings.relevance_model)
+        self.relevance = relevance or RelevanceModel.load(settings.resolved_relevance_model())
         self.coverage = CoverageModel.load(settings.coverage_model) if settings.coverage_model else None
         self._gap = GapPolicy()
         self._threshold = ThresholdPolicy(settings.threshold)
