@@ -182,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging("info")  # serve reconfigures with its --log-level and SHORTLIST_LOG_FORMAT
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["train"]:
-        from registry.offline.train import main as train_main
+        from registry.offline.train_cli import main as train_main
 
         return train_main(argv[1:])
     if argv[:1] == ["train-embedder"]:

@@ -541,7 +541,7 @@ def test_onnx_policy_refuses_tampered_artifacts(exported: Path, tmp_path: Path) 
 
 def test_cli_trains_and_exports(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from registry.offline.train import main
+    from registry.offline.train_cli import main
 
     save_episodes(tmp_path / "a.npz", _synthetic(60, seed=4), {"scorer": "synthetic"})
     save_episodes(tmp_path / "b.npz", _synthetic(40, seed=5), {"scorer": "synthetic"})

@@ -132,7 +132,7 @@ def _options(parser_help: str) -> dict[str, str]:
 @pytest.mark.parametrize("command", ["train", "episodes", "evaluate"])
 def test_every_option_has_help_and_its_default(command, monkeypatch):
     if command == "train":
-        from registry.offline.train import main as entry
+        from registry.offline.train_cli import main as entry
     elif command == "evaluate":
         from registry.offline.evaluate import main as entry
     text = _help(command)
