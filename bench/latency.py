@@ -28,6 +28,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DEFAULT_EMBEDDER_CACHE, ROOT, serve, worktree
 
+from registry.settings import EMBEDDERS, Settings
+
 DEFAULT_QUERIES = [
     "What's the weather like in Paris right now?",
     "convert 100 dollars to euros",
@@ -61,7 +63,8 @@ def main() -> None:
         help="SHORTLIST_QUERY_CACHE_SIZE of the measured server (default 0: every query embedded)",
     )
     parser.add_argument(
-        "--embedder", default="minilm", help="SHORTLIST_EMBEDDER of the measured server (and floor)"
+        "--embedder", choices=EMBEDDERS, default=Settings().embedder,
+        help="SHORTLIST_EMBEDDER of the measured server (and floor); default: the service's",
     )
     args = parser.parse_args()
 
@@ -79,9 +82,9 @@ def main() -> None:
         compare(args, tools, queries)
         return
 
-    from registry.index.minilm_export import load_minilm
+    from registry.index.minilm_export import default_embedder
 
-    embedder = load_minilm(args.embedder_cache, embedder=args.embedder)
+    embedder = default_embedder(Settings(embedder=args.embedder, embedder_cache_dir=args.embedder_cache))
     for q in queries[:20]:
         embedder.embed_query(q)
     floor = []
