@@ -2,6 +2,8 @@
 
     nice -n 10 python bench/coverage_small.py --embedding-cache data/cache/emb \\
         --coverage-dir data/models/coverage --json out/coverage_small.json
+    nice -n 10 python bench/coverage_small.py --embedding-cache data/cache/emb \\
+        --fold-embedders data/ft_l6s300 --max-queries 60 --json out/small_tuned.json   # tuned, held out
 
 For each source and size N in 5 / 8 / 16 / 24 (below the source's size), each of the first
 ``--max-queries`` queries of the peers sample (seed 0) gets its own registry: its needed tools
@@ -48,9 +50,11 @@ def run_source(directory: Path, embedder: Any, coverage: Path | None, max_querie
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="small-") as tmp:
         base = _engine(tools[:1], "seed", Path(tmp) / "a", embedder, ROOT / "models" / "default")
-        cov = _engine(tools[:1], "seed", Path(tmp) / "b", embedder, ROOT / "models" / "default", coverage)
+        engines = {"off": base}
+        if coverage is not None:
+            engines["on"] = _engine(tools[:1], "seed", Path(tmp) / "b", embedder, ROOT / "models" / "default", coverage)
         for n in (s for s in SIZES if s < len(tools)):
-            rows: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
+            rows: dict[str, list[dict[str, float]]] = {tag: [] for tag in engines}
             curves: list[list[Any]] = []
             golds: list[set[str]] = []
             for q in queries:
@@ -61,14 +65,13 @@ def run_source(directory: Path, embedder: Any, coverage: Path | None, max_querie
                 names = gold + rng.sample(others, n - len(gold))
                 sub = [by_name[name] for name in names]
                 try:
-                    for tag, engine in (("off", base), ("on", cov)):
+                    for tag, engine in engines.items():
                         engine.put_registry("c", sub)
                         answer = engine.shortlist(ShortlistRequest("c", q.query))
                         rows[tag].append(_score(_slots(answer), set(gold), {}) | {"n": float(n)})
                     curves.append(_slots(base.shortlist(ShortlistRequest("c", q.query, k=n, scorer="hybrid"))))
                 except ValidationFailed:
-                    rows["off"] = rows["off"][: len(curves)]
-                    rows["on"] = rows["on"][: len(curves)]
+                    rows = {tag: r[: len(curves)] for tag, r in rows.items()}
                     continue
                 golds.append(set(gold))
             curve = np.zeros(n + 1)
@@ -92,7 +95,7 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
             c = row["sizes"].get(str(n))
             cells.append("-" if c is None else " / ".join(
                 f"{c[t]['found'] * 100:.1f}% @ {c[t]['k']:.2f}, eff {c[t]['efficiency']:.2f}, whole "
-                f"{c[t]['whole'] * 100:.1f}%" for t in ("off", "on")))
+                f"{c[t]['whole'] * 100:.1f}%" for t in ("off", "on") if t in c))
         lines.append(f"| {row['source']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -100,7 +103,10 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--max-queries", type=int, default=100)
-    ap.add_argument("--coverage-dir", type=Path, required=True)
+    ap.add_argument("--coverage-dir", type=Path, default=None,
+                    help="held-out coverage models, <dir>/<source>.json (default: the default engine only)")
+    ap.add_argument("--fold-embedders", type=Path, default=None,
+                    help="rank each source with the held-out fine-tune of bench/ranking_loso.py --workdir DIR")
     ap.add_argument("--embedding-cache", type=Path, default=None)
     ap.add_argument("--sources", nargs="*", default=None)
     ap.add_argument("--json", type=Path, default=None)
@@ -108,24 +114,36 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from bench.embed_cache import DiskCachedEmbedder, disk_cached
     from registry.core import default_embedder
+    from registry.offline.finetune_loso import held_out_embedder
     from registry.settings import Settings
 
-    embedder = disk_cached(default_embedder(Settings()), args.embedding_cache)
+    embedder = None if args.fold_embedders else disk_cached(default_embedder(Settings()), args.embedding_cache)
     rows = []
     for directory in source_dirs():
         if args.sources and directory.name not in args.sources:
             continue
-        rows.append(run_source(directory, embedder, args.coverage_dir / f"{directory.name}.json", args.max_queries))
+        ranker = embedder
+        if args.fold_embedders:
+            try:
+                ranker = disk_cached(held_out_embedder(args.fold_embedders, directory.name), args.embedding_cache)
+            except FileNotFoundError as exc:
+                raise SystemExit(str(exc)) from exc
+        coverage = args.coverage_dir / f"{directory.name}.json" if args.coverage_dir else None
+        rows.append(run_source(directory, ranker, coverage, args.max_queries))
+        rows[-1]["embedder"] = ranker.model_id
+        if isinstance(ranker, DiskCachedEmbedder) and ranker is not embedder:
+            ranker.save()
         print(directory.name, json.dumps(rows[-1]["sizes"]), file=sys.stderr, flush=True)
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps({"coverage_dir": str(args.coverage_dir), "sources": rows}, indent=2))
+            args.json.write_text(json.dumps({"coverage_dir": str(args.coverage_dir), "fold_embedders":
+                                             str(args.fold_embedders), "sources": rows}, indent=2))
     if isinstance(embedder, DiskCachedEmbedder):
         embedder.save()
     pooled = {}
     for n in SIZES:
         for tag in ("off", "on"):
-            cells = [r["sizes"][str(n)][tag] for r in rows if str(n) in r["sizes"]]
+            cells = [r["sizes"][str(n)][tag] for r in rows if tag in r["sizes"].get(str(n), {})]
             if cells:
                 pooled[f"{n}/{tag}"] = (float(np.mean([c["efficiency"] for c in cells])),
                                         float(np.mean([c["whole"] for c in cells])))

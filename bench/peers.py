@@ -103,7 +103,7 @@ def _score(slots: Sequence[Slot], gold: set[str], tokens: dict[str, float]) -> d
 
 def run_source(
     directory: Path, embedder: Any, policy_dir: Path, max_queries: int | None, dump: list[dict[str, Any]] | None = None,
-    coverage: Path | None = None,
+    coverage: Path | None = None, depth_bias: float | None = None,
 ) -> dict[str, Any]:
     from registry.errors import ValidationFailed
     from registry.offline.datasets import load_dataset
@@ -122,7 +122,7 @@ def run_source(
         for q in queries:
             gold = set(q.gold)
             try:
-                answer = engine.shortlist(ShortlistRequest(registry, q.query))
+                answer = engine.shortlist(ShortlistRequest(registry, q.query, depth_bias=depth_bias))
                 deep = {s: engine.shortlist(ShortlistRequest(registry, q.query, k=DEEP_K, scorer=s))
                         for s in SCORER_NAMES}
                 lists = {s: _slots(a) for s, a in deep.items()}
@@ -246,6 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="more source directories, e.g. bench/data/mcp_servers (the project's MCP tasks)")
     ap.add_argument("--fold-embedders", type=Path, default=None,
                     help="rank each source with the held-out fine-tune of bench/ranking_loso.py --workdir DIR")
+    ap.add_argument("--depth-bias", type=float, default=None,
+                    help="the default's depth_bias (default: the service's, 0): where it sits on its curve")
     args = ap.parse_args(argv)
 
     from bench.embed_cache import DiskCachedEmbedder, disk_cached
@@ -269,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ranker = disk_cached(held_out_embedder(args.fold_embedders, directory.name), args.embedding_cache)
             except FileNotFoundError as exc:
                 raise SystemExit(str(exc)) from exc
-        row = run_source(directory, ranker, args.policy, args.max_queries, dump, coverage)
+        row = run_source(directory, ranker, args.policy, args.max_queries, dump, coverage, args.depth_bias)
         row["coverage"] = str(coverage) if coverage else None
         row["embedder"] = ranker.model_id
         if isinstance(ranker, DiskCachedEmbedder) and ranker is not embedder:
@@ -284,7 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(
-                json.dumps({"policy": str(args.policy), "embedder": args.embedder, "sources": rows}, indent=2)
+                json.dumps({"policy": str(args.policy), "embedder": args.embedder, "depth_bias": args.depth_bias,
+                            "sources": rows}, indent=2)
             )
     if isinstance(embedder, DiskCachedEmbedder):
         embedder.save()
