@@ -33,7 +33,7 @@ from registry.learning.profiles import (
     fit_weight,
     fused_scores,
 )
-from registry.tools import tool_text
+from registry.tool_text import tool_text
 
 SEED = 11
 SHOWN = 5

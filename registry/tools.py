@@ -11,33 +11,21 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import unicodedata
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
-from registry.errors import InvalidRegistryName, InvalidToolDefinition, PayloadTooLarge
+from registry.errors import InvalidToolDefinition, PayloadTooLarge
+from registry.names import json_type, url_name_problem
+from registry.tool_text import tool_text
 
 ToolFormat = Literal["openai", "plain", "anthropic", "mcp"]
 TOOL_FORMATS: Final[tuple[str, ...]] = ("openai", "plain", "anthropic", "mcp")
-
-MAX_TEXT_CHARS: Final = 8_000
-"""Cap on the index text of one tool (the embedder truncates far earlier anyway)."""
-
-MAX_REGISTRY_NAME_CHARS: Final = 128
-REGISTRY_NAME_PATTERN: Final = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$"
-"""Registry names as a JSON-schema pattern: safe as one path segment, a file name or a key."""
 
 MAX_JSON_DEPTH: Final = 64
 """Deepest nesting of objects and arrays in one tool definition (the tool object is level 1)."""
 
 _MESSAGE_PROBLEMS: Final = 10  # problems spelled out in the summary message; details has all
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
-_SEPARATORS = re.compile(r"[\W_]+")
-_REGISTRY_NAME = re.compile(r"[A-Za-z0-9._-]+")
-_REGISTRY_BAD_CHAR = re.compile(r"[^A-Za-z0-9._-]")
-_PATH_SEPARATORS = re.compile(r"[/\\]")  # WHATWG reads a backslash as '/' in http(s) URLs
-_ENCODED_DOT = re.compile(r"%2e", re.IGNORECASE)  # WHATWG reads '%2e' as '.' in a dot segment
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,22 +111,6 @@ def _path(index: int | None, field_: str) -> str:
     return f"tools[{index}]" + (f".{field_}" if field_ else "")
 
 
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
-
-
 def _label(item: dict[str, Any], limits: ToolLimits) -> str | None:
     """The tool's name for error details, if it has a usable one."""
     function = item.get("function")
@@ -169,7 +141,7 @@ def unwrap_jsonrpc(payload: Any) -> Any:
             + (f" (error: {str(said)[:200]})" if said else ""),
         )
     elif not isinstance(result, dict) or "tools" not in result:
-        got = _json_type(result) + (' without a "tools" key' if isinstance(result, dict) else "")
+        got = json_type(result) + (' without a "tools" key' if isinstance(result, dict) else "")
         problems.add(
             None, None, "result", f'a JSON-RPC response must hold "result": {{"tools": [...]}}, got {got}'
         )
@@ -198,11 +170,11 @@ def parse_tools(payload: Any, limits: ToolLimits = ToolLimits()) -> list[Tool]:
     if isinstance(payload, dict) and "tools" in payload:
         items = payload["tools"]
         if not isinstance(items, list):
-            problems.add(None, None, "tools", f"must be an array, got {_json_type(items)}")
+            problems.add(None, None, "tools", f"must be an array, got {json_type(items)}")
     elif isinstance(payload, list):
         items = payload
     else:
-        got = _json_type(payload) + (' without a "tools" key' if isinstance(payload, dict) else "")
+        got = json_type(payload) + (' without a "tools" key' if isinstance(payload, dict) else "")
         problems.add(
             None,
             None,
@@ -251,7 +223,7 @@ def _parse_one(
         The tool (``None`` if it has problems, which are recorded) and its name if valid.
     """
     if not isinstance(item, dict):
-        problems.add(i, None, "", f"must be an object, got {_json_type(item)}")
+        problems.add(i, None, "", f"must be an object, got {json_type(item)}")
         return None, None
     before = len(problems.items)
     label = _label(item, limits)
@@ -278,7 +250,7 @@ def _parse_one(
             i,
             label,
             prefix + schema_key,
-            f"must be a JSON object (a JSON schema), got {_json_type(parameters)}",
+            f"must be a JSON object (a JSON schema), got {json_type(parameters)}",
         )
     if len(problems.items) > before or name is None or description is None:
         return None, name
@@ -300,7 +272,7 @@ def _detect_format(
             return "openai", item, "", "parameters"  # flat form of the OpenAI Responses API
         function = item.get("function")
         if not isinstance(function, dict):
-            got = "missing" if "function" not in item else _json_type(function)
+            got = "missing" if "function" not in item else json_type(function)
             problems.add(
                 i,
                 label,
@@ -372,7 +344,7 @@ def _check_name(
         return None
     name = body["name"]
     if not isinstance(name, str) or not name:
-        got = "an empty string" if name == "" else _json_type(name)
+        got = "an empty string" if name == "" else json_type(name)
         problems.add(i, label, where, f"must be a non-empty string, got {got}")
         return None
     ok = not _too_long(i, label, where, name, limits.max_name_chars, problems)
@@ -393,29 +365,6 @@ def _check_name(
     return name if ok else None
 
 
-def url_name_problem(name: str) -> str | None:
-    """Why ``name`` cannot be carried faithfully in a URL path, or ``None`` when it can.
-
-    Browsers, HTTP clients and proxies resolve ``.`` and ``..`` segments (``%2e`` spelt out,
-    ``\\`` read as ``/``) and some merge ``//``: a tool called ``../../victim`` put in a path
-    addresses registry ``victim``. Such names are refused at upload; the API takes tool names
-    out of the path anyway (``DELETE /registries/{r}/tools?name=``).
-    """
-    segments = _PATH_SEPARATORS.split(name)
-    for segment in segments:
-        if _ENCODED_DOT.sub(".", segment) in (".", ".."):
-            return (
-                f"must not have a '.' or '..' path segment, got {name!r}: URLs resolve it "
-                "and would address another resource"
-            )
-    if len(segments) > 1 and "" in segments:
-        return (
-            f"must not have an empty path segment (a leading, trailing or doubled '/'), "
-            f"got {name!r}: proxies merge or drop it"
-        )
-    return None
-
-
 def _check_description(
     i: int,
     label: str | None,
@@ -429,7 +378,7 @@ def _check_description(
     if description is None:
         return ""
     if not isinstance(description, str):
-        problems.add(i, label, where, f"must be a string, got {_json_type(description)}")
+        problems.add(i, label, where, f"must be a string, got {json_type(description)}")
         return None
     if _too_long(i, label, where, description, limits.max_description_chars, problems):
         return None
@@ -442,136 +391,3 @@ def _too_long(i: int, label: str | None, where: str, text: str, limit: int, prob
         return False
     problems.add(i, label, where, f"must be at most {limit} characters, got {len(text)}")
     return True
-
-
-def validate_registry_name(name: str) -> str:
-    """Check a registry name: 1-128 of ``A-Z a-z 0-9 . _ -``, not starting with ``.``.
-
-    The rule (:data:`REGISTRY_NAME_PATTERN`) makes a name safe as a single path segment: no
-    separators, no ``.``/``..``, no hidden names (stores keep their own files under dot names).
-
-    Args:
-        name: The proposed name.
-
-    Returns:
-        The name, unchanged.
-
-    Raises:
-        InvalidRegistryName: The name breaks a rule; the message says which.
-    """
-    problem: str | None = None
-    if not isinstance(name, str):
-        problem = f"registry name must be a string, got {_json_type(name)}"
-    elif not name:
-        problem = "registry name must not be empty"
-    elif len(name) > MAX_REGISTRY_NAME_CHARS:
-        problem = (
-            f"registry name must be at most {MAX_REGISTRY_NAME_CHARS} characters, got {len(name)}"
-        )
-    elif not _REGISTRY_NAME.fullmatch(name):
-        bad = _REGISTRY_BAD_CHAR.search(name)
-        char = bad.group() if bad else "?"
-        problem = (
-            f"registry name {name!r} contains {char!r}: "
-            "only letters A-Z a-z, digits, '.', '_' and '-' are allowed"
-        )
-    elif name in (".", ".."):
-        problem = f"registry name {name!r} is reserved"
-    elif name.startswith("."):
-        problem = f"registry name {name!r} must not start with '.'"
-    if problem is not None:
-        raise InvalidRegistryName(problem, [{"field": "registry", "message": problem}])
-    return name
-
-
-def _char_class(c: str) -> str:
-    if c.isdigit():
-        return "D"
-    if c.isupper():
-        return "U"
-    if c.islower():
-        return "L"
-    if c.isalpha():
-        return "O"  # caseless letter (CJK, ...)
-    return "M"  # combining marks and the like stay with their neighbours
-
-
-def split_identifier(name: str) -> list[str]:
-    """Split an identifier into lowercase words.
-
-    Splits on every non-alphanumeric character (``_ . / -`` ...), at lower-to-upper case
-    changes, before the last capital of an acronym (``HTTPResponse`` -> ``http response``)
-    and between digits and non-digits.
-
-    Args:
-        name: An identifier in snake_case, camelCase, dotted, slashed or dashed form.
-
-    Returns:
-        The words, lowercased; ``[]`` when the name has no letters or digits.
-    """
-    words: list[str] = []
-    for chunk in _SEPARATORS.split(unicodedata.normalize("NFC", name)):
-        if not chunk:
-            continue
-        classes = [_char_class(c) for c in chunk]
-        start = 0
-        for j in range(1, len(chunk)):
-            prev, cur = classes[j - 1], classes[j]
-            boundary = (
-                ((cur == "D") != (prev == "D"))
-                or (cur == "U" and prev == "L")
-                or ((cur == "O") != (prev == "O") and "M" not in (cur, prev))
-                or (cur == "U" and prev == "U" and j + 1 < len(chunk) and classes[j + 1] == "L")
-            )
-            if boundary:
-                words.append(chunk[start:j].lower())
-                start = j
-        words.append(chunk[start:].lower())
-    return words
-
-
-def _squash(text: str) -> str:
-    return " ".join(text.split())
-
-
-def tool_text(name: str, description: str, parameters: Any) -> str:
-    """Build the text that represents a tool in the dense and lexical indexes.
-
-    Lines: the name; its words (:func:`split_identifier`) unless identical to the name; the
-    description; then ``Parameters: a: desc; b`` over the top-level ``properties`` of the
-    schema, in order, each named by its words. Whitespace is collapsed, lone surrogates
-    become U+FFFD, and the result is capped at :data:`MAX_TEXT_CHARS`. Odd schemas are
-    tolerated: anything that is not a dict is ignored.
-
-    Args:
-        name: Tool name.
-        description: Tool description.
-        parameters: JSON schema of the arguments.
-
-    Returns:
-        The index text, deterministic for the same inputs.
-    """
-    lines = [name]
-    words = " ".join(split_identifier(name))
-    if words and words != name:
-        lines.append(words)
-    if isinstance(description, str) and description.strip():
-        lines.append(_squash(description))
-
-    properties = parameters.get("properties") if isinstance(parameters, dict) else None
-    if isinstance(properties, dict) and properties:
-        parts: list[str] = []
-        size = sum(len(line) + 1 for line in lines)
-        for key, spec in properties.items():
-            key = str(key)
-            label = " ".join(split_identifier(key)) or key
-            desc = spec.get("description") if isinstance(spec, dict) else None
-            part = f"{label}: {_squash(desc)}" if isinstance(desc, str) and desc.strip() else label
-            parts.append(part)
-            size += len(part) + 2
-            if size > MAX_TEXT_CHARS:
-                break
-        lines.append("Parameters: " + "; ".join(parts))
-
-    text = "\n".join(lines)[:MAX_TEXT_CHARS]
-    return _SURROGATE.sub("\ufffd", text)

@@ -9,8 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from registry import request
 from registry.core import FeedbackResult
 from registry.feedback import MAX_CALLS
+from registry.names import MAX_REGISTRY_NAME_CHARS, REGISTRY_NAME_PATTERN
 from registry.request import MAX_DEPTH_BIAS, MAX_K, PolicyName, ScorerName
-from registry.tools import MAX_REGISTRY_NAME_CHARS, REGISTRY_NAME_PATTERN
 from service.schemas_openapi import MAX_TOOL_NAME_CHARS, NOT_BLANK_PATTERN, SHORTLIST_KNOB_RULES
 
 MAX_USED_TOOLS = 1000

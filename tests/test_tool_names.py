@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from registry.names import url_name_problem
 from registry.store.base import RegistryRecord
 from registry.store.local import LocalStore
-from registry.tools import ToolLimits, parse_tools, url_name_problem
+from registry.tools import ToolLimits, parse_tools
 from tests.conftest import weather_tools
 
 UNSAFE = [

@@ -14,18 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from registry.errors import InvalidRegistryName, InvalidToolDefinition, PayloadTooLarge
-from registry.tools import (
-    MAX_JSON_DEPTH,
-    MAX_TEXT_CHARS,
-    REGISTRY_NAME_PATTERN,
-    Tool,
-    ToolLimits,
-    parse_tools,
-    split_identifier,
-    tool_text,
-    url_name_problem,
-    validate_registry_name,
-)
+from registry.names import REGISTRY_NAME_PATTERN, url_name_problem, validate_registry_name
+from registry.tool_text import MAX_TEXT_CHARS, split_identifier, tool_text
+from registry.tools import MAX_JSON_DEPTH, Tool, ToolLimits, parse_tools
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

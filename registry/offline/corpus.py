@@ -10,7 +10,7 @@ Training one model per source is too slow for a fine-tune on CPU, so :func:`loso
 the sources into a few folds (each held-out group is tested by a model trained on the rest);
 ``n_folds = len(sources)`` is plain LOSO.
 
-The tool text is :meth:`registry.tools.Tool.text` (:func:`registry.tools.tool_text`: name, its
+The tool text is :meth:`registry.tools.Tool.text` (:func:`registry.tool_text.tool_text`: name, its
 words split from snake_case / camelCase / dotted / slashed forms, description, parameter names
 and descriptions): the one text the dense index, BM25 and training all see.
 """

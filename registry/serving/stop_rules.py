@@ -24,8 +24,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from registry.errors import NotFound, StoreUnavailable, ValidationFailed
+from registry.names import validate_registry_name
 from registry.serving.depth_policies import first_stop
-from registry.tools import validate_registry_name
 
 __all__ = [
     "DEFAULT_VERSION",

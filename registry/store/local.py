@@ -27,9 +27,9 @@ from pathlib import Path
 import numpy as np
 
 from registry.fsio import TMP_PREFIX, append_whole, atomic_write_bytes, fsync_dir, storage_errors
+from registry.names import REGISTRY_NAME_PATTERN, validate_registry_name
 from registry.store import codec
 from registry.store.base import RegistryRecord
-from registry.tools import REGISTRY_NAME_PATTERN, validate_registry_name
 
 _VERSION_FILE = re.compile(r"^v(\d{8,})\.json$")
 _REGISTRY_DIR = re.compile(REGISTRY_NAME_PATTERN)

@@ -17,10 +17,11 @@ from typing import Any
 from registry.errors import ShortlistError, ValidationFailed, VersionConflict
 from registry.index.embed import Embedder
 from registry.index.snapshot import Snapshot, build_snapshot
+from registry.names import validate_registry_name
 from registry.runtime import trim_heap
 from registry.settings import Settings
 from registry.store.base import RegistryRecord, SharedStore, Store
-from registry.tools import Tool, ToolLimits, validate_registry_name
+from registry.tools import Tool, ToolLimits
 from registry.writes.jobs import (
     Change,
     GroupCommit,

@@ -18,6 +18,7 @@ from registry.errors import (
 from registry.feedback import validate_equivalents
 from registry.index.embed import Embedder
 from registry.index.snapshot import Snapshot
+from registry.names import validate_registry_name
 from registry.request import ShortlistRequest
 from registry.serving.depth_policies import TunableDepthPolicy
 from registry.serving.relevance import RelevanceModel
@@ -25,7 +26,7 @@ from registry.serving.shortlist import QueryRunner, Shortlist, ShortlistItem, Us
 from registry.serving.stop_rules import PolicyBook
 from registry.settings import Settings
 from registry.store.base import SharedStore, Store
-from registry.tools import Tool, ToolLimits, parse_tools, validate_registry_name
+from registry.tools import Tool, ToolLimits, parse_tools
 from registry.writes.commits import CommitPath, RegistryChange, RegistryInfo, RegistryListener
 from registry.writes.jobs import (
     GroupCommit,
