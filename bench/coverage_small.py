@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.needs_loso import efficiency, source_dirs  # noqa: E402
-from bench.peers import _engine, _sample, _score, _slots  # noqa: E402
+from bench.peers import _engine, _sample, _score, _slots, ranker_for  # noqa: E402
 from registry.request import ShortlistRequest  # noqa: E402
 
 SIZES = (5, 8, 16, 24)
@@ -114,7 +114,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from bench.embed_cache import DiskCachedEmbedder, disk_cached
     from registry.core import default_embedder
-    from registry.offline.finetune_loso import held_out_embedder
     from registry.settings import Settings
 
     embedder = None if args.fold_embedders else disk_cached(default_embedder(Settings()), args.embedding_cache)
@@ -122,12 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for directory in source_dirs():
         if args.sources and directory.name not in args.sources:
             continue
-        ranker = embedder
-        if args.fold_embedders:
-            try:
-                ranker = disk_cached(held_out_embedder(args.fold_embedders, directory.name), args.embedding_cache)
-            except FileNotFoundError as exc:
-                raise SystemExit(str(exc)) from exc
+        ranker = ranker_for(directory.name, embedder, args.fold_embedders, args.embedding_cache)
         coverage = args.coverage_dir / f"{directory.name}.json" if args.coverage_dir else None
         rows.append(run_source(directory, ranker, coverage, args.max_queries))
         rows[-1]["embedder"] = ranker.model_id

@@ -101,6 +101,20 @@ def _score(slots: Sequence[Slot], gold: set[str], tokens: dict[str, float]) -> d
     }
 
 
+def ranker_for(source: str, embedder: Any, fold_embedders: Path | None, embedding_cache: Path | None) -> Any:
+    """The embedder that ranks ``source``: with ``fold_embedders``, the fold fine-tune that held
+    it out (behind the embedding cache), else ``embedder``; a missing fold ends the run."""
+    if fold_embedders is None:
+        return embedder
+    from bench.embed_cache import disk_cached
+    from registry.offline.finetune_loso import held_out_embedder
+
+    try:
+        return disk_cached(held_out_embedder(fold_embedders, source), embedding_cache)
+    except FileNotFoundError as exc:
+        raise SystemExit(str(exc)) from exc
+
+
 def run_source(
     directory: Path, embedder: Any, policy_dir: Path, max_queries: int | None, dump: list[dict[str, Any]] | None = None,
     coverage: Path | None = None, depth_bias: float | None = None,
@@ -252,7 +266,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from bench.embed_cache import DiskCachedEmbedder, disk_cached
     from registry.index.minilm_export import default_embedder
-    from registry.offline.finetune_loso import held_out_embedder
 
     settings = Settings(embedder=args.embedder)
     if args.embedder_cache:
@@ -265,12 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         dump: list[dict[str, Any]] | None = [] if args.dump else None
         coverage = args.coverage_dir / f"{directory.name}.json" if args.coverage_dir else args.coverage
-        ranker = embedder
-        if args.fold_embedders:
-            try:
-                ranker = disk_cached(held_out_embedder(args.fold_embedders, directory.name), args.embedding_cache)
-            except FileNotFoundError as exc:
-                raise SystemExit(str(exc)) from exc
+        ranker = ranker_for(directory.name, embedder, args.fold_embedders, args.embedding_cache)
         row = run_source(directory, ranker, args.policy, args.max_queries, dump, coverage, args.depth_bias)
         row["coverage"] = str(coverage) if coverage else None
         row["embedder"] = ranker.model_id
