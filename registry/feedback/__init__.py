@@ -30,11 +30,11 @@ Everything here is thread-safe: the HTTP layer calls in from worker threads.
 """
 
 from registry.feedback.counts import LiveWindow, ToolEfficiency, WindowStats
+from registry.feedback.equivalents import EquivalenceClasses, validate_equivalents
 from registry.feedback.events import (
     MATCHES,
     MAX_CALLS,
     MAX_CALLS_BYTES,
-    EquivalenceClasses,
     FeedbackEvent,
     RememberedShortlists,
     ShortlistMemory,
@@ -44,7 +44,6 @@ from registry.feedback.events import (
     check_event_size,
     event_line,
     parse_feedback,
-    validate_equivalents,
 )
 from registry.feedback.log import (
     CHECKPOINT_FORMAT,
