@@ -45,11 +45,11 @@ from registry.feedback.events import (
     event_line,
     parse_feedback,
 )
-from registry.feedback.log import (
+from registry.feedback.log import LocalFeedbackLog
+from registry.feedback.log_protocol import (
     CHECKPOINT_FORMAT,
     CompactableFeedbackLog,
     FeedbackLog,
-    LocalFeedbackLog,
     LogCompacted,
     SharedFeedbackLog,
     parse_checkpoint,

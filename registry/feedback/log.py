@@ -1,4 +1,5 @@
-"""The durable feedback log (local JSON Lines or a shared stream) and its compaction."""
+"""The local durable feedback log (JSON Lines under the data directory) and its compaction; the
+log contracts every backend implements are :mod:`registry.feedback.log_protocol`."""
 
 from __future__ import annotations
 
@@ -7,104 +8,19 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any
 
 from registry.errors import ArtifactError
 from registry.feedback.counts import ToolEfficiency
 from registry.feedback.events import FeedbackEvent, event_line
+from registry.feedback.log_protocol import CHECKPOINT_FORMAT, LogCompacted, parse_checkpoint
 from registry.fsio import append_whole, atomic_write_bytes, fsync_dir, storage_errors
 
 logger = logging.getLogger(__name__)
 
-
-@runtime_checkable
-class FeedbackLog(Protocol):
-    """Durable, append-only record of accepted feedback events."""
-
-    def append(self, event: FeedbackEvent) -> None:
-        """Store ``event``; it is durable when this returns."""
-        ...
-
-    def replay(self) -> Iterator[FeedbackEvent]:
-        """Every stored event, oldest first."""
-        ...
-
-
-@runtime_checkable
-class CompactableFeedbackLog(FeedbackLog, Protocol):
-    """A log that folds old events into a checkpoint of their tool-efficiency counts.
-
-    :meth:`replay` (and a shared log's reads) then yield only the events after the
-    checkpoint; the counts of the folded ones come from :meth:`checkpoint_state`. Events stay
-    in the log until they are older than the live window, so the window never needs them.
-    """
-
-    def checkpoint_state(self) -> dict[str, Any] | None:
-        """Counts of the folded events (:meth:`ToolEfficiency.to_state`); ``None``: none folded."""
-        ...
-
-    def pending_events(self) -> int:
-        """Events in the log after the checkpoint (what a restart replays)."""
-        ...
-
-    def pending_bytes(self) -> int:
-        """Bytes those events take (compaction starts on bytes as well as on events)."""
-        ...
-
-    def compact(self, cutoff: float) -> int:
-        """Fold the events received before ``cutoff`` (epoch seconds); returns how many."""
-        ...
-
-
-class LogCompacted(Exception):
-    """A shared log was compacted past this reader's position: resynchronise from the checkpoint."""
-
-
-@runtime_checkable
-class SharedFeedbackLog(CompactableFeedbackLog, Protocol):
-    """A log several replicas append to (``registry.store.redis.RedisFeedbackLog``)."""
-
-    def read_new(self, limit: int = 1000, *, include_own: bool = False) -> list[FeedbackEvent]:
-        """Up to ``limit`` events appended by *other* processes (every process with
-        ``include_own``) since the previous call (since the checkpoint, on the first call or
-        after :meth:`rewind`), oldest first; empty when caught up. The read position only
-        advances when the read succeeds, so a failed call can simply be retried.
-
-        Raises:
-            LogCompacted: events past the read position were folded into the checkpoint.
-        """
-        ...
-
-    def rewind(self) -> dict[str, Any] | None:
-        """Move the read position to the checkpoint and return its counts (as
-        :meth:`checkpoint_state`, read in the same step so the two agree)."""
-        ...
-
-
-CHECKPOINT_FORMAT = 1
-_GENERATION_KEY = "log_generation"
-
-
-def parse_checkpoint(
-    raw: bytes | str, where: str, position: Callable[[dict[str, Any]], object], details: dict[str, Any]
-) -> dict[str, Any]:
-    """A validated compaction checkpoint: format, tool-efficiency state, and the log position
-    it covers (``position`` reads it and raises on a bad one).
-
-    Raises:
-        ArtifactError: naming ``where``; counts built on a broken checkpoint would be wrong.
-    """
-    try:
-        doc = json.loads(raw)
-        if doc.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"format {doc.get('format')!r}, expected {CHECKPOINT_FORMAT}")
-        ToolEfficiency.from_state(doc["efficiency"])
-        position(doc)
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ArtifactError(f"feedback checkpoint {where} is unreadable: {exc}", details) from exc
-    return cast(dict[str, Any], doc)
+_GENERATION_KEY = "log_generation"  # the header line of a compacted log
 
 
 class LocalFeedbackLog:

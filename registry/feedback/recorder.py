@@ -20,7 +20,7 @@ from registry.feedback.events import (
     build_event,
     check_event_size,
 )
-from registry.feedback.log import (
+from registry.feedback.log_protocol import (
     CompactableFeedbackLog,
     FeedbackLog,
     LogCompacted,
