@@ -6,9 +6,16 @@ fit, which only makes the model more cautious). Logistic regression on
 :func:`registry.serving.relevance.relevance_features`, fitted on 70% of the queries; the threshold is
 the confidence below which at most ``--max-false-empty`` (default 5%) of the fitting split's
 positives fall, so a relevant tool is rarely withheld. Prints held-out figures, then refits on
-everything and writes ``models/relevance.json``.
+everything and writes the model.
 
-    python bench/calibrate_relevance.py --data ../shared/data --out models/relevance.json
+The gate reads one embedder's scores, so each embedder family has its own (``--embedder``).
+``--fold-embedders DIR`` ranks each registry with the fine-tune of ``bench/ranking_loso.py
+--finetune --workdir DIR`` that never saw it: the scores a new user's registry gets, which is
+what the shipped tuned gate is fitted on. ``--check DIR...`` prints the share of relevant
+requests kept on sources the gate was not fitted on.
+
+    python bench/calibrate_relevance.py --embedder tuned --fold-embedders data/ft_l6s300 --out models/relevance.json
+    python bench/calibrate_relevance.py --embedder minilm --out models/relevance-minilm.json
 """
 
 from __future__ import annotations
