@@ -75,6 +75,7 @@ SERVERS: tuple[Server, ...] = (
     Server("tavily", "tavily-mcp", "0.2.22", env={"TAVILY_API_KEY": "tvly-" + DUMMY}),
     Server("exa", "exa-mcp-server", "3.4.1", env={"EXA_API_KEY": DUMMY}),
     Server("context7", "@upstash/context7-mcp", "4.1.1"),
+    Server("desktop-commander", "@wonderwhy-er/desktop-commander", "0.2.52", bin="desktop-commander"),
 )
 
 
