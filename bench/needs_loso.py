@@ -269,6 +269,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="after the LOSO rows, train the needs recipe on every source of the pool and export it here",
     )
     ap.add_argument("--skip-loso", action="store_true", help="with --export: only train and export")
+    ap.add_argument(
+        "--fold-embedders", type=Path, default=None,
+        help="score each source with the fine-tune of bench/ranking_loso.py --finetune --workdir DIR that "
+        "held it out (the tuned model's scores on registries it never saw); use its own --table-cache",
+    )
     args = ap.parse_args(argv)
 
     import torch
@@ -279,6 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     from bench.embed_cache import disk_cached
+    from bench.peers import ranker_for
 
     embedder = disk_cached(load_minilm(args.embedder_cache or Settings().resolved_embedder_cache()), args.embedding_cache)
     t0 = time.perf_counter()
@@ -286,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for d in source_dirs():
         if args.pool and d.name not in args.pool:
             continue
-        bundles.append(source_bundle(d, embedder, args))
+        bundles.append(source_bundle(d, ranker_for(d.name, embedder, args.fold_embedders, args.embedding_cache), args))
         print(f"[{time.perf_counter() - t0:.0f}s] {d.name}: {len(bundles[-1]['hybrid'])} queries", file=sys.stderr, flush=True)
     shipped = OnnxDepthPolicy.from_dir(args.shipped)
     results: dict[str, Any] = {
