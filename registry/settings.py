@@ -407,6 +407,7 @@ class Settings(BaseSettings):
         return None if value == "" else value
 
     def resolved_relevance_model(self) -> Path:
+        """``relevance_model``, else the model of ``relevance_dir`` fitted for the embedder's family."""
         if self.relevance_model is not None:
             return self.relevance_model
         name = "relevance-minilm.json" if self.embedder.startswith("minilm") else "relevance.json"

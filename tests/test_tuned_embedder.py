@@ -178,3 +178,16 @@ def test_the_default_embedder_is_the_tuned_one_with_its_own_relevance_gate(tmp_p
     assert Settings(relevance_model=mine).resolved_relevance_model() == mine
     assert Settings(relevance_dir=tmp_path).resolved_relevance_model() == tmp_path / gates["tuned"].name
     assert Settings.model_validate({"relevance_model": ""}).resolved_relevance_model() == gates["tuned"]
+
+
+def test_a_missing_relevance_model_is_a_start_up_error_naming_the_file_and_the_command(tmp_path: Path) -> None:
+    from registry.serving.relevance import RelevanceModel
+    from registry.settings import Settings
+
+    path = Settings(relevance_dir=tmp_path).resolved_relevance_model()
+    with pytest.raises(ArtifactError) as err:
+        RelevanceModel.load(path)
+    assert str(path) in err.value.message and "bench/calibrate_relevance.py" in err.value.message
+    (tmp_path / path.name).write_text("{not json", encoding="utf-8")
+    with pytest.raises(ArtifactError, match="rebuild it with"):
+        RelevanceModel.load(path)

@@ -73,7 +73,13 @@ class RelevanceModel:
                 threshold=float(raw.get("threshold", 0.5)),
             )
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ArtifactError(f"cannot read relevance model {path}: {exc}", {"path": str(path)}) from exc
+            command = f"python bench/calibrate_relevance.py --out {path}"
+            raise ArtifactError(
+                f"cannot read relevance model {path}: {exc}; rebuild it with `{command}` (--embedder "
+                "for its embedder family, --fold-embedders for held-out scores), or set "
+                "SHORTLIST_RELEVANCE_MODEL",
+                {"path": str(path), "command": command},
+            ) from exc
 
     def save(self, path: Path | str, **provenance: object) -> None:
         Path(path).write_text(
