@@ -30,11 +30,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.peers import ranker_for
 from registry.index.hybrid import Query, rank
 from registry.index.lexical import tokenize
 from registry.index.minilm_export import default_embedder
 from registry.offline.datasets import index_dataset, load_dataset
-from registry.offline.finetune_loso import held_out_embedder
 from registry.serving.relevance import RELEVANCE_WINDOW, RelevanceModel, relevance_features
 from registry.settings import EMBEDDERS, Settings
 
@@ -71,25 +71,26 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    run_wide = default_embedder(Settings(embedder=args.embedder, embedder_cache_dir=args.embedder_cache))
+    # with --fold-embedders every registry gets its fold's model, so the run-wide one is not loaded
+    run_wide = None if args.fold_embedders else default_embedder(
+        Settings(embedder=args.embedder, embedder_cache_dir=args.embedder_cache))
 
     def embedder_for(source: str) -> Any:
-        if args.fold_embedders is None:
-            return run_wide
-        try:
-            return held_out_embedder(args.fold_embedders, source)
-        except FileNotFoundError as exc:
-            raise SystemExit(str(exc)) from exc
+        return ranker_for(source, run_wide, args.fold_embedders, None)
 
     rng = random.Random(args.seed)
     data = {name: load_dataset(args.data / name) for name in SETS}
     queries = {name: rng.sample(d.queries, min(args.per_set, len(d.queries))) for name, d in data.items()}
     rows = []  # (features, label, registry, fit_split)
+    vectors_of: dict[tuple[int, str], Any] = {}  # (embedder, set) -> its queries' vectors, embedded once
     for registry, dataset in data.items():
         embedder = embedder_for(registry)
         snapshot = index_dataset(dataset.tools, embedder)
         for source, qs in queries.items():
-            vectors = embedder.embed_documents([q.query for q in qs])
+            key = (id(embedder), source)
+            if key not in vectors_of:
+                vectors_of[key] = embedder.embed_documents([q.query for q in qs])
+            vectors = vectors_of[key]
             for i, q in enumerate(qs):
                 prepared = Query(vector=vectors[i], tokens=tokenize(q.query))
                 _, scores = rank("hybrid", prepared, snapshot.dense, snapshot.lexical, RELEVANCE_WINDOW)
@@ -125,11 +126,11 @@ def main() -> int:
                                threshold=threshold_for(w_all, np.ones_like(fit)))
         command = f"python bench/calibrate_relevance.py --embedder {args.embedder}"
         if args.fold_embedders:
-            command += " --fold-embedders DIR"
+            command += f" --fold-embedders {args.fold_embedders}"
         model.save(args.out, fitted_on=list(SETS), per_set=args.per_set, seed=args.seed,
                    max_false_empty=args.max_false_empty, embedder=args.embedder,
                    held_out_folds=args.fold_embedders is not None,
-                   command=f"{command} --out models/relevance.json")
+                   command=f"{command} --out {args.out}")
         print(f"wrote {args.out}: {model}")
     return 0
 

@@ -286,7 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from bench.embed_cache import disk_cached
     from bench.peers import ranker_for
 
-    embedder = disk_cached(load_minilm(args.embedder_cache or Settings().resolved_embedder_cache()), args.embedding_cache)
+    embedder = None if args.fold_embedders else disk_cached(
+        load_minilm(args.embedder_cache or Settings().resolved_embedder_cache()), args.embedding_cache)
     t0 = time.perf_counter()
     bundles = []
     for d in source_dirs():

@@ -267,9 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from bench.embed_cache import DiskCachedEmbedder, disk_cached
     from registry.index.minilm_export import default_embedder
 
-    settings = Settings(embedder=args.embedder)
-    if args.embedder_cache:
-        settings = Settings(embedder=args.embedder, embedder_cache_dir=args.embedder_cache)
+    settings = Settings(embedder=args.embedder, embedder_cache_dir=args.embedder_cache)
     # with --fold-embedders every source gets its fold's model, so the run-wide one is not loaded
     embedder = None if args.fold_embedders else disk_cached(default_embedder(settings), args.embedding_cache)
     rows = []

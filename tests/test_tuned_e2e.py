@@ -21,12 +21,9 @@ DESKTOP_COMMANDER = json.loads((ROOT / "bench" / "data" / "mcp_registries" / "de
 
 @pytest.fixture(scope="module")
 def tuned_server(tmp_path_factory, minilm_cache):
-    from registry.index.minilm_export import ensure_embedder_onnx
-    from registry.settings import Settings
     from tests.server import Servers
 
-    # Compose the shipped fine-tune into ONNX here, not inside the server's readiness timeout.
-    ensure_embedder_onnx(minilm_cache, "tuned", Settings().tuned_embedder_dir)
+    # minilm_cache already holds the tuned export (tests/conftest.py), so the server only loads it
     servers = Servers(tmp_path_factory.mktemp("tuned"), minilm_cache)
     server = servers.start(embedder="tuned")
     r = httpx.put(f"{server.url}/registries/fs", json=FILESYSTEM, timeout=300)

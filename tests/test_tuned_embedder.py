@@ -180,7 +180,7 @@ def test_the_default_embedder_is_the_tuned_one_with_its_own_relevance_gate(tmp_p
     assert Settings.model_validate({"relevance_model": ""}).resolved_relevance_model() == gates["tuned"]
 
 
-def test_a_missing_relevance_model_is_a_start_up_error_naming_the_file_and_the_command(tmp_path: Path) -> None:
+def test_a_missing_or_broken_relevance_model_names_the_file_and_the_command(tmp_path: Path) -> None:
     from registry.serving.relevance import RelevanceModel
     from registry.settings import Settings
 
@@ -191,3 +191,9 @@ def test_a_missing_relevance_model_is_a_start_up_error_naming_the_file_and_the_c
     (tmp_path / path.name).write_text("{not json", encoding="utf-8")
     with pytest.raises(ArtifactError, match="rebuild it with"):
         RelevanceModel.load(path)
+
+
+def test_a_missing_relevance_model_is_a_start_up_error(make_core, tmp_path: Path) -> None:
+    core = make_core(relevance_dir=tmp_path / "nowhere")  # readiness reports it, naming file and command
+    assert core.engine is None and core.load_error
+    assert "nowhere" in core.load_error and "calibrate_relevance.py" in core.load_error
