@@ -1,4 +1,5 @@
-"""Unit and property tests for registry.tools: formats, validation, limits, index text."""
+"""Unit and property tests for registry.tools: formats, validation, limits (registry names:
+tests/test_names.py; the index text: tests/test_tool_text.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 from registry.errors import InvalidRegistryName, InvalidToolDefinition, PayloadTooLarge
 from registry.names import REGISTRY_NAME_PATTERN, url_name_problem, validate_registry_name
-from registry.tool_text import MAX_TEXT_CHARS, split_identifier, tool_text
+from registry.tool_text import tool_text
 from registry.tools import MAX_JSON_DEPTH, Tool, ToolLimits, parse_tools
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -359,134 +360,6 @@ def test_default_limits() -> None:
     limits = ToolLimits()
     assert (limits.max_tools, limits.max_tool_bytes) == (50_000, 256 * 1024)
     assert (limits.max_description_chars, limits.max_name_chars) == (32_768, 256)
-
-
-# --- registry names --------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("name", ["demo", "bfcl-v3", "my_reg.2", "A", "a" * 128, "a..b", "_x", "-"])
-def test_good_registry_names(name: str) -> None:
-    assert validate_registry_name(name) == name
-
-
-@pytest.mark.parametrize(
-    ("name", "words"),
-    [
-        ("", "empty"),
-        (".", "reserved"),
-        ("..", "reserved"),
-        (".hidden", "must not start with '.'"),  # stores keep their own files under dot names
-        ("...", "must not start with '.'"),
-        ("../x", "'/'"),
-        ("a/b", "'/'"),
-        ("a b", "' '"),
-        ("a\\b", "'\\\\'"),
-        ("é", "'é'"),
-        ("a\n", "'\\n'"),
-        ("a" * 129, "129"),
-    ],
-)
-def test_bad_registry_names(name: str, words: str) -> None:
-    with pytest.raises(InvalidRegistryName) as info:
-        validate_registry_name(name)
-    assert words in info.value.message
-    assert info.value.details == [{"field": "registry", "message": info.value.message}]
-
-
-def test_registry_name_not_a_string() -> None:
-    with pytest.raises(InvalidRegistryName):
-        validate_registry_name(None)  # type: ignore[arg-type]
-
-
-# --- split_identifier and tool_text ----------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("name", "words"),
-    [
-        ("getWeatherForecast", ["get", "weather", "forecast"]),
-        ("math.factorial", ["math", "factorial"]),
-        ("get_HTTPResponse2", ["get", "http", "response", "2"]),
-        ("snake_case_name", ["snake", "case", "name"]),
-        ("GetUser", ["get", "user"]),
-        ("github/create_issue", ["github", "create", "issue"]),
-        ("kebab-case--name", ["kebab", "case", "name"]),
-        ("v2api", ["v", "2", "api"]),
-        ("sha256Sum", ["sha", "256", "sum"]),
-        ("ALLCAPS", ["allcaps"]),
-        ("XMLHttpRequest", ["xml", "http", "request"]),
-        ("météoPrévision", ["météo", "prévision"]),
-        ("天气Forecast", ["天气", "forecast"]),
-        ("__init__", ["init"]),
-        ("a", ["a"]),
-        ("", []),
-        ("._/-", []),
-    ],
-)
-def test_split_identifier(name: str, words: list[str]) -> None:
-    assert split_identifier(name) == words
-
-
-def test_tool_text_example() -> None:
-    params = {
-        "type": "dict",
-        "properties": {
-            "number": {
-                "type": "integer",
-                "description": "The number for which factorial needs to be calculated.",
-            }
-        },
-    }
-    text = tool_text("math.factorial", "Calculate the factorial of a given number.", params)
-    assert text == (
-        "math.factorial\nmath factorial\nCalculate the factorial of a given number.\n"
-        "Parameters: number: The number for which factorial needs to be calculated."
-    )
-
-
-def test_tool_text_skips_identical_words_and_empty_parts() -> None:
-    assert tool_text("search", "", {}) == "search"
-    assert tool_text("search", "  ", {"properties": {}}) == "search"
-
-
-def test_tool_text_parameters_in_order() -> None:
-    params = {
-        "properties": {
-            "cityName": {"description": "City,\n  e.g.   Paris."},
-            "max_days": {"type": "integer"},
-            "_": {"description": "odd"},
-        }
-    }
-    text = tool_text("getWeather", "Weather.", params)
-    assert text.splitlines() == [
-        "getWeather",
-        "get weather",
-        "Weather.",
-        "Parameters: city name: City, e.g. Paris.; max days; _: odd",
-    ]
-
-
-@pytest.mark.parametrize(
-    "params",
-    [
-        None,
-        [],
-        "schema",
-        {"properties": []},
-        {"properties": "x"},
-        {"properties": {"a": "not a dict", "b": {"description": 5}, "c": None, 3: {}}},
-    ],
-)
-def test_tool_text_tolerates_odd_schemas(params: Any) -> None:
-    text = tool_text("f", "d", params)
-    assert text.startswith("f\nd")
-
-
-def test_tool_text_capped() -> None:
-    params = {"properties": {f"p{i}": {"description": "x" * 500} for i in range(100)}}
-    text = tool_text("f", "y" * 20_000, params)
-    assert len(text) == MAX_TEXT_CHARS
-    assert text == tool_text("f", "y" * 20_000, params)
 
 
 def test_tool_text_and_hash_cached_on_tool() -> None:
