@@ -1,7 +1,10 @@
 """Replicas sharing one Redis, end to end: real `shortlist serve` processes, the real MiniLM, a
 real `redis-server` started here (append-only, so it can be killed and restarted with its data).
 
-The tests run in file order against the same two replicas A and B.
+One story runs in order against the same two replicas A and B (each step builds on the state
+the previous one left: registry versions, feedback events), as one test: pytest-xdist may send
+a module's tests to different workers, each with a cluster of its own (and its group mark does
+not hold with pytest 9). The compaction test stands alone.
 """
 
 from __future__ import annotations
@@ -109,7 +112,7 @@ def gauge(server: Server, name: str) -> float:
     raise KeyError(name)
 
 
-def test_a_write_on_one_replica_is_served_by_the_other_within_2s(cluster: Cluster) -> None:
+def step_a_write_on_one_replica_is_served_by_the_other_within_2s(cluster: Cluster) -> None:
     a, b = cluster.a, cluster.b
     r = httpx.put(f"{a.url}/registries/e2e", json=demo_tools(), timeout=60)
     assert r.status_code == 200, r.text
@@ -133,7 +136,7 @@ def test_a_write_on_one_replica_is_served_by_the_other_within_2s(cluster: Cluste
     assert gauge(a, "shortlist_store_up") == 1.0
 
 
-def test_feedback_reaches_any_replica_and_resends_are_caught_across_replicas(cluster: Cluster) -> None:
+def step_feedback_reaches_any_replica_and_resends_are_caught_across_replicas(cluster: Cluster) -> None:
     a, b = cluster.a, cluster.b
     served = shortlist(a, QUERIES[0])
     used = served["tools"][0]["name"]
@@ -155,7 +158,7 @@ def test_feedback_reaches_any_replica_and_resends_are_caught_across_replicas(clu
     assert seen_a["learning"]["events"] == 1
 
 
-def test_a_fresh_replica_loads_everything_and_sigkill_mid_upload_tears_nothing(cluster: Cluster) -> None:
+def step_a_fresh_replica_loads_everything_and_sigkill_mid_upload_tears_nothing(cluster: Cluster) -> None:
     a, b = cluster.a, cluster.b
     fresh = cluster.replica("fresh")  # an empty data dir: everything comes from Redis
     assert versions(fresh) == versions(a) == {"e2e": 3}
@@ -201,7 +204,7 @@ def test_a_fresh_replica_loads_everything_and_sigkill_mid_upload_tears_nothing(c
     assert shortlist(b, QUERIES[0])["version"] == after["version"]
 
 
-def test_redis_outage_then_recovery_without_restart(cluster: Cluster) -> None:
+def step_redis_outage_then_recovery_without_restart(cluster: Cluster) -> None:
     a, b = cluster.a, cluster.b
     before = {s.url: ranked(s) for s in (a, b)}
     remembered = shortlist(a, QUERIES[1])
@@ -260,6 +263,14 @@ def test_redis_outage_then_recovery_without_restart(cluster: Cluster) -> None:
     fb = httpx.post(f"{b.url}/feedback",
                     json={"shortlist_id": remembered["shortlist_id"], "used": ["convert_currency"]})
     assert fb.status_code == 200 and fb.json()["duplicate"] is False, fb.text
+
+
+def test_replicas_share_writes_feedback_a_fresh_replica_and_a_redis_outage(cluster: Cluster) -> None:
+    """The ordered story: each step starts from the state the one before left."""
+    step_a_write_on_one_replica_is_served_by_the_other_within_2s(cluster)
+    step_feedback_reaches_any_replica_and_resends_are_caught_across_replicas(cluster)
+    step_a_fresh_replica_loads_everything_and_sigkill_mid_upload_tears_nothing(cluster)
+    step_redis_outage_then_recovery_without_restart(cluster)
 
 
 def test_replicas_compact_the_shared_feedback_stream_and_agree(cluster: Cluster) -> None:
