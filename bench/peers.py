@@ -115,16 +115,35 @@ def ranker_for(source: str, embedder: Any, fold_embedders: Path | None, embeddin
         raise SystemExit(str(exc)) from exc
 
 
+def trained_queries(manifest: Path, source: str, queries: Sequence[Any]) -> set[int]:
+    """Positions of ``queries`` (``source``'s, in file order) that the fine-tune of ``manifest``
+    trained on: its ``subsample`` drawn again (:func:`registry.offline.corpus.subsample`)."""
+    from registry.offline.corpus import subsample
+
+    meta = json.loads(manifest.read_text(encoding="utf-8"))
+    if source not in meta.get("datasets", {}):
+        return set()
+    draw = meta["subsample"]
+    return set(subsample(range(len(queries)), draw["max_queries"], draw["seed"]))
+
+
 def run_source(
     directory: Path, embedder: Any, policy_dir: Path, max_queries: int | None, dump: list[dict[str, Any]] | None = None,
-    coverage: Path | None = None, depth_bias: float | None = None,
-) -> dict[str, Any]:
+    coverage: Path | None = None, depth_bias: float | None = None, unseen_by: Path | None = None,
+) -> dict[str, Any] | None:
+    """``directory``'s figures (None: no request to measure)."""
     from registry.errors import ValidationFailed
     from registry.offline.datasets import load_dataset
 
     tools = json.loads((directory / "tools.json").read_text(encoding="utf-8"))
     tokens = {t["name"]: len(json.dumps(t, ensure_ascii=False)) / 4 for t in tools}
-    queries = [q for q in _sample(load_dataset(directory).queries, max_queries) if q.gold]
+    queries = load_dataset(directory).queries
+    if unseen_by is not None:  # only requests that fine-tune never trained on
+        seen = trained_queries(unseen_by, directory.name, queries)
+        queries = [q for i, q in enumerate(queries) if i not in seen]
+    queries = [q for q in _sample(queries, max_queries) if q.gold]
+    if not queries:
+        return None
     registry = "peers"
     ours: list[dict[str, float]] = []
     ranked: dict[str, list[list[Slot]]] = {s: [] for s in SCORER_NAMES}
@@ -260,6 +279,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="more source directories, e.g. bench/data/mcp_servers (the project's MCP tasks)")
     ap.add_argument("--fold-embedders", type=Path, default=None,
                     help="rank each source with the held-out fine-tune of bench/ranking_loso.py --workdir DIR")
+    ap.add_argument("--unseen-by", type=Path, default=None, metavar="MANIFEST",
+                    help="sample only requests the fine-tune of this manifest (models/tuned-embedder/"
+                         "manifest.json) did not train on: known tools, new phrasings")
     ap.add_argument("--depth-bias", type=float, default=None,
                     help="the default's depth_bias (default: the service's, 0): where it sits on its curve")
     args = ap.parse_args(argv)
@@ -277,7 +299,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         dump: list[dict[str, Any]] | None = [] if args.dump else None
         coverage = args.coverage_dir / f"{directory.name}.json" if args.coverage_dir else args.coverage
         ranker = ranker_for(directory.name, embedder, args.fold_embedders, args.embedding_cache)
-        row = run_source(directory, ranker, args.policy, args.max_queries, dump, coverage, args.depth_bias)
+        row = run_source(directory, ranker, args.policy, args.max_queries, dump, coverage, args.depth_bias,
+                         args.unseen_by)
+        if row is None:
+            print(f"{directory.name}: every request was trained on; skipped", file=sys.stderr)
+            continue
         row["coverage"] = str(coverage) if coverage else None
         row["embedder"] = ranker.model_id
         if isinstance(ranker, DiskCachedEmbedder) and ranker is not embedder:

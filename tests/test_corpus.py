@@ -166,3 +166,21 @@ def test_cap_registry_keeps_every_needed_tool(root: Path) -> None:
     only_one = {d.name: d for d in load_corpus(root, max_queries=1, max_tools=1, seed=0)}
     (kept,) = only_one["alpha"].queries
     assert {t.name for t in only_one["alpha"].tools} == set(kept.gold)
+
+
+def test_unseen_split_keeps_exactly_the_requests_the_fine_tune_did_not_train_on(tmp_path: Path) -> None:
+    from bench.unseen_split import write_unseen
+
+    tools = [_tool("get_weather", "Current weather"), _tool("send_mail", "Send a mail")]
+    queries = [{"id": f"q{i}", "query": f"request {i}", "gold": ["get_weather"]} for i in range(10)]
+    _write_source(tmp_path / "data" / "train" / "gamma", tools, queries)
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"datasets": {"gamma": {}}, "subsample": {"max_queries": 4, "seed": 7}}))
+    trained = {q.id for q in load_corpus(tmp_path / "data", max_queries=4, seed=7)[0].queries}
+    assert write_unseen(tmp_path / "data" / "train" / "gamma", manifest, tmp_path / "out") == 6
+    kept = {q.id for q in load_dataset(tmp_path / "out" / "gamma").queries}
+    assert kept == {q["id"] for q in queries} - trained and len(trained) == 4
+    assert json.loads((tmp_path / "out" / "gamma" / "tools.json").read_text()) == tools
+    manifest.write_text(json.dumps({"datasets": {"gamma": {}}, "subsample": {"max_queries": 40, "seed": 7}}))
+    assert write_unseen(tmp_path / "data" / "train" / "gamma", manifest, tmp_path / "none") == 0  # all trained on
+    assert not (tmp_path / "none").exists()
