@@ -21,15 +21,9 @@ from registry.serving.depth_policies import (
     ThresholdPolicy,
 )
 from registry.serving.features import (
-    FEATURE_NAMES,
     depth_features,
 )
 from tests.depth_cases import descending, random_cases
-
-ROOT = Path(__file__).resolve().parent.parent
-F = len(FEATURE_NAMES)
-COL = {name: i for i, name in enumerate(FEATURE_NAMES)}
-
 
 # ----------------------------------------------------------------------------- policies
 

@@ -27,9 +27,7 @@ from registry.serving.features import (
 )
 from tests.depth_cases import descending, random_cases
 
-ROOT = Path(__file__).resolve().parent.parent
 F = len(FEATURE_NAMES)
-COL = {name: i for i, name in enumerate(FEATURE_NAMES)}
 
 
 # ----------------------------------------------------------------------------- DQN + export
