@@ -20,9 +20,7 @@ from registry.serving.depth_policies import (
     GapPolicy,
     ThresholdPolicy,
 )
-from registry.serving.features import (
-    depth_features,
-)
+from registry.serving.features import depth_features
 from tests.depth_cases import descending, random_cases
 
 # ----------------------------------------------------------------------------- policies
