@@ -1,24 +1,29 @@
-"""Feedback-recorder helpers shared by the compaction and byte-bound tests.
+"""Helpers shared by the feedback tests.
 
-A recorder whose live window and clock are one (fake) clock, and a shortlist that is served
-(remembered in the recorder's own memory, as the service does) and then reported on.
+Served shortlists and feedback events over twenty tools ``t0``..``t19`` on a fake clock; and,
+for the compaction and byte-bound tests, a recorder whose live window and clock are one (fake)
+clock, and a shortlist that is served (remembered in the recorder's own memory, as the service
+does) and then reported on.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from registry.feedback import (
     EquivalenceClasses,
+    FeedbackEvent,
     FeedbackLog,
     FeedbackRecorder,
     LiveWindow,
     RememberedShortlists,
     ShownShortlist,
+    ToolCall,
     ToolEfficiency,
+    build_event,
 )
 
 SHOWN = ("get_weather", "send_email")
@@ -52,3 +57,57 @@ def assert_close_waits(close: Callable[[], None], started: threading.Event, rele
     release.set()
     closer.join(10)
     assert not closer.is_alive()
+
+
+class FakeClock:
+    def __init__(self, t: float = 1_000_000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+TOOLS = [f"t{i}" for i in range(20)]
+
+
+def shortlist(
+    sid: str = "s1",
+    shown: Sequence[str] = ("t0", "t1", "t2"),
+    *,
+    registry: str = "reg",
+    n_tools: int = 20,
+    k: int | None = None,
+    created: float = 1_000_000.0,
+) -> ShownShortlist:
+    return ShownShortlist(
+        shortlist_id=sid,
+        registry=registry,
+        version=1,
+        n_tools=n_tools,
+        k=len(shown) if k is None else k,
+        shown=tuple(shown),
+        created=created,
+    )
+
+
+def make_event(
+    sid: str,
+    received: float,
+    *,
+    registry: str = "reg",
+    shown: Sequence[str] = ("t0", "t1", "t2"),
+    used: Sequence[str] = ("t1",),
+    calls: Sequence[ToolCall] = (),
+) -> FeedbackEvent:
+    return build_event(
+        shortlist(sid, shown, registry=registry),
+        list(used),
+        list(calls),
+        None,
+        TOOLS,
+        EquivalenceClasses(),
+        received,
+    )

@@ -21,8 +21,7 @@ from registry.feedback import (
     ToolCall,
     ToolEfficiency,
 )
-from tests.feedback_helpers import assert_close_waits, clocked_recorder, submit_served
-from tests.test_feedback import make_event
+from tests.feedback_helpers import assert_close_waits, clocked_recorder, make_event, submit_served
 
 
 def events(n: int, start: float = 1000.0) -> list:
