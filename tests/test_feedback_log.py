@@ -23,7 +23,6 @@ from registry.feedback import (
 )
 from tests.feedback_helpers import TOOLS, FakeClock, make_event, shortlist
 
-
 # -- durable log ------------------------------------------------------------------------------
 
 

@@ -18,7 +18,6 @@ from registry.feedback import (
 )
 from tests.feedback_helpers import FakeClock, make_event
 
-
 # -- live window ------------------------------------------------------------------------------
 
 
