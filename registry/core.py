@@ -10,6 +10,9 @@ Built from settings alone, it owns what a running service needs::
     sync           the thread keeping a replica in step with a shared store
     demo registry  loaded at start-up when configured
 
+The start-up sequence, step by step, and the recovery after a wiped store are
+:class:`registry.startup.Startup`.
+
 ``shortlist()`` remembers what it served so ``feedback()`` can accept an agent's report,
 checked against the registry's current tools. Faces observe the core through listeners
 (registry changes, served shortlists, feedback events), e.g. to export metrics.
@@ -17,23 +20,19 @@ checked against the registry's current tools. Faces observe the core through lis
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 from registry.backends import (
-    HoldsBackWrites,
     build_backends,
     build_learner,
     refit_hooks,
-    start_learner,
 )
-from registry.errors import NotReady, ShortlistError, StoreUnavailable
+from registry.errors import NotReady
 from registry.feedback import (
     EquivalenceClasses,
     FeedbackEvent,
@@ -52,11 +51,11 @@ from registry.request import ShortlistRequest
 from registry.serving.depth_policies import OnnxDepthPolicy, TunableDepthPolicy
 from registry.serving.shortlist import Shortlist
 from registry.settings import Settings
+from registry.startup import DEMO_REGISTRY, Startup
 from registry.store.base import SharedStore, Store
-from registry.tools import ToolLimits, parse_tools
 from registry.writes.engine import RegistryChange, RegistryInfo, ShortlistEngine
 from registry.writes.jobs import PreparedWrite
-from registry.writes.sync import StoreSync, republish_from
+from registry.writes.sync import StoreSync
 from registry.writes.write_jobs import WriteJob, WriteJobs
 
 log = logging.getLogger(__name__)
@@ -71,7 +70,6 @@ __all__ = [
     "default_embedder",
 ]
 
-DEMO_REGISTRY = "demo"
 EmbedderFactory = Callable[[Settings], Embedder]
 RegistryListener = Callable[[RegistryChange], None]
 ShortlistListener = Callable[[Shortlist], None]
@@ -106,9 +104,6 @@ class Shortlister:
         store: Store | None = None,
     ) -> None:
         self.settings = settings
-        self.engine: ShortlistEngine | None = None
-        self.load_error: str | None = None
-        self._embedder_factory = embedder_factory
         self.bor_policy: TunableDepthPolicy = bor_policy or OnnxDepthPolicy.from_dir(
             settings.policy_dir
         )
@@ -118,10 +113,8 @@ class Shortlister:
         self.job_records: JobRecords = backends.job_records
         self.write_jobs: WriteJobs = backends.write_jobs
         self.window = LiveWindow(settings.live_window_seconds)
-        self.query_cache: CachedEmbedder | None = None  # set at load when the cache is on
-        self._loading: ShortlistEngine | None = None
         # usage memory (registry.learning): fed by feedback, lifts rankings, attached at load
-        self.learning: UsageLearner = build_learner(settings, backends.learning_store, lambda: self._loading)
+        self.learning: UsageLearner = build_learner(settings, backends.learning_store, lambda: self._startup.loading)
         self.feedback_recorder = FeedbackRecorder(
             backends.shortlists,
             backends.feedback_log,
@@ -139,16 +132,24 @@ class Shortlister:
             settings,
             self.feedback_recorder.log,
             self.job_records,
-            refit_hooks(settings, self.learning, lambda: self._loading),
+            refit_hooks(settings, self.learning, lambda: self._startup.loading),
         )
-        self.sync: StoreSync | None = None
         self._registry_listeners: list[RegistryListener] = []
         self._shortlist_listeners: list[ShortlistListener] = []
-        self._closing = threading.Event()
         self._thread: threading.Thread | None = None
-        self._started = time.time()
-        self._losses: list[tuple[float, str]] = []  # what lost remembered shortlists, and when
-        self.feedback_recorder.losses = self._shortlist_losses
+        self._startup = Startup(  # the start-up sequence (registry.startup) and what it builds
+            settings,
+            self.store,
+            embedder_factory,
+            self.bor_policy,
+            self.learning,
+            self.policies,
+            self.feedback_recorder,
+            self.write_jobs,
+            on_change=self._notify,
+            wrap_write=self._notifying,
+        )
+        self.feedback_recorder.losses = self._startup.shortlist_losses
         self.add_feedback_listener(self._learn)
         self._registry_listeners.append(self._learning_registry_changed)
 
@@ -199,16 +200,36 @@ class Shortlister:
     # -- lifecycle ------------------------------------------------------------------------------
 
     @property
+    def engine(self) -> ShortlistEngine | None:
+        """The loaded engine (None while loading, or when loading failed)."""
+        return self._startup.engine
+
+    @property
+    def load_error(self) -> str | None:
+        """Why the core is not ready (a failure, or a store it is still waiting for)."""
+        return self._startup.load_error
+
+    @property
+    def query_cache(self) -> CachedEmbedder | None:
+        """The query-embedding cache, once loaded with ``query_cache_size`` > 0."""
+        return self._startup.query_cache
+
+    @property
+    def sync(self) -> StoreSync | None:
+        """The thread keeping a replica in step with a shared store (None: local store)."""
+        return self._startup.sync
+
+    @property
     def ready(self) -> bool:
         return self.engine is not None
 
     def start(self, background: bool = True) -> None:
         """Load the embedder and every registry; in a thread so a face answers health meanwhile."""
         if background:
-            self._thread = threading.Thread(target=self._load, name="shortlist-loader", daemon=True)
+            self._thread = threading.Thread(target=self._startup.run, name="shortlist-loader", daemon=True)
             self._thread.start()
         else:
-            self._load()
+            self._startup.run()
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         if self._thread is not None:
@@ -219,7 +240,7 @@ class Shortlister:
         """Stop the sync thread, wait for a running feedback compaction, then release store
         connections (at shutdown). The local feedback log stays open: an app's lifespan may
         start the same core again (the API fuzz test does)."""
-        self._closing.set()
+        self._startup.closing.set()
         if self.sync is not None:
             self.sync.stop()
         # before the learner (its checkpoint) and the log and store a compaction writes to
@@ -228,7 +249,7 @@ class Shortlister:
         self.write_jobs.close()
         self.learning.close()
         if self.engine is not None:
-            self.feedback_recorder.save_pending(self._pending_path)
+            self.feedback_recorder.save_pending(self._startup.pending_path)
         if isinstance(self.store, SharedStore):
             self.store.close()
 
@@ -242,103 +263,6 @@ class Shortlister:
             reason = self.load_error or "models and registries are still loading"
             raise NotReady(f"service not ready: {reason}")
         return self.engine
-
-    def _until_store_answers(self, step: Callable[[], T]) -> T:
-        """Run a start-up step, retrying while the shared store is unreachable (not ready yet)."""
-        while True:
-            try:
-                result = step()
-            except StoreUnavailable as exc:
-                if self._closing.is_set():
-                    raise
-                self.load_error = f"{exc.message} (retrying)"
-                self._closing.wait(self.settings.sync_interval_seconds)
-                continue
-            self.load_error = None
-            return result
-
-    def _load(self) -> None:
-        try:
-            embedder = self._embedder_factory(self.settings)
-            if self.settings.query_cache_size > 0:
-                embedder = self.query_cache = CachedEmbedder(embedder, self.settings.query_cache_size)
-            engine = ShortlistEngine(
-                self.settings,
-                self.store,
-                embedder,
-                self.bor_policy,
-                usage=self.learning,
-                policy_book=self.policies.book,
-            )
-            # before the first store call: a store wiped from here on is refilled, not mirrored
-            republish_from(engine, self.store, self.feedback_recorder, self._write_back_after_wipe)
-            count = self._until_store_answers(engine.load_all)
-            log.info("loaded %d registries", count)
-            self._until_store_answers(lambda: self._load_demo(engine))
-            self._restore_pending(engine)
-            restored = self._until_store_answers(self.feedback_recorder.restore)
-            log.info("restored %d feedback events from the log", restored)
-            self.feedback_recorder.maybe_compact()
-            self._loading = engine
-            self._until_store_answers(
-                lambda: start_learner(self.learning, engine, embedder, self.feedback_recorder.log, self.store)
-            )
-            for info in engine.list_registries():
-                self._changed(info)
-            if isinstance(self.store, SharedStore):
-                engine.add_listener(self._notify)
-                memory = self.feedback_recorder.memory
-                self.sync = StoreSync(
-                    engine,
-                    self.store,
-                    interval=self.settings.sync_interval_seconds,
-                    feedback=self.feedback_recorder,
-                    on_tick=memory.flush_pending if isinstance(memory, HoldsBackWrites) else None,
-                    learned=self._write_back_after_wipe,
-                )
-            shared = isinstance(self.store, SharedStore)
-            self.policies.start(self.settings.sync_interval_seconds if shared else None)
-            self.engine = engine
-            resumed = self._until_store_answers(lambda: self.write_jobs.resume(engine, self._notifying))
-            resumed += self._until_store_answers(self.policies.resume)
-            if resumed:
-                log.warning("%d unfinished background jobs resumed after a restart", resumed)
-            if self.sync is not None and not self._closing.is_set():
-                self.sync.start()
-        except ShortlistError as exc:
-            self.load_error = exc.message
-            log.error("start-up failed: %s", exc.message)
-        except Exception as exc:  # keep answering health checks; readiness reports the failure
-            self.load_error = f"{type(exc).__name__}: {exc}"
-            log.exception("start-up failed")
-
-    @property
-    def _pending_path(self) -> Path:
-        return Path(self.settings.data_dir) / "feedback" / "pending-shortlists.jsonl"
-
-    def _restore_pending(self, engine: ShortlistEngine) -> None:
-        """Local mode: take back the shortlists a graceful shutdown saved; after any other
-        stop, feedback for one served before this start gets 410 saying why."""
-        if not self.feedback_recorder.restore_pending(self._pending_path) and engine.list_registries():
-            self._losses.append(
-                (self._started, "the service restarted without a graceful shutdown (pending "
-                 "shortlists are kept across a graceful one only)")
-            )
-
-    def _shortlist_losses(self) -> list[tuple[float, str]]:
-        epoch = getattr(self.store, "epoch", None)
-        wipes = [(r.at, "the shared store (Redis) lost its data") for r in getattr(epoch, "recoveries", ())]
-        return [*self._losses, *wipes]
-
-    def _load_demo(self, engine: ShortlistEngine) -> None:
-        path: Path | None = self.settings.demo_registry
-        if path is None or engine.has_registry(DEMO_REGISTRY):
-            return
-        payload = json.loads(Path(path).read_text(encoding="utf-8"))
-        parse_tools(payload, ToolLimits())  # fail on a broken demo file before writing anything
-        info = engine.create_registry(DEMO_REGISTRY, payload)  # replicas racing: one creates it
-        if info is not None:
-            log.info("loaded demo registry from %s (%d tools)", path, info.tools)
 
     # -- queries and feedback -------------------------------------------------------------------
 
@@ -418,24 +342,6 @@ class Shortlister:
         """Forget what a registry learned from feedback, on every replica."""
         self.require_engine().snapshot(registry)
         return self.learning.wipe(registry)
-
-    def _write_back_after_wipe(self, won: bool) -> None:
-        """The shared store lost its data: every replica writes back the jobs it holds; the
-        winner what the learning loop holds (policy versions, usage memories and switches), as
-        it does the registries."""
-        try:  # every replica: the jobs it holds (so their polls keep answering)
-            self.write_jobs.queue.republish()
-            self.policies.queue.republish()
-        except ShortlistError as exc:
-            log.warning("background jobs not written back: %s", exc.message)
-        if not won:
-            return
-        try:
-            self.policies.book.write_back()
-            saved = self.learning.write_back()
-            log.warning("wrote %d usage memories back to the shared store", saved)
-        except ShortlistError as exc:  # retried: the policy poll and the next saves write again
-            log.warning("learning state not written back yet: %s", exc.message)
 
     def _learn(self, event: FeedbackEvent) -> None:
         self.learning.observe(event)
