@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -28,8 +28,10 @@ sys.path.insert(0, str(ROOT))
 from registry.index.hybrid import HYBRID_ALPHA  # noqa: E402
 from registry.index.lexical import tokenize  # noqa: E402
 from registry.offline.corpus import MCP_SOURCE, load_corpus, loso_folds  # noqa: E402
-from registry.offline.corpus_vectors import corpus_vectors  # noqa: E402
+from registry.offline.corpus_vectors import SourceVectors, corpus_vectors  # noqa: E402
+from registry.offline.datasets import Dataset  # noqa: E402
 from registry.tool_text import split_identifier  # noqa: E402
+from registry.tools import Tool  # noqa: E402
 
 FEATURES = (
     "cos", "bm25", "hybrid", "cos_gap", "bm25_gap", "hybrid_gap", "log_rank_cos", "log_rank_bm25",
@@ -41,7 +43,7 @@ def _words(text: str) -> set[str]:
     return set(tokenize(text))
 
 
-def _tool_words(tool) -> tuple[set[str], set[str], set[str], str]:  # type: ignore[no-untyped-def]
+def _tool_words(tool: Tool) -> tuple[set[str], set[str], set[str], str]:
     name = {w.lower() for w in split_identifier(tool.name)} or _words(tool.name)
     props = tool.parameters.get("properties", {}) if isinstance(tool.parameters, dict) else {}
     params: set[str] = set()
@@ -50,7 +52,9 @@ def _tool_words(tool) -> tuple[set[str], set[str], set[str], str]:  # type: igno
     return name, params, _words(tool.description), tool.name.lower()
 
 
-def source_rows(data, sv, pool: int, alpha: float):  # type: ignore[no-untyped-def]
+def source_rows(
+    data: Dataset, sv: SourceVectors, pool: int, alpha: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[np.ndarray, set[int]]]]:
     """(features, labels, query index) for every candidate of every request of one source."""
     tool_words = [_tool_words(t) for t in data.tools]
     cos_all = sv.queries @ sv.tools.T
@@ -101,9 +105,9 @@ def fit_logistic(X: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float = 1e-3, 
 
 
 def fit_listwise(X: np.ndarray, y: np.ndarray, qid: np.ndarray, w: np.ndarray, hidden: int = 0,
-                 steps: int = 400, l2: float = 1e-4) -> np.ndarray:
+                 steps: int = 400, l2: float = 1e-4) -> Callable[[np.ndarray], np.ndarray]:
     """Per request, softmax cross-entropy of its gold tools over its candidates (requests weighted
-    by ``w``); a linear scorer (or one hidden layer), returned as a scoring closure's weights."""
+    by ``w``); a linear scorer (or one hidden layer), returned as the function scoring rows."""
     import torch
 
     torch.manual_seed(0)
@@ -137,7 +141,7 @@ def predict(model: np.ndarray, X: np.ndarray) -> np.ndarray:
     return ((X - mu) / sd) @ beta[:-1] + beta[-1]
 
 
-def evaluate(golds, scores: np.ndarray, qid: np.ndarray) -> dict[str, float]:  # type: ignore[no-untyped-def]
+def evaluate(golds: list[tuple[np.ndarray, set[int]]], scores: np.ndarray, qid: np.ndarray) -> dict[str, float]:
     found1, found5, recall = [], [], []
     for i, (cand, gold) in enumerate(golds):
         s = scores[qid == i]

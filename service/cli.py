@@ -57,15 +57,14 @@ def _announce(app: Any, settings: Any) -> None:
     it is ready (the first start exports the embedder to ONNX, silently otherwise)."""
     state = app.state.service
     url = base_url(settings.host, settings.port)
-    from registry.index.minilm_export import EMBEDDER_FILES, MINILM_NAME
+    from registry.index.minilm_export import EMBEDDER_FILES, embedder_onnx_path
 
     cache = settings.resolved_embedder_cache()
-    spec = EMBEDDER_FILES[settings.embedder]
     log.info("tool-shortlist on %s, data in %s", url, settings.data_dir)
-    exporting = not (cache / MINILM_NAME / spec.file).is_file()
+    exporting = not embedder_onnx_path(cache, settings.embedder).is_file()
     if exporting:
         log.info("first start: exporting the %s embedder to ONNX, once, cached in %s: %s",
-                 settings.embedder, cache, spec.description)
+                 settings.embedder, cache, EMBEDDER_FILES[settings.embedder].description)
 
     def watch() -> None:
         beat = 10.0

@@ -197,3 +197,10 @@ def test_a_missing_relevance_model_is_a_start_up_error(make_core, tmp_path: Path
     core = make_core(relevance_dir=tmp_path / "nowhere")  # readiness reports it, naming file and command
     assert core.engine is None and core.load_error
     assert "nowhere" in core.load_error and "calibrate_relevance.py" in core.load_error
+
+
+def test_the_announced_export_path_is_the_file_the_export_writes(adapter_dir: Path, cache: Path) -> None:
+    from registry.index.minilm_export import embedder_onnx_path
+
+    for name in ("tuned", "tuned-int8"):  # what `shortlist serve` checks to say "first start"
+        assert ensure_embedder_onnx(cache, name, adapter_dir) == embedder_onnx_path(cache, name)

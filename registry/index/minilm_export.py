@@ -46,6 +46,7 @@ __all__ = [
     "EMBEDDER_FILES",
     "EmbedderFile",
     "check_adapter",
+    "embedder_onnx_path",
     "ensure_embedder_onnx",
     "ensure_minilm_onnx",
     "load_embedder",
@@ -194,6 +195,11 @@ def minilm_model_dir() -> Path:
     return path
 
 
+def embedder_onnx_path(cache_dir: Path, embedder: EmbedderName) -> Path:
+    """Where ``embedder``'s ``.onnx`` file lives under ``cache_dir`` (made or not)."""
+    return Path(cache_dir) / MINILM_NAME / EMBEDDER_FILES[embedder].file
+
+
 def ensure_embedder_onnx(
     cache_dir: Path, embedder: EmbedderName = "minilm", adapter_dir: Path | None = None
 ) -> Path:
@@ -239,7 +245,7 @@ def ensure_embedder_onnx(
             atomic_write_bytes(tokenizer, (minilm_model_dir() / TOKENIZER_FILE).read_bytes())
         if spec.int8_of is None:
             return fp32
-        path = out_dir / spec.file
+        path = embedder_onnx_path(cache_dir, embedder)
         stale = path.is_file() and read_manifest(path).get("source_onnx_sha256") != sha256_file(fp32)
         if not path.is_file() or stale:
             what = f"quantising {read_name(adapter)} to int8"
