@@ -40,7 +40,7 @@ from registry.serving.depth_policies import TunableDepthPolicy
 from registry.settings import Settings
 from registry.store.base import SharedStore, Store
 from registry.tools import ToolLimits, parse_tools
-from registry.writes.engine import RegistryChange, RegistryInfo, ShortlistEngine
+from registry.writes.engine import RegistryChange, ShortlistEngine
 from registry.writes.jobs import PreparedWrite
 from registry.writes.sync import StoreSync, republish_from
 from registry.writes.write_jobs import WriteJobs
@@ -184,6 +184,6 @@ class Startup:
             return
         payload = json.loads(Path(path).read_text(encoding="utf-8"))
         parse_tools(payload, ToolLimits())  # fail on a broken demo file before writing anything
-        info: RegistryInfo | None = engine.create_registry(DEMO_REGISTRY, payload)  # replicas racing: one creates it
+        info = engine.create_registry(DEMO_REGISTRY, payload)  # replicas racing: one creates it
         if info is not None:
             log.info("loaded demo registry from %s (%d tools)", path, info.tools)
