@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from registry.errors import InvalidRegistryName
-from registry.names import validate_registry_name
+from registry.names import REGISTRY_NAME_PATTERN, validate_registry_name
 
 
 @pytest.mark.parametrize("name", ["demo", "bfcl-v3", "my_reg.2", "A", "a" * 128, "a..b", "_x", "-"])
@@ -40,3 +44,18 @@ def test_bad_registry_names(name: str, words: str) -> None:
 def test_registry_name_not_a_string() -> None:
     with pytest.raises(InvalidRegistryName):
         validate_registry_name(None)  # type: ignore[arg-type]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=140) | st.text(alphabet="ab._-/\\\u2024\uff0e", max_size=8))
+def test_registry_names_are_accepted_exactly_as_the_documented_pattern_says(name: str) -> None:
+    # The OpenAPI schema publishes REGISTRY_NAME_PATTERN; the validator must agree with it.
+    documented = re.fullmatch(REGISTRY_NAME_PATTERN, name) is not None
+    try:
+        validate_registry_name(name)
+    except InvalidRegistryName as exc:
+        assert not documented, name
+        assert exc.details == [{"field": "registry", "message": exc.message}]
+    else:
+        assert documented, name
+        assert "/" not in name and "\\" not in name and not name.startswith(".")
