@@ -29,7 +29,9 @@ class Settings(BaseSettings):
     # -- HTTP face: address, body and connection limits (service.server, service.middleware) -------
     host: str = Field("127.0.0.1", description="Address the HTTP server binds.")
     port: int = Field(8080, ge=1, le=65535, description="Port the HTTP server listens on.")
-    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Largest request body.")
+    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Largest request body (413 past it); the default takes a 10,000-tool registry of "
+        "about 20 MB in one upload.",
+    )
     max_header_bytes: int = Field(
         64 * 1024,
         ge=1024,
@@ -74,7 +76,8 @@ class Settings(BaseSettings):
         "for this long is closed; the client may open another.",
     )
     worker_threads: int = Field(
-        16, ge=1, le=1000, description="Requests handled at once (anyio worker threads)."
+        16, ge=1, le=1000, description="Requests handled at once (anyio worker threads); more only queue on the CPU "
+        "and cost memory."
     )
 
     # -- access tokens (service.auth) --------------------------------------------------------------
@@ -95,7 +98,9 @@ class Settings(BaseSettings):
     )
 
     # -- data and artifacts: where registries, models and caches live ------------------------------
-    data_dir: Path = Field(Path("./data"), description="Where registries and caches live.")
+    data_dir: Path = Field(Path("./data"), description="Where registries (registries/<name>/v*.json), the embedding cache and the "
+        "exported embedder live.",
+    )
     policy_dir: Path = Field(
         _PROJECT_ROOT / "models" / "default",
         description="Directory of the 'bor' depth policy (manifest.json + policy.onnx).",
@@ -121,7 +126,7 @@ class Settings(BaseSettings):
         description="Sentence embedder: 'tuned' (all-MiniLM-L6-v2 fine-tuned on tool retrieval, "
         "models/tuned-embedder, fp32; composed into the embedder cache at first start), "
         "'minilm' (plain all-MiniLM-L6-v2, fp32), or either's int8 quantisation ('tuned-int8', "
-        "'minilm-int8': faster per query at a small quality cost, measured in README). "
+        "'minilm-int8': faster per query at a small quality cost, measured in docs/ranking.md). "
         "Registries are re-embedded when it changes.",
     )
     tuned_embedder_dir: Path = Field(
@@ -160,8 +165,8 @@ class Settings(BaseSettings):
     max_query_chars: int = Field(
         262_144,
         ge=16,
-        description="Longest query string (a whole user message); longer than ~160 words is "
-        "read in windows, the best window per tool.",
+        description="Longest query string (a whole user message; 422 past it); longer than ~160 "
+        "words is read in windows, the best window per tool.",
     )
     multi_intent: bool = Field(
         True,
@@ -177,12 +182,12 @@ class Settings(BaseSettings):
     )
 
     # -- registries and writes: sizes, async uploads, indexes (registry.writes, registry.index) ----
-    max_tools_per_registry: int = Field(50_000, ge=1, description="Most tools in one registry.")
+    max_tools_per_registry: int = Field(50_000, ge=1, description="Most tools in one registry (413 past it).")
     max_tool_bytes: int = Field(
-        256 * 1024, ge=256, description="Largest JSON size of one tool definition."
+        256 * 1024, ge=256, description="Largest JSON size of one tool definition (422 past it)."
     )
     max_description_chars: int = Field(
-        32_768, ge=16, description="Longest tool description."
+        32_768, ge=16, description="Longest tool description (422 past it)."
     )
     async_write_min_texts: int = Field(
         500,
@@ -209,14 +214,16 @@ class Settings(BaseSettings):
         "another replica resumes them.",
     )
     hnsw_min_tools: int = Field(
-        20_000, ge=1, description="Registries with at least this many tools use an HNSW index."
+        20_000, ge=1, description="Registries with at least this many tools use an HNSW index (M=32) instead of "
+        "exact search; a write extends the previous version's graph."
     )
     embed_threads: int = Field(1, ge=1, description="ONNX Runtime intra-op threads per request.")
     query_cache_size: int = Field(
         10_000,
         ge=0,
         description="Query embeddings kept in an LRU cache (repeated messages and intents skip "
-        "the model); 0 disables it.",
+        "the model); 0 disables it. /metrics counts lookups in "
+        "shortlist_query_embedding_cache_lookups_total{result}.",
     )
 
     # -- feedback: memory, live window, log compaction, pruning (registry.feedback) ----------------
@@ -239,7 +246,8 @@ class Settings(BaseSettings):
         256 * 1024 * 1024,
         ge=1024,
         description="Compact the feedback log as well once the events past its checkpoint take "
-        "more than this many bytes (a few large events fill a disk long before the event count).",
+        "more than this many bytes (a few large events fill a disk long before the event count; "
+        "Redis: the stream's MEMORY USAGE).",
     )
     max_feedback_body_bytes: int = Field(
         128 * 1024, ge=1024, description="Largest POST /feedback body (413 past it)."
@@ -321,7 +329,8 @@ class Settings(BaseSettings):
         ge=0.0,
         lt=1.0,
         description="Cosine from which a past query counts as evidence for a new one (its weight "
-        "grows linearly from 0 there to 1 at identical queries).",
+        "grows linearly from 0 there to 1 at identical queries); a refit replaces it with the "
+        "registry's own fitted value.",
     )
     learning_candidates: int = Field(
         10,
