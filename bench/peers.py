@@ -13,9 +13,9 @@ in-process :class:`registry.writes.engine.ShortlistEngine` built as the service 
 MiniLM, the ``--policy`` artifact, multi-intent composition on; exploration off, so two runs
 serve the same lists), once with the defaults and once per scorer with ``k=20`` (the plain
 ranking, from which every fixed-K point comes). ``--coverage FILE`` / ``--coverage-dir DIR``
-(``DIR/<source>.json``, the held-out models of ``bench/coverage_loso.py``) turn the coverage
+(``DIR/<source>.json``, the held-out models of ``bench/studies/coverage_loso.py``) turn the coverage
 refinement on; ``--dump`` writes each request's lists, the rows that script fits on.
-``--fold-embedders DIR`` ranks each source with the fine-tune of ``bench/ranking_loso.py
+``--fold-embedders DIR`` ranks each source with the fine-tune of ``bench/studies/ranking_loso.py
 --finetune --workdir DIR`` that held it out, so a tuned ranker is measured on sources it never
 saw (``--embedder`` is then not loaded).
 Printed: any-found (a needed tool shown), recall (share of needed tools shown), all-needed,
@@ -45,10 +45,20 @@ from registry.request import ShortlistRequest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.needs_loso import MULTI_SHARE, efficiency, source_dirs  # noqa: E402
+from bench.common import (  # noqa: E402
+    DEEP_K,
+    MULTI_SHARE,
+    SCORER_NAMES,
+    DiskCachedEmbedder,
+    Slot,
+    disk_cached,
+    efficiency,
+    ranker_for,
+    source_dirs,
+    trained_queries,
+)
+from bench.common import score_slots as _score  # noqa: E402
 
-DEEP_K = 20
-SCORER_NAMES = ("bm25", "dense", "hybrid")
 PEERS: dict[str, tuple[str, int]] = {
     "BM25 top-5 (Anthropic)": ("bm25", 5),
     "dense top-2 (bigtool)": ("dense", 2),
@@ -79,52 +89,8 @@ def _engine(
     return engine
 
 
-Slot = tuple[str, tuple[str, ...]]  # a shown tool and the near-duplicates folded into it
-
-
 def _slots(answer: Any) -> list[Slot]:
     return [(t.name, tuple(t.alternates)) for t in answer.tools]
-
-
-def _score(slots: Sequence[Slot], gold: set[str], tokens: dict[str, float]) -> dict[str, float]:
-    """One list's figures. A needed tool counts as found when it is shown or folded into a shown
-    slot as an alternate (the response names it, and the agent can call it); K counts slots, and
-    tokens count each shown definition plus the alternates' names, which is what the list costs."""
-    offered = {name for name, _ in slots} | {a for _, alts in slots for a in alts}
-    hits = len(gold & offered)
-    return {
-        "any": float(hits > 0),
-        "recall": hits / len(gold),
-        "all": float(hits == len(gold)),
-        "k": float(len(slots)),
-        "tokens": float(sum(tokens.get(n, 0.0) + sum(len(a) + 3 for a in alts) / 4 for n, alts in slots)),
-    }
-
-
-def ranker_for(source: str, embedder: Any, fold_embedders: Path | None, embedding_cache: Path | None) -> Any:
-    """The embedder that ranks ``source``: with ``fold_embedders``, the fold fine-tune that held
-    it out (behind the embedding cache), else ``embedder``; a missing fold ends the run."""
-    if fold_embedders is None:
-        return embedder
-    from bench.embed_cache import disk_cached
-    from registry.offline.finetune_loso import held_out_embedder
-
-    try:
-        return disk_cached(held_out_embedder(fold_embedders, source), embedding_cache)
-    except FileNotFoundError as exc:
-        raise SystemExit(str(exc)) from exc
-
-
-def trained_queries(manifest: Path, source: str, queries: Sequence[Any]) -> set[int]:
-    """Positions of ``queries`` (``source``'s, in file order) that the fine-tune of ``manifest``
-    trained on: its ``subsample`` drawn again (:func:`registry.offline.corpus.subsample`)."""
-    from registry.offline.corpus import subsample
-
-    meta = json.loads(manifest.read_text(encoding="utf-8"))
-    if source not in meta.get("datasets", {}):
-        return set()
-    draw = meta["subsample"]
-    return set(subsample(range(len(queries)), draw["max_queries"], draw["seed"]))
 
 
 def run_source(
@@ -268,17 +234,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--embedder-cache", type=Path, default=None, help="MiniLM ONNX cache")
     ap.add_argument("--embedder", choices=EMBEDDERS, default=Settings().embedder,
                     help="SHORTLIST_EMBEDDER value (default: the service default, tuned)")
-    ap.add_argument("--embedding-cache", type=Path, default=None, help="text embeddings (bench/embed_cache.py)")
+    ap.add_argument("--embedding-cache", type=Path, default=None, help="text embeddings (bench/common.py DiskCachedEmbedder)")
     ap.add_argument("--sources", nargs="*", default=None, help="source names (default: all)")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--coverage", type=Path, default=None, help="coverage model file for every source")
     ap.add_argument("--coverage-dir", type=Path, default=None,
-                    help="held-out coverage models, <dir>/<source>.json (bench/coverage_loso.py)")
+                    help="held-out coverage models, <dir>/<source>.json (bench/studies/coverage_loso.py)")
     ap.add_argument("--dump", type=Path, default=None, help="per-query lists (JSON lines), for offline studies")
     ap.add_argument("--extra", type=Path, nargs="*", default=[],
                     help="more source directories, e.g. bench/data/mcp_servers (the project's MCP tasks)")
     ap.add_argument("--fold-embedders", type=Path, default=None,
-                    help="rank each source with the held-out fine-tune of bench/ranking_loso.py --workdir DIR")
+                    help="rank each source with the held-out fine-tune of bench/studies/ranking_loso.py --workdir DIR")
     ap.add_argument("--unseen-by", type=Path, default=None, metavar="MANIFEST",
                     help="sample only requests the fine-tune of this manifest (models/tuned-embedder/"
                          "manifest.json) did not train on: known tools, new phrasings")
@@ -286,7 +252,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="the default's depth_bias (default: the service's, 0): where it sits on its curve")
     args = ap.parse_args(argv)
 
-    from bench.embed_cache import DiskCachedEmbedder, disk_cached
     from registry.index.minilm_export import default_embedder
 
     settings = Settings(embedder=args.embedder, embedder_cache_dir=args.embedder_cache)

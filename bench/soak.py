@@ -21,8 +21,15 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DEFAULT_EMBEDDER_CACHE, ROOT, rss_mib, serve
-from perf import real_queries, real_tools, synthetic_tools
+from common import (
+    DEFAULT_EMBEDDER_CACHE,
+    ROOT,
+    real_queries,
+    real_tools,
+    rss_mib,
+    serve,
+    synthetic_tools,
+)
 
 
 def main() -> None:

@@ -40,8 +40,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from common import DEFAULT_EMBEDDER_CACHE, Server, redis_server, worktree  # noqa: E402
-from perf import synthetic_tools  # noqa: E402
+from common import DEFAULT_EMBEDDER_CACHE, Server, redis_server, synthetic_tools, worktree  # noqa: E402
 
 CACHE = Path(tempfile.gettempdir()) / "shortlist-bench-upsert"
 

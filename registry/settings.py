@@ -119,7 +119,7 @@ class Settings(BaseSettings):
         None,
         description="Coverage refinement of adaptive shortlists (registry.serving.coverage): a "
         "learned per-tool 'needed' probability that trims a one-intent list's unlikely tools and "
-        "appends likely ones; empty or unset: off. Built by bench/coverage_loso.py --export.",
+        "appends likely ones; empty or unset: off. Built by bench/studies/coverage_loso.py --export.",
     )
     embedder: EmbedderName = Field(
         "tuned",

@@ -147,3 +147,58 @@ def test_no_import_cycles_between_modules_of_registry():
 
     cycles = {m: trail for m in graph if (trail := path_back(m)) is not None}
     assert cycles == {}
+
+
+# -- bench/: scripts share helpers through bench/common.py only -----------------------------------
+
+BENCH = ROOT / "bench"
+
+
+def bench_scripts() -> list[Path]:
+    """The maintained benchmarks (bench/*.py), the studies (bench/studies/*.py) and the artifact
+    builders of scripts/ (bench/mcp/ is a package of its own, with its own modules)."""
+    return sorted([*BENCH.glob("*.py"), *(BENCH / "studies").glob("*.py"), *(ROOT / "scripts").glob("*.py")])
+
+
+def bench_imports(source: str, script_names: frozenset[str], filename: str = "<source>") -> list[str]:
+    """The bench scripts ``source`` imports, however it reaches them: ``bench.peers``,
+    ``bench.studies.x``, or a bare ``perf`` put on ``sys.path``; ``common`` is not counted."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            modules = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        for module in modules:
+            parts = module.split(".")
+            if parts[0] == "bench":
+                name = parts[2] if parts[1:2] == ["studies"] and len(parts) > 2 else parts[1] if len(parts) > 1 else ""
+            else:
+                name = parts[0]
+            if name in script_names and name != "common" and name not in found:
+                found.append(name)
+    return found
+
+
+def test_the_bench_checker_sees_every_way_a_script_reaches_another():
+    names = frozenset({"common", "perf", "peers", "leave_one_out"})
+    source = (
+        "import sys\nfrom common import serve\nfrom perf import synthetic_tools\n"
+        "def f():\n    from bench.peers import ranker_for\n"
+        "from bench.studies import leave_one_out\nfrom bench.common import ROOT\nimport perfx\n"
+    )
+    assert sorted(bench_imports(source, names)) == ["leave_one_out", "peers", "perf"]
+
+
+def test_bench_scripts_import_no_other_bench_script_but_common():
+    scripts = bench_scripts()
+    names = frozenset(path.stem for path in scripts)
+    assert {"common", "latency", "peers", "soak"} <= names and len(scripts) > 20
+    offenders = {
+        str(path.relative_to(ROOT)): found
+        for path in scripts
+        if (found := bench_imports(path.read_text(encoding="utf-8"), names, str(path)))
+    }
+    assert offenders == {}, "share a helper through bench/common.py instead"

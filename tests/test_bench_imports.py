@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = sorted((ROOT / "bench").glob("*.py"))
+SCRIPTS = sorted([*(ROOT / "bench").glob("*.py"), *(ROOT / "bench" / "studies").glob("*.py"),
+                  *(ROOT / "scripts").glob("*.py")])
 PROJECT = ("registry", "service", "bench")
 
 
@@ -34,7 +35,7 @@ def test_there_are_scripts_to_check() -> None:
     assert any(_project_imports(p) for p in SCRIPTS)
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_bench_script_imports_resolve(script: Path) -> None:
     missing = []
     for module_name, name, line in _project_imports(script):

@@ -169,7 +169,7 @@ def test_cap_registry_keeps_every_needed_tool(root: Path) -> None:
 
 
 def test_unseen_split_keeps_exactly_the_requests_the_fine_tune_did_not_train_on(tmp_path: Path) -> None:
-    from bench.unseen_split import write_unseen
+    from bench.studies.unseen_split import write_unseen
 
     tools = [_tool("get_weather", "Current weather"), _tool("send_mail", "Send a mail")]
     queries = [{"id": f"q{i}", "query": f"request {i}", "gold": ["get_weather"]} for i in range(10)]

@@ -76,7 +76,7 @@ def test_save_load_round_trip_and_a_bad_file_names_itself_and_the_command(tmp_pa
     for broken in ({**raw, "features": raw["features"][:-1]}, {**raw, "coef": raw["coef"][:3]},
                    {**raw, "tau_add": "nan"}):
         path.write_text(json.dumps(broken))
-        with pytest.raises(ArtifactError, match=r"coverage\.json.*bench/coverage_loso\.py"):
+        with pytest.raises(ArtifactError, match=r"coverage\.json.*bench/studies/coverage_loso\.py"):
             CoverageModel.load(path)
     with pytest.raises(ArtifactError, match=r"missing\.json"):
         CoverageModel.load(tmp_path / "missing.json")

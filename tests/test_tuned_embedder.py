@@ -187,7 +187,7 @@ def test_a_missing_or_broken_relevance_model_names_the_file_and_the_command(tmp_
     path = Settings(relevance_dir=tmp_path).resolved_relevance_model()
     with pytest.raises(ArtifactError) as err:
         RelevanceModel.load(path)
-    assert str(path) in err.value.message and "bench/calibrate_relevance.py" in err.value.message
+    assert str(path) in err.value.message and "scripts/calibrate_relevance.py" in err.value.message
     (tmp_path / path.name).write_text("{not json", encoding="utf-8")
     with pytest.raises(ArtifactError, match="rebuild it with"):
         RelevanceModel.load(path)

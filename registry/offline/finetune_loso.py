@@ -173,7 +173,7 @@ def held_out_embedder(workdir: Path, source: str, threads: int = 1) -> OnnxEmbed
         onnx = fold_onnx(artifact)
         if source in artifact.name.split("-") and onnx.is_file():
             return OnnxEmbedder(onnx, onnx.parent / TOKENIZER_FILE, threads=threads)
-    raise FileNotFoundError(f"no fold in {workdir} held {source} out (bench/ranking_loso.py --finetune --workdir)")
+    raise FileNotFoundError(f"no fold in {workdir} held {source} out (bench/studies/ranking_loso.py --finetune --workdir)")
 
 
 def run_finetune_loso(

@@ -131,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument(
         "--fold-embedders", type=Path, default=None,
-        help="score each --data set with the fine-tune of bench/ranking_loso.py --finetune --workdir "
+        help="score each --data set with the fine-tune of bench/studies/ranking_loso.py --finetune --workdir "
         "DIR whose fold held it out: the tuned model's scores on registries it never saw",
     )
     ap.add_argument("--table-cache", type=Path, default=None, help="cache score tables here (default: no cache)")

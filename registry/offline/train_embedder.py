@@ -2,7 +2,7 @@
 
 Default: fine-tune the MiniLM transformer (:mod:`registry.offline.finetune`, LOSO through
 :mod:`registry.offline.finetune_loso` with ``--folds``, or figures of an earlier
-``bench/ranking_loso.py --finetune`` run with ``--loso-json``), then train on every source and
+``bench/studies/ranking_loso.py --finetune`` run with ``--loso-json``), then train on every source and
 write ``<out>/encoder-delta.safetensors`` + ``manifest.json``. ``--adapter``: the linear adapter
 on frozen MiniLM instead. Both steps load the corpus (:mod:`registry.offline.corpus`,
 subsampled) and its plain-MiniLM vectors (cached, :mod:`registry.offline.corpus_vectors`). The
@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--loso-json", type=Path, default=None,
-        help="with --folds 0: LOSO figures of an earlier bench/ranking_loso.py --finetune run for the manifest",
+        help="with --folds 0: LOSO figures of an earlier bench/studies/ranking_loso.py --finetune run for the manifest",
     )
     return parser
 

@@ -13,7 +13,7 @@ features of position ``j`` (:func:`registry.serving.features.depth_features`: sc
 z-scores, ``log2 j``), the request's signals (intents, steps, words, joins and the share of
 close top scores, :mod:`registry.serving.needs`), whether the composed list already shows
 tool ``j``, and that list's length. It is fitted on other sources' requests (each request
-weighted ``1 / needed tools``, so the fit targets recall) by ``bench/coverage_loso.py``,
+weighted ``1 / needed tools``, so the fit targets recall) by ``bench/studies/coverage_loso.py``,
 which also picks the two cut-offs on the training sources only and reports each source held
 out (leave-one-source-out).
 
@@ -202,7 +202,7 @@ class CoverageModel:
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ArtifactError(
                 f"cannot read coverage model {path}: {exc}; rebuild it with "
-                "'python bench/coverage_loso.py --dump DUMP --export PATH'",
+                "'python bench/studies/coverage_loso.py --dump DUMP --export PATH'",
                 {"path": str(path)},
             ) from exc
 

@@ -10,7 +10,7 @@ least bad tools. The decision reads the head of the hybrid ranking:
 ``s_0 - mean`` how far it stands out of the top-``W`` window. The weights are fitted by
 logistic regression on the dev sets: each set's queries against its own registry are
 positives, queries of the other sets against it are negatives
-(``python bench/calibrate_relevance.py``, which writes one model per embedder family,
+(``python scripts/calibrate_relevance.py``, which writes one model per embedder family,
 ``models/relevance.json`` for the tuned default and ``models/relevance-minilm.json``, and prints
 the held-out accuracy). The list is empty when ``confidence < threshold``; the response
 carries the confidence either way.
@@ -73,7 +73,7 @@ class RelevanceModel:
                 threshold=float(raw.get("threshold", 0.5)),
             )
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            command = f"python bench/calibrate_relevance.py --out {path}"
+            command = f"python scripts/calibrate_relevance.py --out {path}"
             raise ArtifactError(
                 f"cannot read relevance model {path}: {exc}; rebuild it with `{command}` (--embedder "
                 "for its embedder family, --fold-embedders for held-out scores), or set "

@@ -1,6 +1,6 @@
 """Leave-one-dataset-out: train the default recipe on two dev sets, evaluate on the third.
 
-    python bench/leave_one_out.py --out docs/generated/loo --img docs/img/loo
+    python bench/studies/leave_one_out.py --out docs/generated/loo --img docs/img/loo
 
 Every fold runs the two CLI commands an operator would (``shortlist train`` with the shipped
 recipe, ``shortlist evaluate`` over the left-out set's FULL registry with the service cap 20),
@@ -9,7 +9,7 @@ fourth fold trains on all three dev sets (the shipped policy's recipe) and evalu
 live, which no policy is trained on. About 3 minutes on one core.
 
 ``--pooled`` adds, to each fold's training data, the registry pooling the training sets' tools
-(``bench/merge_registries.py``, see PREPARE): larger N, out-of-domain distractors. It did not
+(``bench/studies/merge_registries.py``, see PREPARE): larger N, out-of-domain distractors. It did not
 help (docs/results.md), so the shipped recipe does not use it.
 """
 
@@ -20,8 +20,10 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared" / "data"
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.common import DEV, FOLDS  # noqa: E402
 
 # The default policy's recipe (also used for models/default, see MODEL_CARD.md).
 RECIPE = [
@@ -31,22 +33,12 @@ RECIPE = [
 
 # Only for --pooled: the pooled registries (MetaTool: the recipe's 2,000-query sample).
 PREPARE = """
-python bench/merge_registries.py ../shared/data/metatool --max-queries 2000 --out data/dev/metatool
-python bench/merge_registries.py ../shared/data/bfcl_simple data/dev/metatool --out data/merged/bfcl+meta
-python bench/merge_registries.py ../shared/data/bfcl_simple ../shared/data/toolbench_stable --out data/merged/bfcl+tool
-python bench/merge_registries.py data/dev/metatool ../shared/data/toolbench_stable --out data/merged/meta+tool
-python bench/merge_registries.py ../shared/data/bfcl_simple data/dev/metatool ../shared/data/toolbench_stable --out data/merged/bfcl+meta+tool
+python bench/studies/merge_registries.py ../shared/data/metatool --max-queries 2000 --out data/dev/metatool
+python bench/studies/merge_registries.py ../shared/data/bfcl_simple data/dev/metatool --out data/merged/bfcl+meta
+python bench/studies/merge_registries.py ../shared/data/bfcl_simple ../shared/data/toolbench_stable --out data/merged/bfcl+tool
+python bench/studies/merge_registries.py data/dev/metatool ../shared/data/toolbench_stable --out data/merged/meta+tool
+python bench/studies/merge_registries.py ../shared/data/bfcl_simple data/dev/metatool ../shared/data/toolbench_stable --out data/merged/bfcl+meta+tool
 """
-
-DEV = {
-    "bfcl": SHARED / "bfcl_simple",
-    "meta": SHARED / "metatool",  # --max-queries 2000 samples it (BFCL and ToolBench are smaller)
-    "tool": SHARED / "toolbench_stable",
-}
-# (training sets, left-out set); "live" is BFCL live (data/bfcl_live, bench/convert_bfcl_live.py)
-FOLDS = [(["meta", "tool"], "bfcl"), (["bfcl", "tool"], "meta"), (["bfcl", "meta"], "tool"),
-         (["bfcl", "meta", "tool"], "live")]
-
 
 def train_args(names: list[str], out: Path, table_cache: Path, pooled: bool, sizes: list[str]) -> list[str]:
     data = [str(DEV[n]) for n in names]

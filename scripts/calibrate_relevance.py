@@ -9,13 +9,13 @@ positives fall, so a relevant tool is rarely withheld. Prints held-out figures, 
 everything and writes the model.
 
 The gate reads one embedder's scores, so each embedder family has its own (``--embedder``).
-``--fold-embedders DIR`` ranks each registry with the fine-tune of ``bench/ranking_loso.py
+``--fold-embedders DIR`` ranks each registry with the fine-tune of ``bench/studies/ranking_loso.py
 --finetune --workdir DIR`` that never saw it: the scores a new user's registry gets, which is
 what the shipped tuned gate is fitted on. ``--check DIR...`` prints the share of relevant
 requests kept on sources the gate was not fitted on.
 
-    python bench/calibrate_relevance.py --embedder tuned --fold-embedders data/ft_l6s300 --out models/relevance.json
-    python bench/calibrate_relevance.py --embedder minilm --out models/relevance-minilm.json
+    python scripts/calibrate_relevance.py --embedder tuned --fold-embedders data/ft_l6s300 --out models/relevance.json
+    python scripts/calibrate_relevance.py --embedder minilm --out models/relevance-minilm.json
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.peers import ranker_for
+from bench.common import ranker_for
 from registry.index.hybrid import Query, rank
 from registry.index.lexical import tokenize
 from registry.index.minilm_export import default_embedder
@@ -61,7 +61,7 @@ def main() -> int:
                         help="the embedder whose scores the gate reads (default: SHORTLIST_EMBEDDER)")
     parser.add_argument("--embedder-cache", type=Path, default=Path("data/cache/embedder"))
     parser.add_argument("--fold-embedders", type=Path, default=None,
-                        help="rank each registry with the fine-tune of bench/ranking_loso.py --finetune "
+                        help="rank each registry with the fine-tune of bench/studies/ranking_loso.py --finetune "
                         "--workdir DIR that held its set out: the tuned model's scores on registries it "
                         "never saw, which is what a new user's registry gets")
     parser.add_argument("--check", type=Path, nargs="*", default=[],
@@ -124,7 +124,7 @@ def main() -> int:
         w_all = fit_logistic(x, y)
         model = RelevanceModel(w_top=float(w_all[0]), w_lead=float(w_all[1]), bias=float(w_all[2]),
                                threshold=threshold_for(w_all, np.ones_like(fit)))
-        command = f"python bench/calibrate_relevance.py --embedder {args.embedder}"
+        command = f"python scripts/calibrate_relevance.py --embedder {args.embedder}"
         if args.fold_embedders:
             command += f" --fold-embedders {args.fold_embedders}"
         model.save(args.out, fitted_on=list(SETS), per_set=args.per_set, seed=args.seed,

@@ -4,7 +4,7 @@ The goal "int8 within 2.5 points found@1 of its fp32 on every source" is read of
 Every embedder embeds every tool and query itself (ONNX, as served), so it is slow on a busy
 machine: --max-queries / --max-tools / --sources keep it small.
 
-    python bench/embedder_quality.py --data ../shared/data --embedders tuned tuned-int8 \
+    python bench/studies/embedder_quality.py --data ../shared/data --embedders tuned tuned-int8 \
         --max-queries 150 --max-tools 400
 """
 
@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from registry.index.hybrid import HYBRID_ALPHA
 from registry.index.minilm_export import load_minilm

@@ -1,6 +1,6 @@
 """Pool several labelled data sets into one registry (training data for a registry-agnostic policy).
 
-    python bench/merge_registries.py ../shared/data/bfcl_simple ../shared/data/metatool \\
+    python bench/studies/merge_registries.py ../shared/data/bfcl_simple ../shared/data/metatool \\
         --max-queries 0 2000 --out data/merged/bfcl+meta
 
 The merged registry holds every tool of every set (names must not collide; they do not across

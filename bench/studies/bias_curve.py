@@ -1,10 +1,10 @@
 """The serve-time operating knob (``depth_bias``) measured out of sample: the curve it traces
 and whether a bias picked on the training sets carries over to a left-out set.
 
-    python bench/leave_one_out.py        # first: trains the fold policies into data/loo/
-    python bench/bias_curve.py --out docs/generated --img docs/img
+    python bench/studies/leave_one_out.py        # first: trains the fold policies into data/loo/
+    python bench/studies/bias_curve.py --out docs/generated --img docs/img
 
-For every leave-one-dataset-out fold (``bench/leave_one_out.py``: trained on two dev sets, the
+For every leave-one-dataset-out fold (``bench/studies/leave_one_out.py``: trained on two dev sets, the
 fourth fold on all three and tested on BFCL live) the fold's policy is run at every bias of
 ``--biases`` on its training sets and on its left-out set (full registries, cap 20). The
 table gives, per left-out set, found % @ mean K (efficiency) at each bias; ``*`` marks found
@@ -24,11 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-from leave_one_out import DEV, FOLDS  # noqa: E402
-
+from bench.common import DEV, FOLDS  # noqa: E402
 from registry.index.minilm_export import load_minilm  # noqa: E402
 from registry.offline.evaluate import load_or_build_table, rank_table  # noqa: E402
 from registry.offline.metrics import (  # noqa: E402
@@ -79,7 +77,7 @@ def main() -> None:
     for train, held in FOLDS:
         policy_dir = args.work / f"policy-{'+'.join(train)}"
         if not (policy_dir / "manifest.json").exists():
-            raise SystemExit(f"{policy_dir} is missing: run python bench/leave_one_out.py first")
+            raise SystemExit(f"{policy_dir} is missing: run python bench/studies/leave_one_out.py first")
         policy = OnnxDepthPolicy.from_dir(policy_dir)
         pts = {n: [point(policy, episodes[n], curves[n], b, args.cap) for b in BIASES] for n in [*train, held]}
         chosen = pick([pts[n] for n in train])

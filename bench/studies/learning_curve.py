@@ -26,7 +26,7 @@ Efficiency is ``K_eq / mean K`` with ``K_eq`` read on the fixed top-K curve of t
 ranking (no learning) over the same held-out queries: what plain top-K would need for the same
 found rate. The exploration cost is measured on the stream: mean (shown K - chosen K).
 
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/learning_curve.py [--datasets bfcl_simple ...]
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/studies/learning_curve.py [--datasets bfcl_simple ...]
         [--events 1000,5000] [--eval 400] [--out bench/out/learning_curve.json]
 """
 
@@ -38,14 +38,17 @@ import random
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import httpx
 import numpy as np
 
 from registry.request import ShortlistRequest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.common import DEFAULT_EMBEDDER_CACHE, agent_uses, poisoned_uses, raw_dataset
 from registry.core import Shortlister
 from registry.offline.metrics import k_equivalent
@@ -257,7 +260,6 @@ def run_dataset(
     server = None
     if http:  # a real server process; every call goes through the public routes
         from bench.common import Server
-        from bench.learning_http import HttpCore
 
         server = Server(DEFAULT_EMBEDDER_CACHE, base / f"{name}-http", explore_share=str(explore),
                         query_cache_size="100000", learning_save_interval_seconds="3600",
@@ -402,6 +404,96 @@ def main() -> None:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(results, indent=1))
     print(f"wrote {args.out}")
+
+
+# -- --http: the same calls over a real server ------------------------------------------------------
+#
+# The calls this script makes on the core, over HTTP to a real server
+# (``--http``): the same stream, feedback, refits and evaluation through the public routes.
+#
+# A server has one exploration share for every registry (``SHORTLIST_EXPLORE_SHARE``, set at
+# start), so the HTTP run cannot switch exploration off for evaluation or on for refitting
+# configurations the way the in-process run does: it runs every configuration at that share
+# (``--explore``, 0 by default over HTTP) and says so in its results.
+
+REFIT_TIMEOUT = 1800.0
+
+
+@dataclass
+class _Tool:
+    name: str
+
+
+@dataclass
+class _Result:
+    shortlist_id: str
+    tools: list[_Tool]
+    policy_version: str
+
+
+@dataclass
+class HttpCore:
+    """What the learning curve calls on ``registry.core.Shortlister``, over HTTP at ``url``."""
+
+    url: str
+    client: httpx.Client = field(init=False)
+    _tools: dict[str, list[str]] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        self.client = httpx.Client(base_url=self.url, timeout=120.0)
+        self.policies = SimpleNamespace(refit=self._refit)
+
+    def _ok(self, response: httpx.Response) -> Any:
+        if response.status_code >= 400:
+            raise RuntimeError(f"{response.request.method} {response.request.url}: {response.status_code} {response.text[:300]}")
+        return response.json() if response.content else None
+
+    def put_registry(self, registry: str, tools: list[dict[str, Any]]) -> None:
+        response = self.client.put(f"/registries/{registry}", json={"tools": tools})
+        self._ok(response)
+        if response.status_code == 202:  # a large upload: poll its job until it is final
+            while (job := self._ok(self.client.get(response.headers["Location"])))["state"] in ("queued", "running"):
+                time.sleep(0.5)
+            if job["state"] != "done":
+                raise RuntimeError(f"upload of {registry!r}: {job}")
+        self._tools[registry] = [str(t.get("name") or t.get("function", {}).get("name")) for t in tools]
+
+    def snapshot(self, registry: str) -> Any:
+        return SimpleNamespace(tools=[_Tool(n) for n in self._tools[registry]])
+
+    def set_learning(self, registry: str, enabled: bool) -> None:
+        self._ok(self.client.put(f"/registries/{registry}/learning", json={"enabled": enabled}))
+
+    def wipe_learning(self, registry: str) -> None:
+        self._ok(self.client.delete(f"/registries/{registry}/learning"))
+
+    def profile_weight(self, registry: str) -> float:
+        return float(self._ok(self.client.get(f"/registries/{registry}/learning"))["profile_weight"])
+
+    def memory_similarity(self, registry: str) -> float | None:
+        value = self._ok(self.client.get(f"/registries/{registry}/learning")).get("similarity")
+        return None if value is None else float(value)
+
+    def shortlist(self, request: ShortlistRequest, caller: str | None = None) -> _Result:
+        body: dict[str, Any] = {"registry": request.registry, "query": request.query}
+        if request.k is not None:
+            body["k"] = request.k
+        headers = {"X-Caller-Id": caller} if caller else {}
+        data = self._ok(self.client.post("/shortlist", json=body, headers=headers))
+        return _Result(data["shortlist_id"], [_Tool(t["name"]) for t in data["tools"]], data["policy_version"])
+
+    def feedback(self, shortlist_id: str, used: list[str], success: bool, caller: str | None = None) -> None:
+        headers = {"X-Caller-Id": caller} if caller else {}
+        body = {"shortlist_id": shortlist_id, "used": used, "success": success}
+        self._ok(self.client.post("/feedback", json=body, headers=headers))
+
+    def _refit(self, registry: str) -> Any:
+        response = self.client.post(f"/registries/{registry}/policies/refit", json={}, timeout=REFIT_TIMEOUT)
+        job = self._ok(response)
+        return SimpleNamespace(**{k: job.get(k) for k in ("state", "reason", "version", "active", "estimate")})
+
+    def close(self) -> None:
+        self.client.close()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Write, per source, the requests a fine-tune never trained on: known tools, new phrasings.
 
-    python bench/unseen_split.py --manifest models/tuned-embedder/manifest.json --out data/unseen
+    python bench/studies/unseen_split.py --manifest models/tuned-embedder/manifest.json --out data/unseen
 
 The shipped tuned embedder trained on a seeded subsample of every source's requests (its
 manifest's ``subsample``); the rest are new phrasings for tools it saw, which is what an agent
@@ -18,10 +18,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.peers import source_dirs, trained_queries  # noqa: E402
+from bench.common import source_dirs, trained_queries  # noqa: E402
 
 
 def write_unseen(directory: Path, manifest: Path, out: Path) -> int:

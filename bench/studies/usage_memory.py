@@ -18,7 +18,7 @@ Cost: a 500-tool registry (StableToolBench's first 500 tools) with 20,000 events
 repeated queries (query cache on: the embedding is not what is measured) with learning on and
 off, in alternating rounds.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/usage_memory.py [--datasets bfcl_simple ...]
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/studies/usage_memory.py [--datasets bfcl_simple ...]
         [--events 1000,5000] [--eval 600] [--out bench/out/usage_memory.json]
 """
 
@@ -38,7 +38,7 @@ import numpy as np
 
 from registry.request import ShortlistRequest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.common import DEFAULT_EMBEDDER_CACHE, agent_uses, poisoned_uses, raw_dataset
 from registry.core import Shortlister
 from registry.feedback import FeedbackEvent

@@ -2,7 +2,7 @@
 
     nice -n 10 python bench/peers.py --embedding-cache data/cache/emb --max-queries 200 \\
         --json out/peers.json --dump out/peers.jsonl          # coverage off: the training rows
-    nice -n 10 python bench/coverage_loso.py --dump out/peers.jsonl --out data/models/coverage \\
+    nice -n 10 python bench/studies/coverage_loso.py --dump out/peers.jsonl --out data/models/coverage \\
         [--export models/coverage.json]
     nice -n 10 python bench/peers.py ... --coverage-dir data/models/coverage  # the held-out check
 
@@ -31,11 +31,11 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.needs_loso import MULTI_SHARE, efficiency, source_dirs  # noqa: E402
-from bench.peers import DEEP_K, SCORER_NAMES, Slot, _score  # noqa: E402
+from bench.common import DEEP_K, MULTI_SHARE, SCORER_NAMES, Slot, efficiency, source_dirs  # noqa: E402
+from bench.common import score_slots as _score  # noqa: E402
 from registry.serving.coverage import CoverageModel, coverage_features  # noqa: E402
 from registry.serving.depth_policies import policy_depth_limit  # noqa: E402
 from registry.serving.needs import request_signals  # noqa: E402
@@ -169,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.export:
         model = fit(sources, GRID_ADD, GRID_DROP)
         model.save(args.export, trained_on=[s.name for s in sources], dump=str(args.dump),
-                   command="python bench/coverage_loso.py --dump DUMP --out DIR --export " + str(args.export))
+                   command="python bench/studies/coverage_loso.py --dump DUMP --out DIR --export " + str(args.export))
         print(f"exported {args.export}: tau_add {model.tau_add} tau_drop {model.tau_drop}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

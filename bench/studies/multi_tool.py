@@ -1,6 +1,6 @@
 """Multi-tool tasks: does the shortlist hold *every* tool a task needs, not just one of them?
 
-    python bench/multi_tool.py [--max-queries 100] [--json out/multi_tool.json]
+    python bench/studies/multi_tool.py [--max-queries 100] [--json out/multi_tool.json]
 
 Two query sets, both of queries with >= 2 gold tools:
 
@@ -43,10 +43,8 @@ import numpy as np
 
 from registry.request import ShortlistRequest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import DEFAULT_EMBEDDER_CACHE
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.common import DEFAULT_EMBEDDER_CACHE
 from registry.fsio import json_safe
 from registry.offline.datasets import LabelledQuery, load_dataset
 from registry.offline.episodes import Episode

@@ -1,6 +1,6 @@
 """Depth policies on small registries: sub-registries of 8, 20 and 50 tools carved from held-out queries.
 
-    python bench/registry_size.py --policy old=data/models/old_default new=data/models/carve70 \\
+    python bench/studies/registry_size.py --policy old=data/models/old_default new=data/models/carve70 \\
         --out docs/generated/registry_size
 
 For each dev set (BFCL simple, MetaTool's 2,000-query sample, StableToolBench) the HELD-OUT
@@ -12,7 +12,7 @@ and pooled it prints found (any gold shown), all-found (every gold shown), mean 
 of answers that are the whole registry, fixed K=1/3/5 found and depth efficiency (K_eq /
 mean K, :func:`registry.offline.evaluate.depth_efficiency`); then the same on the held-out queries over
 each FULL registry (large registries must not get worse). ``--unseen DIR`` adds a data set no
-policy trained on (BFCL live, ``bench/convert_bfcl_live.py``): all its queries, carved and full.
+policy trained on (BFCL live, ``bench/studies/convert_bfcl_live.py``): all its queries, carved and full.
 
 ``--policy NAME=DIR`` loads an ONNX artifact; ``NAME=DIR:nocap`` replays it without the
 whole-registry guarantee (:func:`registry.serving.depth_policies.policy_depth_limit`), i.e. as it was
@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

@@ -1,6 +1,6 @@
 """Found@1/5/10 of the dense, bm25 and hybrid scorers (and alternatives) on labelled data sets.
 
-    python bench/scorers.py ../shared/data/bfcl_simple ../shared/data/metatool ../shared/data/toolbench_stable
+    python bench/studies/scorers.py ../shared/data/bfcl_simple ../shared/data/metatool ../shared/data/toolbench_stable
 
 Prints a Markdown table; MetaTool is subsampled (--max-queries, fixed seed) to keep it quick.
 """

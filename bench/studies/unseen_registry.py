@@ -1,6 +1,6 @@
 """Does the shipped `bor` policy work on a registry it never saw? Measured over HTTP.
 
-    python bench/unseen_registry.py --data ../shared/data/toolbench_stable [--max-queries 765]
+    python bench/studies/unseen_registry.py --data ../shared/data/toolbench_stable [--max-queries 765]
 
 Starts the real server, uploads the data set's tools.json as a registry, and for every query
 asks POST /shortlist twice: with the default policy, and with k=50 to learn where the gold tool
@@ -25,10 +25,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import DEFAULT_EMBEDDER_CACHE, serve
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.common import DEFAULT_EMBEDDER_CACHE, serve
 from registry.fsio import atomic_write_bytes
 from registry.offline.metrics import depth_efficiency, fixed_found_at
 
@@ -87,7 +85,7 @@ def main() -> None:
         path = args.record / "manifest.json"
         manifest = json.loads(path.read_text())
         manifest.setdefault("metrics", {})[f"unseen_{args.data.name}"] = {
-            "how": f"python bench/unseen_registry.py --data {args.data} --max-queries {args.max_queries} "
+            "how": f"python bench/studies/unseen_registry.py --data {args.data} --max-queries {args.max_queries} "
                    f"(real server over HTTP, max_k {args.max_k or 'service default'})",
             "n_tools": info["tools"], "n_queries": len(ks), "found": round(float(np.mean(found)), 4),
             "mean_k": round(mean_k, 3), "k_std": round(float(ks_arr.std()), 3), "distinct_k": len(dist),

@@ -6,14 +6,14 @@ each --extra source (by default the project's MCP tasks) held out alone. The bas
 MiniLM, alpha 0.8) is scored in the same run on the same queries. found@1 over all queries, recall@5 over the
 multi-tool queries of the multi-tool sources (>= 10% multi-tool queries).
 
-    python bench/ranking_loso.py --data ../shared/data [--folds 4] [--steps 300] [--pull 0.01]
+    python bench/studies/ranking_loso.py --data ../shared/data [--folds 4] [--steps 300] [--pull 0.01]
 
 With ``--finetune`` each fold fine-tunes the MiniLM transformer instead (registry.offline.
 finetune_loso: MNRL with same-registry hard negatives, scored through the fold's ONNX fp32 and
 int8 exports at the alpha picked on its train sources and at today's 0.8); trained folds in
 --workdir are reused, so a cut-short run resumes:
 
-    python bench/ranking_loso.py --data ../shared/data --finetune --steps 36 --batch 32 --lr 1e-4 \
+    python bench/studies/ranking_loso.py --data ../shared/data --finetune --steps 36 --batch 32 --lr 1e-4 \
         --workdir data/finetune_loso --json data/finetune_loso/loso.json
 """
 
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from registry.index.hybrid import HYBRID_ALPHA
 from registry.index.minilm_export import load_minilm

@@ -3,7 +3,7 @@
 Step cost shortens lists (1.0 gives K = 1 everywhere); the longer-list end is gamma (0.995,
 1.0 at step cost 0), since a zero step cost alone still discounts depth through gamma.
 
-    python bench/knob_curve.py --out docs/generated --img docs/img
+    python bench/studies/knob_curve.py --out docs/generated --img docs/img
 
 Trains the default recipe (hybrid scorer, BoR reward) on 70% of each dev set for several step
 costs, evaluates on the held-out 30% of each set over its full registry (cap 20, as served), and
@@ -32,7 +32,7 @@ from registry.offline.metrics import (
 from registry.offline.tables import load_or_build_table, rank_table
 from registry.offline.train import data_episodes, train_ensemble
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SETS = (("bfcl_simple", None), ("metatool", 2000), ("toolbench_stable", None))
 
 

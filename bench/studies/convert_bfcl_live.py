@@ -1,7 +1,7 @@
 """Build an unseen evaluation registry from BFCL "live" (user-contributed, real-world functions).
 
     pip download --no-deps bfcl-eval==2026.3.23 -d /tmp/bfcl && cd /tmp/bfcl && unzip -q -o bfcl_eval-*.whl
-    python bench/convert_bfcl_live.py /tmp/bfcl/bfcl_eval/data --out data/bfcl_live
+    python bench/studies/convert_bfcl_live.py /tmp/bfcl/bfcl_eval/data --out data/bfcl_live
 
 Pools the functions offered in live_simple and live_multiple (de-duplicated by name, first
 definition wins, BFCL's "dict" pseudo-type mapped to "object"), and writes tools.json plus
