@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+CLIENT_DOC = Path(__file__).resolve().parent.parent / "docs" / "client.md"
 
 
-def readme_block(name: str) -> str:
-    """The README's ```python block between ``<!-- name -->`` and ``<!-- /name -->``."""
-    text = README.read_text()
+def client_doc_block(name: str) -> str:
+    """docs/client.md's ```python block between ``<!-- name -->`` and ``<!-- /name -->``."""
+    text = CLIENT_DOC.read_text()
     found = re.search(rf"<!-- {name} -->\n```python\n(.*?)```\n<!-- /{name} -->", text, re.S)
-    assert found, f"README has no {name} block"
+    assert found, f"docs/client.md has no {name} block"
     return found.group(1)
 
 

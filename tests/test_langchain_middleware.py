@@ -1,7 +1,7 @@
 """LangChain v1 ``ShortlistMiddleware`` in real ``langchain.agents.create_agent`` graphs, with a
 fake chat model (langchain_core's GenericFakeChatModel playing scripted tool calls) over a real
 server with MiniLM: the tools each model call is bound with, the pins, the depth knobs, the
-feedback the service records, provider-safe names, the async path, and the README's snippet run
+feedback the service records, provider-safe names, the async path, and docs/client.md's snippet run
 as written."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import weather_tools
-from tests.doc_examples import readme_block
+from tests.doc_examples import client_doc_block
 from tool_shortlist_client import AsyncShortlistClient, ShortlistClient
 
 pytestmark = pytest.mark.e2e
@@ -305,7 +305,7 @@ def test_a_failed_report_is_kept_and_never_fails_the_run(
 
 
 def test_the_readme_snippet_runs_as_written(server):
-    """The README's LangChain block, executed verbatim with the names it assumes bound."""
+    """docs/client.md's LangChain block, executed verbatim with the names it assumes bound."""
     calls: list[str] = []
     names = ["refund_payment", "create_invoice", "stripe__list_charges", "get_balance", "ask_human"]
     bound: list[list[str]] = []
@@ -315,7 +315,7 @@ def test_the_readme_snippet_runs_as_written(server):
             "model": fake_model(bound, ["refund_payment"]),
             "all_tools": make_tools(names, calls),
         }
-        exec(compile(readme_block("adapter:langchain"), "README.md", "exec"), namespace)
+        exec(compile(client_doc_block("adapter:langchain"), "docs/client.md", "exec"), namespace)
         shortlist = namespace["shortlist"]
         assert shortlist.last.names[0] == "refund_payment"
         assert bound[0][0] == "refund_payment" and bound[0][-1] == "ask_human"

@@ -307,7 +307,7 @@ def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def render(results: dict[str, Any]) -> str:
-    """The Markdown table of docs/results.md ("Learning from feedback") from a results file."""
+    """The Markdown table of docs/results/learning-curve.md from a results file."""
     lines = [
         "| data set | config | events | found@1 | found | mean K | efficiency | policy |",
         "|---|---|---:|---:|---:|---:|---:|---|",

@@ -10,7 +10,7 @@ live, which no policy is trained on. About 3 minutes on one core.
 
 ``--pooled`` adds, to each fold's training data, the registry pooling the training sets' tools
 (``bench/studies/merge_registries.py``, see PREPARE): larger N, out-of-domain distractors. It did not
-help (docs/results.md), so the shipped recipe does not use it.
+help (docs/results/leave-one-out.md), so the shipped recipe does not use it.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The memory lifts a tool for a request within cosine ``tau`` of past requests whose agents used
 it (:mod:`registry.learning.usage`). Whether a neighbour's tool is this request's tool depends on
 the registry: MiniLM neighbours at cosine >= 0.8 name the same tool 85% of the time on MetaTool
-and 26% on BFCL (docs/results.md section 8), so one fixed ``tau`` lifts the right tool on one
+and 26% on BFCL (docs/results/neighbourhood.md), so one fixed ``tau`` lifts the right tool on one
 registry and a wrong one on the other. A refit therefore fits ``tau`` per registry.
 
 Fit. The logged events are split 70/30 by a hash of the request text (as the profile weight's

@@ -112,7 +112,7 @@ class SizeGatedQ(nn.Module):
     large expert on the full registries alone with the plain reward (the previous recipe, so
     registries of ``n_hi``+ tools keep exactly its behaviour) and the small expert with carved
     sub-registries (:mod:`registry.offline.carve`). One network fitted to both regimes lost up to
-    0.27 of depth efficiency on the unseen BFCL-live registry (docs/results.md, "Registry size").
+    0.27 of depth efficiency on the unseen BFCL-live registry (docs/results/registry-size.md).
     """
 
     log2_lo: torch.Tensor  # buffers (registered in __init__)

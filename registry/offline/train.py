@@ -14,7 +14,7 @@ deviations live inside the network, so the exported ONNX takes raw
 :func:`~registry.serving.features.depth_features` rows. The range clamp is a safety net for a
 registry unlike the training data: a registry of 100,000 tools is read as one of the largest
 training size instead of being extrapolated (which made a policy trained on registries of a
-few hundred tools stop at depth 1 on a registry of 2,479; docs/results.md). Small registries
+few hundred tools stop at depth 1 on a registry of 2,479; docs/results/registry-size.md). Small registries
 must not depend on it: ``--carve-per-query`` adds sub-registries of 5-200 tools
 (:mod:`registry.offline.carve`) so the training range covers N = 5..2,479.
 

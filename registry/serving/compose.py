@@ -22,7 +22,7 @@ those rankings into the list shown:
    intents in order), so every intent's best tool comes before any second-best. On the
    dev sets this trades a little efficiency on single-tool requests (BFCL live: mean K 2.62
    -> 2.93 at the same found rate) for every-needed-tool coverage on multi-tool ones
-   (StableToolBench 17% -> 48%, hand-written MCP tasks 32% -> 49%; docs/results.md).
+   (StableToolBench 17% -> 48%, hand-written MCP tasks 32% -> 49%; docs/results/multi-tool.md).
 4. **Named tools first.** Tools the request names verbatim lead the list, in the order named.
 
 The depth never exceeds the caller's cap; the engine also bounds it by

@@ -1,4 +1,4 @@
-"""The README's client and adapter blocks, executed as written against a real server with tokens
+"""docs/client.md's client and adapter blocks, executed as written against a real server with tokens
 (the names each block assumes, such as ``client``, ``llm`` or ``oai``, are bound to real SDK
 objects; model backends are fakes, the shortlists come from the service). The LangChain block
 runs in tests/test_langchain_middleware.py."""
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.doc_examples import readme_block
+from tests.doc_examples import client_doc_block
 from tests.test_langchain_middleware import PAYMENTS, fake_model, make_tools
 from tool_shortlist_client import AsyncShortlistClient, ShortlistClient
 
@@ -33,7 +33,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, minilm_cache: Path):
 
 
 def run_block(name: str, namespace: dict[str, Any]) -> dict[str, Any]:
-    exec(compile(readme_block(f"adapter:{name}"), f"README.md:{name}", "exec"), namespace)
+    exec(compile(client_doc_block(f"adapter:{name}"), f"docs/client.md:{name}", "exec"), namespace)
     return namespace
 
 
@@ -44,12 +44,12 @@ def client_block(server, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
 
     work = tmp_path_factory.mktemp("readme-client")
     (work / "tools.json").write_text(json.dumps(PAYMENTS))
-    code = readme_block("adapter:client").replace("http://127.0.0.1:8080", server.url)
+    code = client_doc_block("adapter:client").replace("http://127.0.0.1:8080", server.url)
     namespace: dict[str, Any] = {"QUERY_TOKEN": QUERY, "ADMIN_TOKEN": ADMIN}
     here = os.getcwd()
     os.chdir(work)
     try:
-        exec(compile(code, "README.md:client", "exec"), namespace)
+        exec(compile(code, "docs/client.md:client", "exec"), namespace)
     finally:
         os.chdir(here)
     return namespace
