@@ -304,7 +304,7 @@ def test_a_failed_report_is_kept_and_never_fails_the_run(
     assert "not recorded" in caplog.text
 
 
-def test_the_readme_snippet_runs_as_written(server):
+def test_the_client_doc_snippet_runs_as_written(server):
     """docs/client.md's LangChain block, executed verbatim with the names it assumes bound."""
     calls: list[str] = []
     names = ["refund_payment", "create_invoice", "stripe__list_charges", "get_balance", "ask_human"]
