@@ -37,6 +37,7 @@ from registry.serving.features import FEATURE_WINDOW
 from registry.serving.replay import base_ranking
 from registry.settings import Settings
 from registry.store.base import SharedStore, Store
+from registry.store.caller_key import RedisCallerKey, local_caller_key
 from registry.store.local import LocalStore
 from registry.writes.engine import ShortlistEngine
 from registry.writes.write_jobs import WriteJobs
@@ -82,6 +83,7 @@ class Backends:
     write_jobs: WriteJobs  # the queue of large registry writes, on ``job_records``
     redis: Any
     store_health: Any  # registry.store.redis.StoreHealth in Redis mode, else None
+    caller_key: Callable[[], bytes]  # keys the caller hashes (registry.store.caller_key)
 
     @property
     def shared(self) -> bool:
@@ -124,6 +126,7 @@ def build_backends(settings: Settings, store: Store | None = None) -> Backends:
             write_jobs=_write_jobs(settings, job_records),
             redis=client,
             store_health=health,
+            caller_key=_caller_key(settings) or RedisCallerKey(client, prefix + "caller-key"),
         )
     store = store or LocalStore(settings.data_dir)
     learning_store: LearningStore
@@ -141,7 +144,17 @@ def build_backends(settings: Settings, store: Store | None = None) -> Backends:
         write_jobs=_write_jobs(settings, job_records),
         redis=None,
         store_health=None,
+        caller_key=_caller_key(settings) or _fixed(local_caller_key(settings.data_dir)),
     )
+
+
+def _caller_key(settings: Settings) -> Callable[[], bytes] | None:
+    key = settings.caller_key
+    return _fixed(key.get_secret_value().encode("utf-8")) if key is not None else None
+
+
+def _fixed(key: bytes) -> Callable[[], bytes]:
+    return lambda: key
 
 
 EngineRef = Callable[[], ShortlistEngine | None]

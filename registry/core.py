@@ -110,6 +110,7 @@ class Shortlister:
         backends = build_backends(settings, store)
         self.store: Store = backends.store
         self.store_health: Any = backends.store_health  # registry.store.redis.StoreHealth in Redis mode
+        self.caller_key: Callable[[], bytes] = backends.caller_key  # the faces key caller hashes with it
         self.job_records: JobRecords = backends.job_records
         self.write_jobs: WriteJobs = backends.write_jobs
         self.window = LiveWindow(settings.live_window_seconds)

@@ -368,6 +368,12 @@ class Settings(BaseSettings):
         "learning per minute; more are logged but not learned from (rate_limited).",
     )
 
+    caller_key: SecretStr | None = Field(
+        None,
+        description="Secret that keys the caller hashes (learning reports, feedback log); unset: a "
+        "random key made once and kept in <data_dir>/caller.key or in Redis.",
+    )
+
     # -- replicas: the shared Redis (registry.backends, registry.writes.sync) ----------------------
     redis_url: SecretStr | None = Field(
         None,

@@ -70,13 +70,20 @@ CALLER_HEADER = "X-Caller-Id"
 MAX_CALLER_ID_CHARS = 200
 
 
-def caller_hash(authorization: str | None, settings: Settings, caller_id: str | None = None) -> str | None:
-    """A short stable id of who sent a request, for the learning loop's evidence rule: the
-    bearer token's hash, or with an ``X-Caller-Id`` header (an end-user or agent id) the hash of
-    both, so agents sharing one token still count apart (a token holder can claim any id under
-    its token, never another token's). Without tokens the header alone names the caller
-    (self-declared: see the README's learning security). ``None``: nothing identifies it.
-    Not reversible; ids longer than :data:`MAX_CALLER_ID_CHARS` are cut there."""
+def caller_hash(
+    authorization: str | None, settings: Settings, caller_id: str | None = None, key: bytes = b""
+) -> str | None:
+    """Who sent a request, for the learning loop's evidence rule: ``<token>`` or, with an
+    ``X-Caller-Id`` header (an end-user or agent id), ``<token>.<id>``, each part a short HMAC
+    under ``key`` (the core's caller key, :mod:`registry.store.caller_key`).
+
+    The token part is what the rate and share limits count (rotating ids under one token does
+    not escape them); the id part only splits the decay of repeated claims, so agents sharing a
+    token do not dampen each other. A token holder can claim any id under its own token, never
+    another token's. Without tokens the header alone names the caller (self-declared: see the
+    README's learning security). ``None``: nothing identifies it. Keyed, so a holder of a query
+    token who reads the hashes (``caller_shares``) cannot test guesses of other tokens offline;
+    ids longer than :data:`MAX_CALLER_ID_CHARS` are cut there."""
     given = (caller_id or "").strip(_OWS)[:MAX_CALLER_ID_CHARS]
     token = ""
     if (settings.query_token or settings.admin_token) and authorization:
@@ -85,9 +92,13 @@ def caller_hash(authorization: str | None, settings: Settings, caller_id: str | 
     if not token and not given:
         return None
     raw = b"tool-shortlist caller\0" + token.encode("latin-1", errors="replace")
-    if given:
-        raw += b"\0id\0" + given.encode("utf-8", errors="replace")
-    return hashlib.sha256(raw).hexdigest()[:16]
+    principal = hmac.new(key, raw, hashlib.sha256).hexdigest()[:16]
+    if not given:
+        return principal
+    named = hmac.new(key, raw + b"\0id\0" + given.encode("utf-8", errors="replace"), hashlib.sha256)
+    if not token:
+        return named.hexdigest()[:16]
+    return f"{principal}.{named.hexdigest()[:12]}"
 
 
 def authenticate(authorization: str | None, accepted: Sequence[SecretStr], needs: str) -> None:

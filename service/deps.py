@@ -86,7 +86,8 @@ async def get_caller_id(request: Request) -> str | None:
     """Hash of the request's bearer token and ``X-Caller-Id`` (None when neither identifies it):
     who sent a query or feedback."""
     headers = request.headers
-    return caller_hash(headers.get("Authorization"), get_state(request).settings, headers.get(CALLER_HEADER))
+    state = get_state(request)
+    return caller_hash(headers.get("Authorization"), state.settings, headers.get(CALLER_HEADER), state.core.caller_key())
 
 
 CallerIdDep = Annotated[str | None, Depends(get_caller_id)]

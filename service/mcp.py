@@ -335,7 +335,9 @@ class McpFace:
         learning loop counts MCP feedback per caller; None without tokens or a request."""
         if headers is None:
             return None
-        return caller_hash(headers.get("authorization"), self.settings, headers.get(CALLER_HEADER))
+        return caller_hash(
+            headers.get("authorization"), self.settings, headers.get(CALLER_HEADER), self.core.caller_key()
+        )
 
     async def _find_tools(self, args: FindToolsArgs, caller: str | None) -> types.CallToolResult:
         caps = [cap for cap in (args.max_k, args.limit) if cap is not None]

@@ -99,7 +99,7 @@ def test_caller_hash_over_http(make_client):
         assert body["policy_version"] == "default"
         core = client.app.state.service.core
         remembered = core.feedback_recorder.memory.get(body["shortlist_id"])
-        assert remembered.caller == caller_hash("Bearer " + "q" * 20, core.settings)
+        assert remembered.caller == caller_hash("Bearer " + "q" * 20, core.settings, key=core.caller_key())
         assert remembered.caller is not None and len(remembered.caller) == 16
         assert "q" * 20 not in remembered.caller
         r = client.post("/feedback", json={"shortlist_id": body["shortlist_id"], "used": ["get_weather"]},

@@ -131,7 +131,8 @@ def test_with_tokens_only_callers_count_and_a_dominant_one_weighs_less(make_clie
 
 def test_one_shared_token_with_caller_ids_counts_agents_apart(make_client):
     """Issue 23 finding 2: one token for every agent made them one caller; X-Caller-Id (hashed
-    under the token) tells them apart, and a different token cannot claim the same id."""
+    under the token) tells them apart for the decay, and a different token cannot claim the same
+    id. The shares are per token (issue 35 finding 3)."""
     token = SecretStr("shared-token-0123456789abcdef")
     other = SecretStr("other-token-0123456789abcdef")
     with make_client(query_token=(token, other), **LIFT) as client:
@@ -142,5 +143,48 @@ def test_one_shared_token_with_caller_ids_counts_agents_apart(make_client):
         teach(client, 3, headers={"Authorization": f"Bearer {other.get_secret_value()}", "X-Caller-Id": "alice"})
         learning = client.get("/registries/w/learning", headers=auth).json()
         callers = [c["caller"] for c in learning["caller_shares"]]
-        assert len(callers) == len(set(callers)) == 4 and all(c is not None for c in callers)
-        assert [c["events"] for c in learning["caller_shares"]] == [3, 3, 3, 3]
+        assert len(callers) == len(set(callers)) == 2 and all(c is not None for c in callers)
+        assert [c["events"] for c in learning["caller_shares"]] == [9, 3]
+        # three agents each repeating one claim 3 times: 3 x (1 + 0.8 + 0.667), not 9 decayed repeats
+        evidence = learning["profiles"][0]["evidence"]
+        assert evidence > 3 * 2.4
+
+
+def test_rotating_caller_ids_do_not_escape_the_per_token_rate(make_client):
+    """Issue 35 finding 3: one token sending each event under a new X-Caller-Id escaped the
+    per-minute rate and the share (each id counted as a new caller)."""
+    token = "rotating-token-0123456789abcdef"
+    with make_client(query_token=(SecretStr(token),), learning_caller_events_per_minute=5, **LIFT) as client:
+        client.put("/registries/w", json=TOOLS)
+        auth = {"Authorization": f"Bearer {token}"}
+        for i in range(12):
+            teach(client, 1, headers={**auth, "X-Caller-Id": f"agent-{i}"})
+        learning = client.get("/registries/w/learning", headers=auth).json()
+    assert learning["skipped"].get("rate_limited") == 7 and learning["events"] == 5
+    assert len(learning["caller_shares"]) == 1 and learning["caller_shares"][0]["events"] == 5
+
+
+def test_caller_hashes_are_keyed_by_a_kept_secret(make_client, settings):
+    """Issue 35 finding 8: caller_shares held 16 hex of an unsalted SHA-256 of each token, so a
+    query token holder could brute-force weak tokens offline. Hashes are now HMACs under a key
+    made once and kept in the data dir (0600): stable across restarts, unknown to callers."""
+    import hashlib
+
+    token = "weak-token-0123456789abcdef"
+    auth = {"Authorization": f"Bearer {token}"}
+    shares = []
+    for _ in range(2):  # a restart keeps the key, so the same token keeps its hash
+        with make_client(query_token=(SecretStr(token),), **LIFT) as client:
+            if not shares:
+                client.put("/registries/w", json=TOOLS)
+                teach(client, 2, headers=auth)
+            shares.append(client.get("/registries/w/learning", headers=auth).json()["caller_shares"][0]["caller"])
+    unsalted = hashlib.sha256(b"tool-shortlist caller\0" + token.encode()).hexdigest()[:16]
+    assert shares[0] == shares[1] and shares[0] != unsalted and len(shares[0]) == 16
+    key_file = settings.data_dir / "caller.key"
+    assert key_file.stat().st_mode & 0o077 == 0 and len(key_file.read_bytes()) == 32
+    with make_client(query_token=(SecretStr(token),), caller_key=SecretStr("operator-set-key"), **LIFT) as client:
+        client.put("/registries/k", json=TOOLS)
+        body = client.post("/shortlist", json={"registry": "k", "query": "weather", "k": 2}, headers=auth).json()
+        remembered = client.app.state.service.core.feedback_recorder.memory.get(body["shortlist_id"])
+    assert remembered.caller not in (None, shares[0], unsalted)

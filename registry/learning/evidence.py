@@ -18,9 +18,11 @@ weighs the same log the same way)::
 
 Nothing here locks learning after N events: with one shared token (every agent one caller)
 legitimate traffic spreads over many tools and keeps counting, and 30 correcting events
-outweigh 10 wrong ones. A caller is the token's hash, or with an ``X-Caller-Id`` header the
-hash of both (service.auth.caller_hash); without tokens, callers are self-declared (see the
-README's learning security).
+outweigh 10 wrong ones. A caller is the token's hash, or with an ``X-Caller-Id`` header
+``<token hash>.<id hash>`` (service.auth.caller_hash): the rate and the share count per token
+(:func:`principal`), so one token rotating ids gets no more than one token; the decay counts
+per id, so agents sharing a token do not dampen each other's claims. Without tokens, callers
+are self-declared (see the README's learning security).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any
 
 from registry.settings import Settings
 
-__all__ = ["EvidenceConfig", "EvidenceCounter", "decay_weight", "evidence_config"]
+__all__ = ["EvidenceConfig", "EvidenceCounter", "decay_weight", "evidence_config", "principal"]
 
 _MAX_PAIRS = 200_000
 _MAX_CALLERS = 10_000
@@ -58,6 +60,11 @@ def evidence_config(settings: Settings) -> EvidenceConfig:
     )
 
 
+def principal(caller: str | None) -> str:
+    """Who the rate and share limits count: the token part of a caller (``""``: anonymous)."""
+    return (caller or "").split(".", 1)[0]
+
+
 def decay_weight(prior: int, half_life: float) -> float:
     """Weight of a caller's event for a tool after ``prior`` earlier ones for that tool."""
     return 1.0 / (1.0 + max(prior, 0) / half_life)
@@ -69,13 +76,13 @@ class EvidenceCounter:
 
     config: EvidenceConfig = field(default_factory=EvidenceConfig)
     pairs: OrderedDict[str, int] = field(default_factory=OrderedDict)  # "caller\0tool" -> events
-    weight: dict[str, float] = field(default_factory=dict)  # caller ("" anonymous) -> counted weight
-    window: dict[str, tuple[int, int]] = field(default_factory=dict)  # caller -> (minute, events)
+    weight: dict[str, float] = field(default_factory=dict)  # principal ("" anonymous) -> counted weight
+    window: dict[str, tuple[int, int]] = field(default_factory=dict)  # principal -> (minute, events)
     total: float = 0.0
 
     def check(self, caller: str | None, received: float) -> str | None:
         """Why an event of ``caller`` at ``received`` would not count (``"rate_limited"``), or None."""
-        key = caller or ""
+        key = principal(caller)
         minute = int(received // 60)
         at, n = self.window.get(key, (minute, 0))
         if at == minute and n >= self.config.per_minute:
@@ -85,14 +92,14 @@ class EvidenceCounter:
     def weigh(self, caller: str | None, tools: Iterable[str], received: float) -> dict[str, float]:
         """Count an event (call :meth:`check` first): the weight of each of ``tools``."""
         cfg = self.config
-        key = caller or ""
+        key = principal(caller)
         minute = int(received // 60)
         at, n = self.window.get(key, (minute, 0))
         self.window[key] = (minute, n + 1 if at == minute else 1)
         own = self.weight.get(key, 0.0)
         out: dict[str, float] = {}
         for tool in dict.fromkeys(tools):
-            pair = f"{key}\0{tool}"
+            pair = f"{caller or ''}\0{tool}"  # the decay: per id under the token
             prior = self.pairs.pop(pair, 0)
             self.pairs[pair] = prior + 1  # most recent last: the oldest pairs are forgotten first
             out[tool] = decay_weight(prior, cfg.half_life)

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from registry.learning import usage_state as state
-from registry.learning.evidence import EvidenceCounter
+from registry.learning.evidence import EvidenceCounter, principal
 from registry.learning.profiles import capped_lift
 from registry.learning.usage_events import UsageConfig, UsageEvent, tool_evidence
 from registry.learning.usage_state import RegistryMemory, ToolMemory, decode_state, encode_state
@@ -131,7 +131,7 @@ class UsageMemory:
             while reg.entries > cfg.per_registry:
                 self._evict_one(reg)
             reg.counted += 1
-            key = caller if caller is not None else ""
+            key = principal(caller)  # shares are per token, as the limits
             reg.callers[key] = reg.callers.get(key, 0) + 1
             reg.bound_callers()
         return "counted"
