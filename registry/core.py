@@ -52,7 +52,7 @@ from registry.serving.depth_policies import OnnxDepthPolicy, TunableDepthPolicy
 from registry.serving.shortlist import Shortlist
 from registry.settings import Settings
 from registry.startup import DEMO_REGISTRY, Startup
-from registry.store.base import SharedStore, Store
+from registry.store.base import ReportsDamage, SharedStore, Store
 from registry.writes.engine import RegistryChange, RegistryInfo, ShortlistEngine
 from registry.writes.jobs import PreparedWrite
 from registry.writes.sync import StoreSync
@@ -204,6 +204,16 @@ class Shortlister:
     def engine(self) -> ShortlistEngine | None:
         """The loaded engine (None while loading, or when loading failed)."""
         return self._startup.engine
+
+    def store_warnings(self) -> list[str]:
+        """What the store found damaged and is serving around (a newest version file that
+        cannot be read: the version before it is served), one line each, no absolute paths."""
+        if not isinstance(self.store, ReportsDamage):
+            return []
+        return [
+            f"registry {name!r}: newest version file {file} is damaged; an older version is served"
+            for name, file in sorted(self.store.damaged().items())
+        ]
 
     @property
     def load_error(self) -> str | None:

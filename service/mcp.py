@@ -12,7 +12,6 @@ text starts with the service's error type and whose structured content is the HT
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -35,6 +34,7 @@ from registry.errors import ShortlistError
 from registry.request import MAX_DEPTH_BIAS, MAX_K, ShortlistRequest
 from registry.serving.shortlist import Shortlist
 from registry.settings import Settings
+from service import json_body
 from service.auth import CALLER_HEADER, authenticate, caller_hash
 from service.errors import Unauthorized, error_body, error_response
 from service.schemas import FeedbackRequest, FeedbackResponse, RegistryName, ShortlistResponse
@@ -160,7 +160,7 @@ def _structured(data: dict[str, Any], summary: str) -> types.CallToolResult:
     """Structured content, its JSON as the first text block, then the readable summary."""
     return types.CallToolResult(
         content=[
-            types.TextContent(type="text", text=json.dumps(data, ensure_ascii=False)),
+            types.TextContent(type="text", text=json_body.dumps(data)),
             types.TextContent(type="text", text=summary),
         ],
         structured_content=data,

@@ -123,6 +123,12 @@ class Metrics:
             "from memory, writes get 503).",
             registry=self.registry,
         )
+        self.damaged_versions = Gauge(
+            "shortlist_registry_damaged_versions",
+            "Registries whose newest version file is unreadable (an older version is served; "
+            "/readyz names them).",
+            registry=self.registry,
+        )
         self.policy_requests = Counter(
             "shortlist_policy_requests",
             "Shortlists served, by registry and the depth policy version that served them "

@@ -108,7 +108,7 @@ class BodyLimitMiddleware:
             f"request body is larger than the limit of {limit} bytes ({setting})",
             {"field": "body", "limit_bytes": limit, "received_bytes_at_least": size},
         )
-        data = json.dumps(payload).encode()
+        data = json.dumps(payload, allow_nan=False).encode()
         await send(
             {
                 "type": "http.response.start",

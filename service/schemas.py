@@ -374,3 +374,10 @@ class ShortlistResponse(BaseModel):
 
 class Health(BaseModel):
     status: str = Field(examples=["ok"])
+
+
+class Readiness(Health):
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="What is served around damage, e.g. a registry whose newest version file is unreadable.",
+    )

@@ -71,7 +71,7 @@ class ConnectionLimits:
 
 def raw_error(status: int, reason: str, error_type: str, message: str, details: Any = None) -> bytes:
     """A complete ``Connection: close`` HTTP/1.1 error response in the API's JSON error shape."""
-    body = json.dumps(error_body(error_type, message, details), separators=(",", ":")).encode()
+    body = json.dumps(error_body(error_type, message, details), separators=(",", ":"), allow_nan=False).encode()
     head = (
         f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
         f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"

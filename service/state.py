@@ -34,6 +34,7 @@ class ServiceState:
         health = self.core.store_health
         if health is not None:  # read at scrape time
             self.metrics.store_up.set_function(lambda: 1.0 if health.up else 0.0)
+        self.metrics.damaged_versions.set_function(lambda: float(len(self.core.store_warnings())))
         self.core.add_registry_listener(self._registry_changed)
         self.core.add_shortlist_listener(self.metrics.observe_shortlist)
         self.core.add_feedback_listener(self.feedback_metrics.observe)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ from registry.runtime import trim_heap
 from registry.store.base import Store
 from registry.tools import Tool
 
+log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
@@ -60,6 +62,37 @@ def _model_batch(longest: str) -> int:
     return max(1, min(32, MODEL_BATCH_TOKENS // tokens))
 
 
+UNIT_TOLERANCE = 1e-2  # float32 rounding of a unit vector stays far inside this
+
+
+def sound_vectors(found: dict[str, np.ndarray], embedder: Embedder) -> dict[str, np.ndarray]:
+    """The cached vectors fit to serve: of the embedder's size, finite, of unit length (every
+    embedder here L2-normalises) or zero. The cache is a file anyone with disk access can
+    damage; a bad record (NaN, 1e30) would otherwise be served and reused by content hash
+    forever. The rest are logged and left out, so the caller embeds them again and stores the
+    fresh vectors over them. Checked where a version is built, never per query."""
+    if not found:
+        return found
+    keys = list(found)
+    rows = [np.asarray(found[k]) for k in keys]
+    sized = [r.shape == (embedder.dim,) for r in rows]
+    good: dict[str, np.ndarray] = {}
+    if any(sized):
+        matrix = np.stack([r for r, ok in zip(rows, sized) if ok]).astype(np.float32, copy=False)
+        with np.errstate(all="ignore"):
+            norms = np.linalg.norm(matrix.astype(np.float64), axis=1)
+        fine = np.isfinite(matrix).all(axis=1) & ((np.abs(norms - 1.0) <= UNIT_TOLERANCE) | (norms == 0.0))
+        sized_keys = [k for k, ok in zip(keys, sized) if ok]
+        good = {k: found[k] for k, ok in zip(sized_keys, fine) if ok}
+    bad = len(found) - len(good)
+    if bad:
+        log.warning(
+            "embedding cache of %s: %d cached vectors are damaged (wrong size, non-finite or not "
+            "unit length); embedding them again", embedder.model_id, bad,
+        )
+    return good
+
+
 def embed_tools(
     tools: Sequence[Tool],
     embedder: Embedder,
@@ -80,7 +113,7 @@ def embed_tools(
     cached = dict(known or {})
     wanted = [h for h in dict.fromkeys(hashes) if h not in cached]
     if wanted:
-        cached.update(store.get_embeddings(embedder.model_id, wanted))
+        cached.update(sound_vectors(store.get_embeddings(embedder.model_id, wanted), embedder))
     missing: dict[str, Tool] = {}
     for tool, content_hash in zip(tools, hashes):
         if content_hash not in cached and content_hash not in missing:

@@ -234,7 +234,7 @@ class UsageLearner:
         """A registry got a new version with ``tools`` (forget deleted tools' memory), or was
         deleted (``tools`` None: wipe it)."""
         if tools is None:
-            self.wipe(registry)
+            self.wipe(registry, reset=True)
         elif self.memory.drop_tools(registry, tools):
             with self._dirty_lock:
                 self._dirty.add(registry)
@@ -246,13 +246,19 @@ class UsageLearner:
         self._controls = {**self._controls, registry: control}
         return self.report(registry)
 
-    def wipe(self, registry: str) -> dict[str, Any]:
-        """Forget everything learned for ``registry``, on every replica; earlier events never count."""
+    def wipe(self, registry: str, *, reset: bool = False) -> dict[str, Any]:
+        """Forget everything learned for ``registry``, on every replica; earlier events never count.
+
+        ``reset`` (the registry was deleted): the switch goes back to on as well, so a registry
+        re-created under the name starts as any new one does, not with the old one's switch."""
         at = self._clock()
-        control = Control(enabled=self._control(registry).enabled, wiped_at=at)
+        control = Control(enabled=reset or self._control(registry).enabled, wiped_at=at)
         self.store.set_control(registry, control)
         self._controls = {**self._controls, registry: control}
         self._apply_wipe(registry, at)
+        if reset:
+            self.memory.set_weight(registry, control.profile_weight)
+            self.memory.set_similarity(registry, control.similarity)
         self.store.delete_state(registry)
         return self.report(registry)
 

@@ -93,3 +93,12 @@ class SharedStore(Store, Protocol):
     def close(self) -> None:
         """Release connections."""
         ...
+
+
+@runtime_checkable
+class ReportsDamage(Protocol):
+    """A store that can find a registry's newest version unreadable (the local directory)."""
+
+    def damaged(self) -> dict[str, str]:
+        """Registry -> the name of its unreadable newest version file (never a full path)."""
+        ...

@@ -3,6 +3,7 @@
 Layout under ``root``::
 
     registries/<name>/v00000007.json   newest complete version wins; older ones are pruned
+    registries/.high-water/<name>      the newest version a deleted registry had reached
     embeddings/<model-key>.bin         append-only records: 32-byte content hash + float32 vector
 
 Every version is written to a temporary file, fsynced, renamed into place and the directory
@@ -10,6 +11,12 @@ fsynced, so an acknowledged write survives a crash and a reader never sees half 
 embedding record is appended whole or cut back off. A full or failing disk raises
 :class:`~registry.errors.StorageFull` / :class:`~registry.errors.StorageUnavailable` with
 nothing changed (the embedding cache, being a cache, only logs it: see :meth:`put_embeddings`).
+
+Version numbers are never reused, as in Redis mode: a save at or below the newest number ever
+written for the name (a damaged newest file, or a deleted registry's last version, included)
+raises :class:`~registry.errors.VersionConflict` and the engine retries above it. A newest
+version that cannot be read is logged once, served from the one before, and listed by
+:meth:`LocalStore.damaged` (``/readyz``, a metric) until a newer version replaces it.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from registry.errors import VersionConflict
 from registry.fsio import TMP_PREFIX, append_whole, atomic_write_bytes, fsync_dir, storage_errors
 from registry.names import REGISTRY_NAME_PATTERN, validate_registry_name
 from registry.store import codec
@@ -34,6 +42,7 @@ from registry.store.base import RegistryRecord
 _VERSION_FILE = re.compile(r"^v(\d{8,})\.json$")
 _REGISTRY_DIR = re.compile(REGISTRY_NAME_PATTERN)
 _KEEP_VERSIONS = 2
+_HIGH_WATER = ".high-water"
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +58,8 @@ class LocalStore:
         self._embeddings.mkdir(parents=True, exist_ok=True)
         self._emb_lock = threading.Lock()
         self._emb_cache: dict[str, dict[bytes, np.ndarray]] = {}
+        self._damaged: dict[str, str] = {}  # registry -> file name of its unreadable newest version
+        self._damage_lock = threading.Lock()
         self._remove_leftovers()
 
     # -- registries ---------------------------------------------------------------------------
@@ -65,12 +76,36 @@ class LocalStore:
         directory = self._directory(registry)
         if not directory.is_dir():
             return None
+        damaged: list[str] = []
+        found = None
         for _, path in reversed(self._versions(directory)):
             try:
-                return RegistryRecord.from_json(codec.loads(path.read_bytes()))
+                found = RegistryRecord.from_json(codec.loads(path.read_bytes()))
+                break
             except (OSError, ValueError, KeyError, TypeError):
-                continue  # renames are atomic, so this is disk damage: fall back to the older one
-        return None
+                damaged.append(path.name)  # renames are atomic, so this is disk damage
+        self._note_damage(registry, damaged[0] if damaged else None, found)
+        return found
+
+    def damaged(self) -> dict[str, str]:
+        """Registries whose newest version file could not be read at the last load, with that
+        file's name (relative: no absolute paths leave the store)."""
+        with self._damage_lock:
+            return dict(self._damaged)
+
+    def _note_damage(self, registry: str, newest: str | None, served: RegistryRecord | None) -> None:
+        with self._damage_lock:
+            if newest is None:
+                self._damaged.pop(registry, None)
+                return
+            if self._damaged.get(registry) == newest:
+                return  # logged already
+            self._damaged[registry] = newest
+        log.error(
+            "registry %r: its newest version file %s is damaged (unreadable); serving %s; "
+            "the next write gets a number above it", registry, newest,
+            f"version {served.version}" if served is not None else "nothing",
+        )
 
     def save(self, record: RegistryRecord) -> None:
         """Write ``record`` as the newest version.
@@ -80,6 +115,9 @@ class LocalStore:
             StorageUnavailable: another I/O error (likewise).
         """
         directory = self._directory(record.registry)
+        latest = self.high_water(record.registry)
+        if record.version <= latest:
+            raise VersionConflict(record.registry, record.version, latest)
         payload = codec.dumps(record.to_json())
         with storage_errors(f"saving version {record.version} of registry {record.registry!r}"):
             created = not directory.exists()
@@ -87,6 +125,7 @@ class LocalStore:
             if created:
                 fsync_dir(self._registries)
             atomic_write_bytes(directory / f"v{record.version:08d}.json", payload)
+        self._note_damage(record.registry, None, record)  # a newer version supersedes the damage
         try:  # the new version is durable: failing to prune older ones must not fail the write
             for _, old in self._versions(directory)[:-_KEEP_VERSIONS]:
                 old.unlink(missing_ok=True)
@@ -97,13 +136,30 @@ class LocalStore:
         directory = self._directory(registry)
         if not directory.is_dir():
             return False
-        # One atomic rename makes the delete durable; the slow removal happens after.
+        # One atomic rename makes the delete durable; the slow removal happens after. The high
+        # water goes first, so a re-created registry never reuses a number.
         trash = self._registries / f".deleted-{registry}-{uuid.uuid4().hex}"
         with storage_errors(f"deleting registry {registry!r}"):
+            marks = self._registries / _HIGH_WATER
+            marks.mkdir(exist_ok=True)
+            atomic_write_bytes(marks / registry, str(self.high_water(registry)).encode())
             os.replace(directory, trash)
             fsync_dir(self._registries)
+        self._note_damage(registry, None, None)
         shutil.rmtree(trash, ignore_errors=True)
         return True
+
+    def high_water(self, registry: str) -> int:
+        """The newest version number ever written for ``registry`` (0: none), whether its file
+        is readable, pruned by a delete, or damaged."""
+        directory = self._directory(registry)
+        versions = self._versions(directory) if directory.is_dir() else []
+        newest = versions[-1][0] if versions else 0
+        try:
+            recorded = int((self._registries / _HIGH_WATER / registry).read_text().strip() or 0)
+        except (OSError, ValueError):
+            recorded = 0
+        return max(newest, recorded)
 
     def _directory(self, registry: str) -> Path:
         # The name becomes a path segment: validate it here too, whatever the caller checked.
@@ -139,7 +195,8 @@ class LocalStore:
             return found
 
     def put_embeddings(self, model_id: str, vectors: Mapping[str, np.ndarray]) -> None:
-        """Append the vectors not cached yet, as whole records (one write, fsynced).
+        """Append the vectors not cached yet (or cached with other values), as whole records
+        (one write, fsynced).
 
         The file is a cache: when the disk refuses the append (full, or an I/O error) the file
         is cut back to its previous length, the failure is logged, and nothing is raised; the
@@ -151,7 +208,9 @@ class LocalStore:
         with self._emb_lock:
             cache = self._embedding_table(model_id)
             fresh = {bytes.fromhex(h): np.asarray(v, dtype=np.float32) for h, v in vectors.items()}
-            fresh = {k: v for k, v in fresh.items() if k not in cache}
+            # A record offered again with other values replaces the cached one (the last record
+            # of a hash in the file wins): that is how a damaged record is repaired.
+            fresh = {k: v for k, v in fresh.items() if k not in cache or not np.array_equal(cache[k], v)}
             if not fresh:
                 return
             blob = b"".join(key + vector.tobytes() for key, vector in fresh.items())

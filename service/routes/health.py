@@ -10,7 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from service.auth import BearerScheme, authenticate, metrics_tokens
 from service.deps import StateDep
 from service.errors import error_response
-from service.schemas import ErrorResponse, Health
+from service.schemas import ErrorResponse, Health, Readiness
 
 router = APIRouter(tags=["operations"])
 
@@ -21,11 +21,11 @@ def healthz() -> Health:
     return Health(status="ok")
 
 
-@router.get("/readyz", response_model=Health, responses={503: {"model": ErrorResponse}})
-def readyz(state: StateDep) -> Response | Health:
+@router.get("/readyz", response_model=Readiness, responses={503: {"model": ErrorResponse}})
+def readyz(state: StateDep) -> Response | Readiness:
     """Readiness: 200 once the model, the policy and every registry are loaded, else 503."""
     if state.ready:
-        return Health(status="ready")
+        return Readiness(status="ready", warnings=state.core.store_warnings())
     reason = state.load_error or "models and registries are still loading"
     return error_response(503, "unhealthy", f"not ready: {reason}")
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 from fastapi import APIRouter, Depends, Response
 
+from service import json_body
 from service.deps import CallerIdDep, CoreDep, require_json
 from service.routes.console import explain_depth
 from service.schemas import ShortlistRequest, ShortlistResponse, error_responses
@@ -27,5 +26,5 @@ def shortlist(body: ShortlistRequest, core: CoreDep, caller: CallerIdDep) -> Res
     body_json = result.to_json()
     if body.explain and (explained := explain_depth(result)) is not None:
         body_json["explain"] = explained
-    content = json.dumps(body_json, separators=(",", ":"), ensure_ascii=False)
+    content = json_body.dumps(body_json)
     return Response(content.encode("utf-8"), media_type="application/json")
