@@ -138,7 +138,7 @@ def test_shapes_dtype_norms(minilm: OnnxEmbedder) -> None:
     assert isinstance(minilm, Embedder)
     assert minilm.dim == MINILM_DIM
     assert minilm.model_id.startswith(f"{MINILM_NAME}/onnx-fp32/")
-    assert len(minilm.model_id.rsplit("/", 1)[1]) == 12
+    assert len(minilm.model_id.split("/")[2]) == 12 and minilm.model_id.split("/")[3].startswith("tok-")
 
     q = minilm.embed_query("turn off the lights")
     assert q.shape == (MINILM_DIM,) and q.dtype == np.float32

