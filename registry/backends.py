@@ -111,14 +111,15 @@ def build_backends(settings: Settings, store: Store | None = None) -> Backends:
         )
 
         url = settings.redis_url.get_secret_value()
-        client = connect(url)
+        cluster = settings.redis_cluster_mode()
+        client = connect(url, cluster=cluster)
         health = StoreHealth()  # every Redis call reports to it
-        prefix = settings.redis_prefix
+        prefix = settings.redis_key_prefix()
         job_records: JobRecords = RedisJobRecords(client, prefix)
         return Backends(
             store=RedisStore(client, prefix, health),
             shortlists=RedisShortlistMemory(
-                connect(url, timeout=0.5), settings.feedback_retention_seconds, prefix, health
+                connect(url, timeout=0.5, cluster=cluster), settings.feedback_retention_seconds, prefix, health
             ),
             feedback_log=RedisFeedbackLog(client, prefix, health),
             learning_store=RedisLearningStore(client, prefix),
@@ -131,7 +132,7 @@ def build_backends(settings: Settings, store: Store | None = None) -> Backends:
     store = store or LocalStore(settings.data_dir)
     learning_store: LearningStore
     if isinstance(store, SharedStore) and isinstance(store, RedisBacked):
-        learning_store = RedisLearningStore(store.client, settings.redis_prefix)
+        learning_store = RedisLearningStore(store.client, settings.redis_key_prefix())
     else:
         learning_store = LocalLearningStore(settings.data_dir)
     job_records = LocalJobRecords(settings.data_dir)  # an injected store has no connection to share
@@ -226,7 +227,7 @@ def start_learner(
     if isinstance(store, SharedStore) and isinstance(store, RedisBacked):
         from registry.store.redis import RedisFeedbackLog
 
-        reader = RedisFeedbackLog(store.client, learner.settings.redis_prefix)
+        reader = RedisFeedbackLog(store.client, learner.settings.redis_key_prefix())
 
         def shared_events() -> Iterable[UsageEvent]:
             try:

@@ -383,6 +383,11 @@ class Settings(BaseSettings):
     redis_prefix: str = Field(
         "shortlist:", min_length=1, description="Prefix of every Redis key and channel."
     )
+    redis_cluster: bool = Field(
+        False,
+        description="SHORTLIST_REDIS_URL names a node of a Redis Cluster (as does a redis+cluster:// "
+        "URL); every key then carries the prefix as a hash tag ({shortlist:}...), one slot.",
+    )
     sync_interval_seconds: float = Field(
         1.0, gt=0, le=60, description="Fallback poll of the shared store for other replicas' writes."
     )
@@ -427,6 +432,19 @@ class Settings(BaseSettings):
             return self.relevance_model
         name = "relevance-minilm.json" if self.embedder.startswith("minilm") else "relevance.json"
         return self.relevance_dir / name
+
+    def redis_cluster_mode(self) -> bool:
+        """Redis Cluster: the setting, or a ``redis+cluster://`` / ``rediss+cluster://`` URL."""
+        url = self.redis_url.get_secret_value() if self.redis_url is not None else ""
+        return self.redis_cluster or url.split("://", 1)[0].endswith("+cluster")
+
+    def redis_key_prefix(self) -> str:
+        """What every Redis key starts with: the prefix, as a hash tag in cluster mode, so every
+        key of the deployment hashes to one slot and each script and transaction touches one."""
+        prefix = self.redis_prefix
+        if self.redis_cluster_mode() and "{" not in prefix:
+            return "{" + prefix + "}"
+        return prefix
 
     def resolved_embedder_cache(self) -> Path:
         return self.embedder_cache_dir or (self.data_dir / "cache" / "embedder")

@@ -146,9 +146,9 @@ class PolicyManager:
         if shared and settings.redis_url is not None:
             from registry.store.redis import connect
 
-            client = client or connect(settings.redis_url.get_secret_value())
-            store = RedisPolicyStore(client, settings.redis_prefix)
-            jobs = jobs or RedisJobRecords(client, settings.redis_prefix)
+            client = client or connect(settings.redis_url.get_secret_value(), cluster=settings.redis_cluster_mode())
+            store = RedisPolicyStore(client, settings.redis_key_prefix())
+            jobs = jobs or RedisJobRecords(client, settings.redis_key_prefix())
         else:
             store = LocalPolicyStore(settings.data_dir)
         return cls(PolicyBook(store), feedback_log, settings, jobs, hooks)
@@ -302,8 +302,8 @@ def refit_from_settings(settings: Settings, registry: str) -> RefitJob:
     if settings.redis_url is not None:
         from registry.store.redis import RedisFeedbackLog, StoreHealth, connect
 
-        client = connect(settings.redis_url.get_secret_value())
-        feedback_log = RedisFeedbackLog(client, settings.redis_prefix, StoreHealth())
+        client = connect(settings.redis_url.get_secret_value(), cluster=settings.redis_cluster_mode())
+        feedback_log = RedisFeedbackLog(client, settings.redis_key_prefix(), StoreHealth())
     else:
         feedback_log = LocalFeedbackLog.in_data_dir(settings.data_dir, archive=settings.feedback_archive)
     manager = PolicyManager.for_settings(settings, feedback_log, shared=shared)

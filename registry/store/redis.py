@@ -23,9 +23,10 @@ guard every registry script starts with, and refilled from what the replicas hol
 being mirrored (:mod:`registry.store.redis_epoch`). Served shortlists and the feedback stream
 live in :mod:`registry.store.redis_feedback` (re-exported here).
 
-Connection and timeout errors become :class:`~registry.errors.StoreUnavailable`. Keys span
-several hash slots, so Redis Cluster is not supported; a single primary (managed or not, with
-replicas for failover) is.
+Connection and timeout errors become :class:`~registry.errors.StoreUnavailable`. On a Redis
+Cluster (``SHORTLIST_REDIS_CLUSTER``) the prefix is a hash tag (``{shortlist:}registries``...),
+so every key of a deployment hashes to one slot: each script and transaction touches one slot,
+as Redis Cluster requires, and the epoch guard still sees a wipe of the node holding it.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from registry.store.redis_base import (
     StoreHealth,
     as_text,
     connect,
+    is_cluster,
     is_unavailable,
 )
 from registry.store.redis_epoch import (
@@ -124,6 +126,24 @@ return redis.call('HGET', KEYS[2], ARGV[2])
 _VERSIONS = GUARD + """
 return {redis.call('HGETALL', KEYS[2]), redis.call('HGETALL', KEYS[3])}
 """
+
+
+class _ScriptBatch:
+    """Script calls sent in one round trip (a pipeline) on one Redis; one by one on a cluster,
+    whose pipelines cannot load a script a node lacks (a promoted replica has none cached)."""
+
+    def __init__(self, client: Any) -> None:
+        self._pipe = None if is_cluster(client) else client.pipeline(transaction=False)
+        self._replies: list[Any] = []
+
+    def run(self, script: Any, keys: list[Any], args: list[Any]) -> None:
+        if self._pipe is None:
+            self._replies.append(script(keys=keys, args=args))
+        else:
+            script(keys=keys, args=args, client=self._pipe)
+
+    def execute(self) -> list[Any]:
+        return self._replies if self._pipe is None else list(self._pipe.execute())
 
 
 class RedisStore(RedisBase):
@@ -217,17 +237,17 @@ class RedisStore(RedisBase):
         assigned = dict(self._assigned_seen)
         for record in records:
             assigned[record.registry] = max(assigned.get(record.registry, 0), record.version)
-        pipe = self.client.pipeline(transaction=False)
+        batch = _ScriptBatch(self.client)
         for record in records:
             payload = codec.dumps(record.to_json())
-            self._restore(
-                keys=[self.epoch.key, self._current, self._assigned, self._registry_key(record.registry)],
-                args=[token, record.registry, record.version, payload, self.channel],
-                client=pipe,
+            batch.run(
+                self._restore,
+                [self.epoch.key, self._current, self._assigned, self._registry_key(record.registry)],
+                [token, record.registry, record.version, payload, self.channel],
             )
         if assigned:
             flat = [item for pair in assigned.items() for item in pair]
-            self._restore_assigned(keys=[self.epoch.key, self._assigned], args=[token, *flat], client=pipe)
+            batch.run(self._restore_assigned, [self.epoch.key, self._assigned], [token, *flat])
         held = {record.registry for record in records}
         deleted = [
             item
@@ -236,12 +256,8 @@ class RedisStore(RedisBase):
             for item in (name, version)
         ]
         if deleted:
-            self._retire(
-                keys=[self.epoch.key, self._current],
-                args=[token, self.channel, self._registry_key(""), *deleted],
-                client=pipe,
-            )
-        replies = [guarded_reply(reply) for reply in pipe.execute()]
+            batch.run(self._retire, [self.epoch.key, self._current], [token, self.channel, self._registry_key(""), *deleted])
+        replies = [guarded_reply(reply) for reply in batch.execute()]
         if self._after_republish is not None:
             self._after_republish(won)
         return sum(1 for reply in replies[: len(records)] if reply == 1)
