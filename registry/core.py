@@ -211,7 +211,8 @@ class Shortlister:
         if not isinstance(self.store, ReportsDamage):
             return []
         return [
-            f"registry {name!r}: newest version file {file} is damaged; an older version is served"
+            f"registry {name!r}: newest version file {file} is damaged and skipped (the version "
+            "before it, if any, is served; the next write gets a number above it)"
             for name, file in sorted(self.store.damaged().items())
         ]
 

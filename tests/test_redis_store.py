@@ -530,3 +530,17 @@ def test_a_write_from_a_stale_view_of_absence_never_overwrites(settings, bor_pol
     names = sorted(t.name for t in b.snapshot("r").tools)
     assert names == sorted([t.name for t in a.snapshot("r").tools] + ["x"])
     assert b.snapshot("r").version == 2 and len(calls) >= 2
+
+
+def test_replicas_share_one_caller_key_kept_in_redis(settings, bor_policy, redis_server, redis_prefix, make_core):
+    """Caller hashes are HMACs under a key every replica reads from Redis (set once, NX), so a
+    token is one caller on every replica; a key set by the operator wins."""
+    from pydantic import SecretStr
+
+    url = SecretStr(redis_server.url)
+    a = make_core(redis_url=url, redis_prefix=redis_prefix)
+    b = make_core(redis_url=url, redis_prefix=redis_prefix, data_dir=settings.data_dir / "b")
+    assert a.caller_key() == b.caller_key() and len(a.caller_key()) == 32
+    assert connect(redis_server.url).get(redis_prefix + "caller-key") == a.caller_key()
+    own = make_core(redis_url=url, redis_prefix=redis_prefix, caller_key=SecretStr("set-by-operator"))
+    assert own.caller_key() == b"set-by-operator"
