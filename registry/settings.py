@@ -364,8 +364,9 @@ class Settings(BaseSettings):
     learning_caller_events_per_minute: int = Field(
         600,
         ge=1,
-        description="Most feedback events one caller (token, or token + X-Caller-Id) counts for "
-        "learning per minute; more are logged but not learned from (rate_limited).",
+        description="Most feedback events one token (all its X-Caller-Ids together; without tokens, "
+        "one X-Caller-Id) counts for learning per minute; more are logged but not learned from "
+        "(rate_limited).",
     )
 
     caller_key: SecretStr | None = Field(
