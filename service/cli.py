@@ -106,13 +106,19 @@ def _episodes(args: argparse.Namespace) -> int:
 
 
 def _refit(args: argparse.Namespace) -> int:
-    """Refit a registry's depth policy from its feedback; prints the job (exit 0 unless failed)."""
+    """Refit a registry's depth policy from its feedback; prints the job (exit 0 unless failed,
+    2 when the registry does not exist in the configured store)."""
     import json
 
+    from registry.errors import ShortlistError
     from registry.learning.manager import refit_from_settings
     from registry.settings import Settings
 
-    job = refit_from_settings(Settings(), args.registry)
+    try:
+        job = refit_from_settings(Settings(), args.registry)
+    except ShortlistError as exc:
+        print(f"shortlist refit: {exc.message}", file=sys.stderr)
+        return 2
     print(json.dumps(job.to_json(), indent=2))
     return 1 if job.state == "failed" else 0
 
@@ -156,6 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
         "refit",
         help="refit a registry's depth policy from its logged feedback (SHORTLIST_* settings "
         "choose the store); activates it only when it beats the current one on held-out feedback",
+        description="Refit one registry's depth policy from the feedback logged for its "
+        "shortlists, outside any server. The store is the one the SHORTLIST_* settings name (the "
+        "data directory, or Redis with SHORTLIST_REDIS_URL). The new policy is activated only "
+        "when it beats the current one on held-out feedback; running replicas pick it up (Redis: "
+        "at their next policy poll; local: at restart). Prints the job as JSON; exit 1 if it "
+        "failed, 2 if the registry does not exist.",
+        formatter_class=HelpFormatter,
     )
     refit.add_argument("--registry", required=True, help="the registry whose policy is refitted")
     refit.set_defaults(handler=_refit)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from registry.errors import NotFound
+from registry.errors import NotFound, RegistryNotFound
 from registry.feedback import FeedbackEvent, FeedbackLog
 from registry.jobs import OPEN_STATES, JobQueue, JobRecords, LocalJobRecords, RedisJobRecords, Task
 from registry.learning.evidence import evidence_config
@@ -294,18 +294,30 @@ class PolicyManager:
 def refit_from_settings(settings: Settings, registry: str) -> RefitJob:
     """``shortlist refit``: refit one registry from the configured store's feedback log (local
     directory or Redis), outside any server; running replicas pick the result up (Redis: on
-    their next policy poll; local: at restart)."""
+    their next policy poll; local: at restart).
+
+    Raises:
+        RegistryNotFound: The store holds no registry of that name.
+    """
     from registry.feedback import LocalFeedbackLog
 
     feedback_log: FeedbackLog
     shared = settings.redis_url is not None
     if settings.redis_url is not None:
-        from registry.store.redis import RedisFeedbackLog, StoreHealth, connect
+        from registry.store.redis import RedisFeedbackLog, RedisStore, StoreHealth, connect
 
         client = connect(settings.redis_url.get_secret_value(), cluster=settings.redis_cluster_mode())
-        feedback_log = RedisFeedbackLog(client, settings.redis_key_prefix(), StoreHealth())
+        health = StoreHealth()
+        known = RedisStore(client, settings.redis_key_prefix(), health).list_registries()
+        feedback_log = RedisFeedbackLog(client, settings.redis_key_prefix(), health)
     else:
+        from registry.store.local import LocalStore
+
+        known = LocalStore(settings.data_dir).list_registries()
         feedback_log = LocalFeedbackLog.in_data_dir(settings.data_dir, archive=settings.feedback_archive)
+    if registry not in known:
+        # A refit of a registry nobody created would find no feedback and report "refused".
+        raise RegistryNotFound(registry)
     manager = PolicyManager.for_settings(settings, feedback_log, shared=shared)
     try:
         return manager.refit(registry)

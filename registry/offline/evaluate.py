@@ -314,6 +314,20 @@ def _parse_buckets(text: str | None) -> tuple[tuple[str, int, int | None], ...]:
     return tuple(out)
 
 
+def missing_inputs(data: Sequence[Path], policies: Sequence[Path]) -> str | None:
+    """One line naming the first input that is not there (checked before any slow work)."""
+    for directory in data:
+        if not directory.is_dir():
+            return f"--data {directory}: no such directory"
+        for name in ("tools.json", "queries.jsonl"):
+            if not (directory / name).is_file():
+                return f"--data {directory}: no {name} in it (a data directory holds tools.json + queries.jsonl)"
+    for directory in policies:
+        if not (directory / "manifest.json").is_file():
+            return f"--policy {directory}: no manifest.json in it (a policy directory holds manifest.json + policy.onnx)"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Evaluate depth policies on labelled data sets; write JSON, Markdown and PNG plots."""
     import argparse
@@ -354,6 +368,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--table-cache", type=Path, default=None,
                     help="cache score tables here (skips re-embedding on a re-run; default: no cache)")
     args = ap.parse_args(argv)
+    missing = missing_inputs(args.data, args.policy)
+    if missing:
+        print(f"shortlist evaluate: {missing}", file=sys.stderr)
+        return 2
 
     embedder = None
     if args.scorer != "bm25":

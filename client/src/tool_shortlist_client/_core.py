@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 import httpx
 
+from tool_shortlist_client.errors import ToolsFileError
 from tool_shortlist_client.models import Shortlist, ToolCall
 
 Access = Literal["query", "read", "admin"]
@@ -117,6 +118,22 @@ def registry_path(registry: str, *rest: str) -> str:
     return "/registries/" + "/".join(quote(part, safe="") for part in parts)
 
 
+def read_tools_file(path: Path) -> Any:
+    """The JSON in ``path``.
+
+    Raises:
+        ToolsFileError: The file cannot be read, is not UTF-8 or is not JSON.
+    """
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ToolsFileError(str(path), f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from exc
+    except UnicodeDecodeError as exc:
+        raise ToolsFileError(str(path), f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    except OSError as exc:
+        raise ToolsFileError(str(path), exc.strerror or str(exc)) from exc
+
+
 def tools_body(
     source: ToolsSource, equivalents: Iterable[Sequence[str]] | None = None
 ) -> dict[str, Any]:
@@ -124,7 +141,7 @@ def tools_body(
     definitions, or a dict (``{"tools": [...]}``, optionally with ``equivalents``)."""
     data: Any = source
     if isinstance(source, (str, os.PathLike)):
-        data = json.loads(Path(source).read_text(encoding="utf-8"))
+        data = read_tools_file(Path(source))
     if isinstance(data, Mapping):
         if "tools" not in data:
             raise ValueError("a registry dict needs a 'tools' list")

@@ -15,6 +15,16 @@ class ShortlistClientError(Exception):
     """Base class of every exception this client raises."""
 
 
+class ToolsFileError(ShortlistClientError, ValueError):
+    """A tools file given to ``put_registry`` / ``upload_registry`` cannot be read or is not JSON
+    (nothing was sent). The message names the file and, for bad JSON, the line and column."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"cannot read the tools file {path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
 class TransportError(ShortlistClientError):
     """No HTTP answer (connection refused, reset, timed out) after the allowed retries."""
 
