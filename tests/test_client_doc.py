@@ -1,11 +1,10 @@
 """docs/client.md's client and adapter blocks, executed as written against a real server with tokens
 (the names each block assumes, such as ``client``, ``llm`` or ``oai``, are bound to real SDK
 objects; model backends are fakes, the shortlists come from the service). The LangChain block
-runs in tests/test_langchain_middleware.py."""
+runs in tests/test_langchain_middleware.py, the bigtool one in tests/test_bigtool.py."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -13,8 +12,8 @@ from typing import Any
 import pytest
 
 from tests.doc_examples import client_doc_block
-from tests.test_langchain_middleware import PAYMENTS, fake_model, make_tools
-from tool_shortlist_client import AsyncShortlistClient, ShortlistClient
+from tests.test_langchain_middleware import PAYMENTS
+from tool_shortlist_client import ShortlistClient
 
 pytestmark = pytest.mark.e2e
 
@@ -69,33 +68,6 @@ def test_the_client_block(client_block):
     assert (shortlist.version, shortlist.n_tools) == (2, len(PAYMENTS))
     row = next(tool for tool in report.tools if tool.name == "refund_payment")
     assert (report.events, row.used, row.useful_calls) == (1, 1, 1)
-
-
-def test_the_bigtool_block(server, client):
-    calls: list[str] = []
-    names = ["refund_payment", "create_invoice", "stripe/list_charges", "get_balance"]
-    tool_registry = {tool.name: tool for tool in make_tools(names, calls)}
-    bound: list[list[str]] = []
-    llm = fake_model(bound, [])
-    # bigtool's own loop: the model first calls retrieve_tools, then a retrieved tool.
-    from langchain_core.messages import AIMessage
-
-    search = {"name": "retrieve_tools", "args": {"query": REQUEST}, "id": "r1"}
-    refund = {"name": "refund_payment", "args": {"payment_id": "1234"}, "id": "r2"}
-    script = [AIMessage("", tool_calls=[search]), AIMessage("", tool_calls=[refund])]
-    llm.messages = iter([*script, AIMessage("Refunded.")])
-
-    async def run() -> dict[str, Any]:
-        async with AsyncShortlistClient(server.url, token=QUERY) as async_client:
-            namespace = {"client": client, "async_client": async_client, "llm": llm,
-                         "tool_registry": tool_registry}  # fmt: skip
-            return await asyncio.to_thread(run_block, "bigtool", namespace)
-
-    namespace = asyncio.run(run())
-    retriever = namespace["retriever"]
-    assert retriever.last.names[0] == "refund_payment"
-    assert bound[1][:2] == ["retrieve_tools", "refund_payment"]
-    assert calls == ["refund_payment"]
 
 
 def test_the_openai_block(client):

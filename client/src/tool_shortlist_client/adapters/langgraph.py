@@ -4,7 +4,9 @@
 retrieve_tools_coroutine=...)`` calls the function with the model's search query and expects
 tool ids (keys of ``tool_registry``) back. Here the ids are the tool names of the service's
 registry, or whatever ``tool_ids`` maps them to; names the agent does not know are dropped (the
-graph would fail on them). A ``tool_registry`` keyed by uuid (as bigtool's README builds it) is
+graph would fail on them). A registry name is also found under its provider-safe form
+(:func:`tool_shortlist_client.names.provider_name`): LangChain tools bound to OpenAI or Anthropic
+models must be named ``stripe__list_charges`` for the registry's ``stripe/list_charges``. A ``tool_registry`` keyed by uuid (as bigtool's README builds it) is
 mapped by each tool's ``name``; when no shortlisted name maps to any id, the retriever raises
 instead of silently returning no tools.
 """
@@ -16,6 +18,7 @@ from typing import Any
 
 from tool_shortlist_client.client import AsyncShortlistClient, ShortlistClient
 from tool_shortlist_client.models import Shortlist
+from tool_shortlist_client.names import provider_name
 
 RETRIEVE_DOC = "Retrieve the tools needed for a task, given a plain-words description of it."
 
@@ -28,8 +31,9 @@ class ShortlistRetriever:
         async_client: Async client (for ``aretrieve_tools``); give one or both.
         registry: Registry to search (default: the client's).
         tool_ids: bigtool's ``tool_registry`` itself (its keys are the tool names), a tool name
-            -> bigtool id map, or a collection of known ids (= names); names not in it are
-            dropped. ``None``: ids are the names, unfiltered.
+            -> bigtool id map, or a collection of known ids (= names); a name is looked up as
+            it is, then in its provider-safe form (``stripe/list_charges`` ->
+            ``stripe__list_charges``); names not in it are dropped. ``None``: ids are the names, unfiltered.
         options: Passed to :meth:`ShortlistClient.shortlist` (``k``, ``max_k``, ``depth_bias``...).
 
     Attributes:
@@ -77,7 +81,7 @@ class ShortlistRetriever:
         ids = self._ids
         if ids is None:
             return shortlist.names
-        chosen = [ids[name] for name in shortlist.names if name in ids]
+        chosen = [ids[key] for key in map(_known_key(ids), shortlist.names) if key is not None]
         if shortlist.names and not chosen:
             raise ValueError(
                 f"none of the shortlisted tools {shortlist.names[:5]} is in tool_ids: its keys "
@@ -85,6 +89,18 @@ class ShortlistRetriever:
                 f"tool names (registry {shortlist.registry!r})"
             )
         return chosen
+
+
+def _known_key(ids: Mapping[str, str]) -> Callable[[str], str | None]:
+    """Registry name -> its key in ``ids``: the name itself, else its provider-safe form."""
+
+    def key(name: str) -> str | None:
+        if name in ids:
+            return name
+        safe = provider_name(name)
+        return safe if safe in ids else None
+
+    return key
 
 
 def _tool_name(tool: Any) -> str | None:

@@ -86,6 +86,26 @@ def agents_deferred_tools(
     Names are provider-safe; ``run`` gets the registry name back. With ``namespace`` (and its
     ``namespace_description``) the tools are grouped with the SDK's ``tool_namespace``.
     """
+    return agents_tools(
+        definitions, run, names=names, namespace=namespace,
+        namespace_description=namespace_description, defer_loading=True,
+    )  # fmt: skip
+
+
+def agents_tools(
+    definitions: Iterable[Mapping[str, Any]],
+    run: ToolRunner,
+    *,
+    names: ProviderNames = PROVIDER_NAMES,
+    namespace: str | None = None,
+    namespace_description: str | None = None,
+    defer_loading: bool = False,
+) -> list[FunctionTool]:
+    """Tool definitions (a shortlist's ``definitions``, say) as Agents SDK function tools the
+    model sees at once: give an ``Agent`` the shortlist for the request (examples/openai_agents.py).
+
+    Names are provider-safe; ``run`` gets the registry name back.
+    """
     from agents import FunctionTool, tool_namespace
     from agents.tool_context import ToolContext
 
@@ -104,7 +124,7 @@ def agents_deferred_tools(
                 params_json_schema=spec.parameters,
                 on_invoke_tool=invoke,
                 strict_json_schema=False,
-                defer_loading=True,
+                defer_loading=defer_loading,
             )
         )
     if namespace is not None:
