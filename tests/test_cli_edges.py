@@ -18,8 +18,9 @@ from tests.conftest import ROOT
 from tool_shortlist_client import ShortlistClient, ShortlistClientError, ToolsFileError
 
 
-def _cli(*args: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str, data_dir: Path, **settings: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "SHORTLIST_DATA_DIR": str(data_dir), "PYTHONPATH": str(ROOT)}
+    env.update({f"SHORTLIST_{key.upper()}": value for key, value in settings.items()})
     return subprocess.run(
         [sys.executable, "-m", "service.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )
@@ -30,6 +31,12 @@ def test_refit_of_an_unknown_registry_exits_2_naming_it(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip() == "shortlist refit: registry 'nope' does not exist"
     assert proc.stdout == ""
+
+
+def test_refit_of_an_unknown_registry_on_redis_exits_2_naming_it(tmp_path: Path, redis_server, redis_prefix) -> None:
+    proc = _cli("refit", "--registry", "nope", data_dir=tmp_path, redis_url=redis_server.url, redis_prefix=redis_prefix)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip() == "shortlist refit: registry 'nope' does not exist"
 
 
 def test_refit_of_a_known_registry_still_runs(tmp_path: Path) -> None:
