@@ -26,6 +26,7 @@ from registry.index.lexical import tokenize
 from registry.index.snapshot import Snapshot
 from registry.serving.features import FEATURE_WINDOW, depth_features
 from registry.serving.needs import needs_features, request_signals
+from registry.serving.shorthand import expand_shorthand
 from registry.serving.windows import query_windows
 
 __all__ = ["ReplayedRanking", "UsageRerank", "base_ranking", "feature_rows", "policy_schema", "replay_ranking"]
@@ -76,7 +77,7 @@ def _windows(text: str, scorer: str, embedder: Embedder) -> list[Query]:
             vector=embedder.embed_query(w) if scorer != "bm25" else None,
             tokens=tokenize(w) if scorer != "dense" else [],
         )
-        for w in query_windows(text)
+        for w in query_windows(expand_shorthand(text))
     ]
 
 

@@ -2,7 +2,7 @@
 
 Steps (timed in ``Shortlist.timings``):
 
-* **embed**: the request, cut into windows when long (:func:`registry.serving.windows.query_windows`),
+* **embed**: the request, its shorthand spelled out (:mod:`registry.serving.shorthand`), cut into windows when long (:func:`registry.serving.windows.query_windows`),
   and each of its intents when it holds several (:func:`registry.serving.intents.split_request`);
 * **search**: rank the registry for the request and for each intent;
 * **policy**: fold near-duplicates, choose depths, interleave the intents, pin the tools the
@@ -56,6 +56,7 @@ from registry.serving.replay import (
     policy_schema,
     replay_ranking,
 )
+from registry.serving.shorthand import expand_shorthand
 from registry.serving.stop_rules import PolicyBook
 from registry.serving.windows import query_windows
 from registry.settings import Settings
@@ -272,7 +273,7 @@ class QueryRunner:
                 vector=self.embedder.embed_query(window) if scorer != "bm25" else None,
                 tokens=tokenize(window) if scorer != "dense" else [],
             )
-            for window in query_windows(text)
+            for window in query_windows(expand_shorthand(text))
         ]
 
     def _wanted(self, request: ResolvedRequest) -> int:
