@@ -39,7 +39,8 @@ def _names(url: str, registry: str, query: str) -> list[str]:
 
 
 def test_open_a_pr_shows_create_pull_request(server):
-    # Before shorthand expansion: push_files alone (issue report), then 6 get_* tools on this build.
+    # As typed (no shorthand expansion): push_files alone, create_pull_request 7th in the ranking;
+    # "create a PR": create_pull_request 5th of 6, after create_repository, create_issue, ...
     names = _names(server.url, "github", "open a PR from feature-x into main")
     assert "create_pull_request" in names, names
     assert _names(server.url, "github", "create a PR")[0] == "create_pull_request"
