@@ -11,7 +11,7 @@ the *other* 15 sources is applied to it; the baseline (hybrid plain MiniLM) is s
 same queries in the same run. Each model's vectors are cached under ``--workdir``, so a cut-short
 run resumes::
 
-    python bench/ranker_mix.py --data ../shared/data --workdir data/ranker_mix \
+    python bench/studies/ranker_mix.py --data ../shared/data --workdir data/ranker_mix \
         --max-queries 200 --max-tools 500 --json docs/generated/ranker_mix.json
 
 Caveat printed with the table: the shipped fine-tune was trained on 13 of these 16 sources
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from registry.index.embed import TOKENIZER_FILE, OnnxEmbedder
 from registry.index.minilm_export import load_minilm
@@ -46,7 +46,7 @@ HYBRID = 0.8
 MULTI_SHARE = 0.10  # a source is multi-tool when at least this share of its queries need 2+ tools
 UNSEEN_BY_FINETUNE = ("nestools", "star", "apipack")
 # 40 newer hand-written tasks on the MCP servers the fine-tune saw 180 tasks of: unseen requests.
-NEW_MCP_TASKS = Path(__file__).resolve().parent / "data" / "mcp_servers_new_tasks"
+NEW_MCP_TASKS = Path(__file__).resolve().parents[1] / "data" / "mcp_servers_new_tasks"
 
 
 def scaled_delta_dir(tuned_dir: Path, alpha: float, out: Path) -> Path:
