@@ -24,6 +24,7 @@ PAIRS = [json.loads(line) for line in (FIXTURES / "shorthand_pairs.jsonl").read_
         ("restart the k8s pods", "restart the k8s (Kubernetes) pods"),
         ("fork the repo, then list repos", "fork the repo (repository), then list repos (repositories)"),
         ("open an MR from dev", "open an MR (merge request) from dev"),
+        ("where is the config? and the env.", "where is the config (configuration)? and the env (environment)."),
     ],
 )
 def test_shorthand_is_spelled_out_after_the_word(text, expected):
@@ -33,7 +34,7 @@ def test_shorthand_is_spelled_out_after_the_word(text, expected):
 @pytest.mark.parametrize(
     "text",
     ["list the files in /tmp", "the procedure for a dbx-env rollout", "prepare the approval", "", "PR-1234 is done",
-     "the cases of Mr. X and Mrs. Y"],
+     "the cases of Mr. X and Mrs. Y", "open config.yaml", "cat .env", "clone github.com/acme/repo"],
 )
 def test_text_without_whole_word_shorthand_is_unchanged(text):
     # Words that merely start with an abbreviation, hyphenated identifiers and empty text stay as typed.

@@ -98,8 +98,9 @@ SHORTHAND: Mapping[str, str] = MappingProxyType(
 # Expanded only as written in capitals: in lower or title case they are other words ("Mr. X").
 SHORTHAND_UPPER: Mapping[str, str] = MappingProxyType({"MR": "merge request", "MRs": "merge requests"})
 
-# A whole word (letters and digits, as "k8s"), optionally followed by an existing parenthesis.
-_WORD = re.compile(r"(?<![\w-])([A-Za-z][A-Za-z0-9]*)(?![\w-])(\s*\(([^)]*)\))?")
+# A whole word (letters and digits, as "k8s"), optionally followed by an existing parenthesis;
+# never part of a file name, path or identifier ("config.yaml", ".env", "org/repo", "PR-12").
+_WORD = re.compile(r"(?<![\w./-])([A-Za-z][A-Za-z0-9]*)(?![\w-]|[./]\w)(\s*\(([^)]*)\))?")
 
 
 def expand_shorthand(text: str) -> str:
