@@ -82,7 +82,6 @@ SHORTHAND: Mapping[str, str] = MappingProxyType(
         "pic": "picture",
         "pics": "pictures",
         "vid": "video",
-        "docs": "documentation",
         "del": "delete",
         "obs": "observations",
         "rels": "relations",
