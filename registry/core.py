@@ -32,7 +32,7 @@ from registry.backends import (
     build_learner,
     refit_hooks,
 )
-from registry.errors import NotReady
+from registry.errors import NotReady, RegistryNotFound
 from registry.feedback import (
     EquivalenceClasses,
     FeedbackEvent,
@@ -47,6 +47,7 @@ from registry.index.query_cache import CachedEmbedder
 from registry.index.snapshot import Snapshot
 from registry.jobs import JobRecords
 from registry.learning.learner import UsageLearner
+from registry.names import validate_registry_name
 from registry.request import ShortlistRequest
 from registry.serving.depth_policies import OnnxDepthPolicy, TunableDepthPolicy
 from registry.serving.shortlist import Shortlist
@@ -56,7 +57,7 @@ from registry.store.base import ReportsDamage, SharedStore, Store
 from registry.writes.engine import RegistryChange, RegistryInfo, ShortlistEngine
 from registry.writes.jobs import PreparedWrite
 from registry.writes.sync import StoreSync
-from registry.writes.write_jobs import WriteJob, WriteJobs
+from registry.writes.write_jobs import WriteJob, WriteJobs, deleted, later_write
 
 log = logging.getLogger(__name__)
 
@@ -374,11 +375,20 @@ class Shortlister:
 
     def put_registry(self, registry: str, payload: Any) -> RegistryInfo:
         """Replace a registry's tools (creating it if needed); the version increases."""
-        return self._changed(self.require_engine().put_registry(registry, payload))
+        prepared = self.require_engine().prepare_put(registry, payload)
+        self._overtake(registry)
+        return self._changed(prepared.run())
 
     def upsert_tools(self, registry: str, payload: Any) -> RegistryInfo:
         """Add or replace tools by name, keeping the rest; creates the registry if missing."""
-        return self._changed(self.require_engine().upsert_tools(registry, payload))
+        prepared = self.require_engine().prepare_upsert(registry, payload)
+        self._overtake(registry)
+        return self._changed(prepared.run())
+
+    def _overtake(self, registry: str, reason: str | None = None) -> int:
+        """Supersede the registry's unfinished upload jobs: this write, acknowledged after
+        them, must never be undone by one of them (:meth:`WriteJobs.supersede`)."""
+        return self.write_jobs.supersede(registry, time.time(), reason or later_write(registry))
 
     def submit_write(self, kind: str, registry: str, payload: Any) -> RegistryInfo | WriteJob:
         """``put_registry`` (kind "put") or ``upsert_tools`` ("upsert"), validated now (errors
@@ -391,6 +401,7 @@ class Shortlister:
         prepared = self._notifying(prepared)
         if limit and prepared.new_texts > limit and prepared.uncached() > limit:
             return self.write_jobs.submit(prepared, kind, payload)
+        self._overtake(registry)
         info: RegistryInfo = prepared.run()
         return info
 
@@ -407,10 +418,25 @@ class Shortlister:
 
     def delete_tool(self, registry: str, name: str) -> RegistryInfo:
         """Remove one tool; the version increases."""
-        return self._changed(self.require_engine().delete_tool(registry, name))
+        engine = self.require_engine()
+        if name in engine.snapshot(registry).by_name:  # a 404 supersedes nothing
+            self._overtake(registry)
+        return self._changed(engine.delete_tool(registry, name))
 
     def delete_registry(self, registry: str) -> None:
-        """Delete a registry and all its versions."""
-        self.require_engine().delete_registry(registry)
+        """Delete a registry and all its versions, and supersede its unfinished upload jobs
+        (a registry that exists only as a queued upload is deleted by cancelling it).
+
+        Raises:
+            RegistryNotFound: no such registry and no upload of it queued.
+        """
+        engine = self.require_engine()
+        validate_registry_name(registry)
+        cancelled = self._overtake(registry, deleted(registry))
+        try:
+            engine.delete_registry(registry)
+        except RegistryNotFound:
+            if not cancelled:
+                raise
         self._notify(RegistryChange(registry, None))
         self.policies.forget(registry)

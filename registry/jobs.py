@@ -145,6 +145,18 @@ class JobQueue:
 
     # -- reading --------------------------------------------------------------------------------
 
+    def open_records(self) -> list[dict[str, Any]]:
+        """Every unfinished job: this process's (queued or running) and, with a shared store,
+        every other replica's."""
+        with self._lock:
+            found = {record["id"]: record for record, _ in self._queue}
+            if self._running is not None:
+                found[self._running["id"]] = self._running
+        if not isinstance(self.records, LocalJobRecords):  # one process per data dir locally
+            for record in self.records.unfinished(self.kind):
+                found.setdefault(record["id"], record)
+        return list(found.values())
+
     def get(self, job_id: str) -> dict[str, Any] | None:
         """The job's record: this process's copy, else the persisted one (another replica's,
         or one from before a restart)."""

@@ -46,6 +46,16 @@ class JobRecords(Protocol):
 
     def renew(self, kind: str, job_ids: list[str], owner: str, lease_seconds: float) -> None: ...
 
+    def supersede(self, kind: str, job_id: str, reason: str) -> None:
+        """Mark an unfinished job as overtaken by a later write (durable when this returns):
+        it must not commit. A mark of its own, not its record, which its runner rewrites; the
+        first mark's reason stays."""
+        ...
+
+    def superseded(self, kind: str, job_id: str) -> str | None:
+        """The reason :meth:`supersede` gave for this job, or None."""
+        ...
+
 
 class LocalJobRecords:
     """``<data_dir>/jobs/<kind>/<id>.json`` and ``<id>.payload`` (one process per data dir, so
@@ -69,6 +79,7 @@ class LocalJobRecords:
             atomic_write_bytes(folder / f"{job_id}.json", json.dumps(record).encode("utf-8"))
             if record["state"] not in OPEN_STATES:
                 (folder / f"{job_id}.payload").unlink(missing_ok=True)
+                (folder / f"{job_id}.superseded").unlink(missing_ok=True)
                 self._prune(folder)
 
     def _prune(self, folder: Path) -> None:
@@ -116,6 +127,21 @@ class LocalJobRecords:
     def renew(self, kind: str, job_ids: list[str], owner: str, lease_seconds: float) -> None:
         return None
 
+    def supersede(self, kind: str, job_id: str, reason: str) -> None:
+        path = self._dir(kind) / f"{job_id}.superseded"
+        if path.exists():
+            return
+        with storage_errors("recording a background job"):
+            atomic_write_bytes(path, reason.encode("utf-8"))
+
+    def superseded(self, kind: str, job_id: str) -> str | None:
+        if not _JOB_ID.fullmatch(job_id):
+            return None
+        try:
+            return (self._dir(kind) / f"{job_id}.superseded").read_text("utf-8")
+        except (FileNotFoundError, UnicodeDecodeError):
+            return None
+
 
 _RENEW = """
 for i = 1, #KEYS do
@@ -127,7 +153,8 @@ return 1
 
 class RedisJobRecords:
     """``<p>job:<kind>:<id>`` (record), ``...:payload``, ``...:owner`` (the lease of the process
-    running it) and ``<p>jobs:<kind>:open`` (a sorted set of unfinished ids by creation time)."""
+    running it), ``...:superseded`` (a later write's mark) and ``<p>jobs:<kind>:open`` (a sorted
+    set of unfinished ids by creation time)."""
 
     def __init__(self, client: Any, prefix: str) -> None:
         self.client = client
@@ -161,7 +188,11 @@ class RedisJobRecords:
             pipe.zadd(self._open(kind), {job_id: float(record.get("created", time.time()))})
         else:
             pipe.set(self._key(kind, job_id), json.dumps(record), ex=FINISHED_TTL_SECONDS)
-            pipe.delete(self._key(kind, job_id, "payload"), self._key(kind, job_id, "owner"))
+            pipe.delete(
+                self._key(kind, job_id, "payload"),
+                self._key(kind, job_id, "owner"),
+                self._key(kind, job_id, "superseded"),
+            )
             pipe.zrem(self._open(kind), job_id)
         self._call("record a background job", pipe.execute)
 
@@ -196,3 +227,12 @@ class RedisJobRecords:
             keys = [self._key(kind, job_id, "owner") for job_id in job_ids]
             ms = max(1, int(lease_seconds * 1000))
             self._call("renew job leases", lambda: self._renew(keys=keys, args=[owner, ms]))
+
+    def supersede(self, kind: str, job_id: str, reason: str) -> None:
+        key = self._key(kind, job_id, "superseded")
+        self._call("record a background job", lambda: self.client.set(key, reason, nx=True, ex=FINISHED_TTL_SECONDS))
+
+    def superseded(self, kind: str, job_id: str) -> str | None:
+        key = self._key(kind, job_id, "superseded")
+        raw = self._call("read a background job", lambda: self.client.get(key))
+        return None if raw is None else (raw.decode() if isinstance(raw, bytes) else str(raw))

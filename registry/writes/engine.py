@@ -203,9 +203,7 @@ class ShortlistEngine(CommitPath):
         validate_registry_name(registry)
         tools = parse_tools(payload, self.limits)
         equivalents = validate_equivalents(_equivalents_field(payload), {t.name for t in tools})
-        return self._prepared(
-            registry, tools, lambda: self._apply(registry, lambda current: (tools, equivalents))
-        )
+        return self._prepared(registry, tools, lambda current: (tools, equivalents))
 
     def create_registry(self, registry: str, payload: Any) -> RegistryInfo | None:
         """Like :meth:`put_registry`, but only if the registry does not exist yet, on this
@@ -252,13 +250,24 @@ class ShortlistEngine(CommitPath):
             equivalents = validate_equivalents(kept + added, merged) if added else kept
             return tools, equivalents
 
-        return self._prepared(registry, incoming, lambda: self._apply(registry, change))
+        return self._prepared(registry, incoming, change)
 
     def _prepared(
-        self, registry: str, incoming: list[Tool], apply: Callable[[], Any]
+        self,
+        registry: str,
+        incoming: list[Tool],
+        change: Callable[[RegistryState | None], tuple[list[Tool], Any]],
     ) -> PreparedWrite:
         fresh = new_tools(incoming, self._snapshots.get(registry))
-        return PreparedWrite(registry, fresh, apply, self.embedder, self.store)
+        prepared = PreparedWrite(registry, fresh, lambda: None, self.embedder, self.store)
+
+        def guarded(current: RegistryState | None) -> tuple[list[Tool], Any]:
+            if prepared.guard is not None:  # checked per attempt, after the sync
+                prepared.guard()
+            return change(current)
+
+        prepared.apply = lambda: self._apply(registry, guarded)
+        return prepared
 
     def delete_registry(self, registry: str) -> None:
         with self._lock(registry):

@@ -25,7 +25,7 @@ from registry.tools import Tool, ToolLimits, parse_tools
 
 log = logging.getLogger(__name__)
 
-JobState = Literal["queued", "running", "done", "failed"]
+JobState = Literal["queued", "running", "done", "failed", "superseded"]
 
 
 def new_tools(tools: Sequence[Tool], current: Snapshot | None) -> list[Tool]:
@@ -88,6 +88,9 @@ class PreparedWrite:
         fresh: tools whose text the registry's current version does not hold.
         apply: commits the write (takes the registry's lock); returns the new version's info
             or None when there was nothing to write.
+        guard: called before the change is applied, inside every commit attempt (under the
+            registry's lock, after syncing with the store); raises to refuse the commit. A
+            write job's guard refuses it once a later write superseded it.
     """
 
     registry: str
@@ -95,6 +98,7 @@ class PreparedWrite:
     apply: Callable[[], Any]
     embedder: Embedder
     store: Store
+    guard: Callable[[], None] | None = None
 
     @property
     def new_texts(self) -> int:

@@ -5,19 +5,28 @@ loses an acknowledged upload: at the next start the job is prepared again from i
 A job caught *running* by the crash may already have committed: when the registry's version
 moved since it started, it is reported ``done`` if the registry holds exactly what it wrote,
 else ``failed`` (re-send it); it is never applied on top of a later write.
+
+An acknowledged upload never undoes a write acknowledged after it: every write to a registry
+(a synchronous PUT, upsert or tool delete, a DELETE, a later job's commit) first marks the
+registry's unfinished jobs accepted before it (:meth:`WriteJobs.supersede`, durable in the job
+records), and a job checks its mark before it embeds and again inside every commit attempt,
+under the registry's lock and after syncing with the store. A marked job ends ``superseded``
+and commits nothing. The mark is written before the later write saves, so either the job
+committed first (and the later write lands on top) or it sees the mark.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from registry.errors import ShortlistError
 from registry.index.snapshot import Snapshot
-from registry.jobs import JobQueue, JobRecords, Task
+from registry.jobs import JobQueue, JobRecords, Task, new_job_id
 from registry.tools import ToolLimits, parse_tools
 from registry.writes.jobs import JobState, PreparedWrite
 
@@ -37,7 +46,7 @@ class JobError(ShortlistError):
 @dataclass
 class WriteJob:
     """A write running in the background. ``info`` is the new version once ``done``;
-    ``error`` the domain error once ``failed``."""
+    ``error`` the domain error once ``failed`` (or why it was ``superseded``)."""
 
     id: str
     registry: str
@@ -91,14 +100,29 @@ def _info(info: Any) -> dict[str, Any] | None:
     return {"registry": info.registry, "version": info.version, "tools": info.tools, "written_at": info.written_at}
 
 
+class Superseded(ShortlistError):
+    """A later write to the registry was acknowledged before this job committed."""
+
+    error_type = "superseded"
+
+
 def _outcome(prepared: PreparedWrite) -> Task:
     def run() -> dict[str, Any]:
         try:
+            if prepared.guard is not None:
+                prepared.guard()  # before embedding: a superseded job costs nothing
             return {"state": "done", "result": _info(prepared.run())}
+        except Superseded as exc:
+            return {"state": "superseded", "error": _error(exc)}
         except ShortlistError as exc:
             return {"state": "failed", "error": _error(exc)}
 
     return run
+
+
+def _superseded(kind: str, registry: str, reason: str) -> Task:
+    error = {"type": Superseded.error_type, "message": reason, "details": {"registry": registry}}
+    return lambda: {"state": "superseded", "error": error}
 
 
 def holds(snap: Snapshot | None, kind: str, payload: Any, limits: ToolLimits) -> bool:
@@ -132,8 +156,50 @@ class WriteJobs:
             StorageUnavailable, StoreUnavailable: the job could not be made durable.
         """
         raw = json.dumps(payload, separators=(",", ":")).encode("utf-8")
-        record = {"registry": prepared.registry, "kind": kind, "new_texts": prepared.new_texts}
+        record = {
+            "id": new_job_id(),
+            "registry": prepared.registry,
+            "kind": kind,
+            "new_texts": prepared.new_texts,
+            "created": time.time(),
+        }
+        self._guard(prepared, record)
         return WriteJob.from_record(self.queue.submit(record, _outcome(prepared), raw))
+
+    def supersede(self, registry: str, before: float, reason: str, *, keep: str | None = None) -> int:
+        """Mark the registry's unfinished jobs accepted before ``before`` (Unix time) as
+        superseded, bar ``keep``: called by every write to ``registry`` before it commits.
+        Returns how many were marked.
+
+        Raises:
+            StorageUnavailable, StoreUnavailable: a mark could not be made durable (the write
+                that called must not go ahead: the job could still undo it).
+        """
+        marked = 0
+        for record in self.queue.open_records():
+            if (
+                record.get("registry") == registry
+                and record["id"] != keep
+                and float(record.get("created", 0.0)) < before
+            ):
+                self.queue.records.supersede(self.queue.kind, record["id"], reason)
+                marked += 1
+        if marked:
+            log.info("registry %r: %d queued upload(s) superseded: %s", registry, marked, reason)
+        return marked
+
+    def _guard(self, prepared: PreparedWrite, record: dict[str, Any]) -> None:
+        """Hook ``prepared`` to check its job's mark (and mark the jobs it overtakes)."""
+        job_id, registry, created = record["id"], record["registry"], float(record["created"])
+
+        def guard() -> None:
+            reason = self.queue.records.superseded(self.queue.kind, job_id)
+            if reason is not None:
+                raise Superseded(reason, {"registry": registry, "job": job_id})
+            # a job accepted earlier (on another replica) must not commit over this one
+            self.supersede(registry, created, later_write(registry), keep=job_id)
+
+        prepared.guard = guard
 
     def get(self, registry: str, job_id: str) -> WriteJob | None:
         record = self.queue.get(job_id)
@@ -165,6 +231,9 @@ class WriteJobs:
             if raw is None:
                 return lambda: {"state": "failed", "reason": "its payload was lost"}
             payload = json.loads(raw)
+            reason = self.queue.records.superseded(self.queue.kind, record["id"])
+            if reason is not None:
+                return _superseded(kind, registry, reason)
             if record["state"] == "running" and record.get("before") != version(registry):
                 snap = engine.current(registry)
                 if holds(snap, kind, payload, engine.limits):
@@ -182,12 +251,26 @@ class WriteJobs:
             except ShortlistError as exc:
                 failure = _error(exc)
                 return lambda: {"state": "failed", "error": failure}
+            self._guard(prepared, record)
             return _outcome(prepared)
 
         return self.queue.resume(make_task)
 
     def close(self) -> None:
         self.queue.close()
+
+
+def later_write(registry: str) -> str:
+    """Why a job is superseded by a later write (the message its status shows)."""
+    return (
+        f"a later write to registry {registry!r} was acknowledged before this upload was "
+        "committed; it was not applied (the later write wins): send it again if it should be"
+    )
+
+
+def deleted(registry: str) -> str:
+    """Why a job is superseded by a DELETE of its registry."""
+    return f"registry {registry!r} was deleted after this upload was accepted; it was not applied"
 
 
 def _snap_info(snap: Snapshot | None) -> Any:

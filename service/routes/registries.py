@@ -106,12 +106,14 @@ class WriteJobOut(BaseModel):
 
     job: str = Field(description="Job id; poll GET /registries/{registry}/jobs/{job}.")
     registry: str
-    state: Literal["queued", "running", "done", "failed"]
+    state: Literal["queued", "running", "done", "failed", "superseded"]
     new_texts: int = Field(description="Tool texts to embed (not cached yet) when accepted.")
     created_at: float = Field(description="Unix time the job was accepted.")
     finished_at: float | None = None
     result: RegistryInfoOut | None = Field(None, description="The new version, once done.")
-    error: ErrorDetail | None = Field(None, description="Why the write failed, once failed.")
+    error: ErrorDetail | None = Field(
+        None, description="Why the write failed, once failed; why it was not applied, once superseded."
+    )
 
 
 def _job_out(job: WriteJob) -> WriteJobOut:
@@ -190,8 +192,9 @@ def write_job(
     core: CoreDep,
 ) -> WriteJobOut:
     """State of a large upload accepted with 202: queued, running, done (with the new
-    version) or failed (with the error). Jobs are persisted before the 202 and survive a
-    restart (an interrupted one runs again, or reports failed saying why)."""
+    version), failed (with the error) or superseded (a later write or a DELETE of the
+    registry was acknowledged first; nothing applied). Jobs are persisted before the 202 and
+    survive a restart (an interrupted one runs again, or reports failed saying why)."""
     found = core.write_job(registry, job)
     if found is None:
         raise JobNotFound(registry, job)

@@ -1,0 +1,133 @@
+"""An acknowledged 202 upload never undoes a write acknowledged after it: the job ends
+``superseded`` and commits nothing; a DELETE cancels the registry's queued jobs. Local and
+real Redis, and across a restart (the resumed job checks its mark too)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from pydantic import SecretStr
+
+from tests.test_jobs import _app, _poll, _tools
+
+
+class BigBatchGate:
+    """The fast fake embedder whose embedding of 4+ texts (the large upload, not the small
+    synchronous PUTs) waits for ``gate``."""
+
+    def __init__(self, gate: threading.Event) -> None:
+        from registry.index.embed import HashingEmbedder
+
+        self.inner = HashingEmbedder()
+        self.gate = gate
+        self.model_id = self.inner.model_id
+        self.dim = self.inner.dim
+
+    def embed_query(self, text):
+        return self.inner.embed_query(text)
+
+    def embed_documents(self, texts, batch_size: int = 32):
+        if len(texts) >= 4:
+            self.gate.wait(30)
+        return self.inner.embed_documents(texts, batch_size)
+
+
+def _names(client, registry: str) -> list[str]:
+    return [t["name"] for t in client.get(f"/registries/{registry}").json()["tools"]]
+
+
+@pytest.fixture
+def redis_overrides(redis_server, redis_prefix) -> dict:
+    return {"redis_url": SecretStr(redis_server.url), "redis_prefix": redis_prefix,
+            "sync_interval_seconds": 0.2}
+
+
+@pytest.mark.parametrize("mode", ["local", "redis"])
+def test_put_202_then_delete_then_put_200_ends_with_the_last_put(mode, settings, bor_policy, request):
+    overrides = request.getfixturevalue("redis_overrides") if mode == "redis" else {}
+    gate = threading.Event()
+    with _app(settings, bor_policy, BigBatchGate(gate), async_write_min_texts=2, **overrides) as client:
+        big = client.put("/registries/r", json=_tools("big", 40))
+        assert big.status_code == 202
+        deleted = client.delete("/registries/r")  # exists only as a queued job: cancelled
+        assert deleted.status_code == 204, deleted.text
+        small = client.put("/registries/r", json=_tools("small", 2))
+        assert small.status_code == 200 and small.json()["tools"] == 2
+        gate.set()
+        job = _poll(client, big.headers["location"])
+        assert job["state"] == "superseded", job
+        assert job["error"]["type"] == "superseded" and "deleted" in job["error"]["message"]
+        assert job["result"] is None
+        assert _names(client, "r") == ["small0", "small1"]
+        assert client.delete("/registries/none").status_code == 404  # nothing queued: still 404
+
+
+@pytest.mark.parametrize("mode", ["local", "redis"])
+def test_a_later_synchronous_put_supersedes_a_running_upload(mode, settings, bor_policy, request):
+    overrides = request.getfixturevalue("redis_overrides") if mode == "redis" else {}
+    gate = threading.Event()
+    with _app(settings, bor_policy, BigBatchGate(gate), async_write_min_texts=2, **overrides) as client:
+        assert client.put("/registries/r", json=_tools("first", 2)).status_code == 200
+        big = client.put("/registries/r", json=_tools("big", 40))
+        assert big.status_code == 202
+        assert _poll_state(client, big.headers["location"], "running")
+        later = client.put("/registries/r", json=_tools("later", 2))  # acknowledged after the 202
+        assert later.status_code == 200, later.text
+        gate.set()  # the job's embedding ends; its commit must find its mark
+        job = _poll(client, big.headers["location"])
+        assert job["state"] == "superseded", job
+        assert "later write" in job["error"]["message"]
+        assert _names(client, "r") == ["later0", "later1"]
+
+
+def test_two_uploads_in_a_row_both_apply_in_order(settings, bor_policy):
+    with _app(settings, bor_policy, async_write_min_texts=2) as client:
+        first = client.put("/registries/r", json=_tools("one", 5))
+        second = client.put("/registries/r", json=_tools("two", 5))
+        assert first.status_code == second.status_code == 202
+        assert _poll(client, first.headers["location"])["state"] == "done"
+        assert _poll(client, second.headers["location"])["state"] == "done"
+        assert _names(client, "r") == [f"two{i}" for i in range(5)]
+
+
+def test_a_resumed_upload_checks_for_later_writes_after_a_restart(settings, bor_policy):
+    stuck = threading.Event()  # the first process never embeds: it "dies" with the job queued
+    with _app(settings, bor_policy, BigBatchGate(stuck), async_write_min_texts=2) as client:
+        big = client.put("/registries/r", json=_tools("big", 40))
+        assert big.status_code == 202
+    gate = threading.Event()
+    with _app(settings, bor_policy, BigBatchGate(gate), async_write_min_texts=2) as client:
+        assert _poll_state(client, big.headers["location"], "running")  # resumed
+        after = client.put("/registries/r", json=_tools("after", 2))  # sent after the restart
+        assert after.status_code == 200
+        gate.set()
+        job = _poll(client, big.headers["location"])
+        assert job["state"] == "superseded", job
+        assert _names(client, "r") == ["after0", "after1"]
+    stuck.set()
+
+
+def test_a_delete_before_a_crash_still_cancels_the_resumed_upload(settings, bor_policy):
+    stuck = threading.Event()
+    with _app(settings, bor_policy, BigBatchGate(stuck), async_write_min_texts=2) as client:
+        big = client.put("/registries/r", json=_tools("big", 40))
+        assert big.status_code == 202
+        assert client.delete("/registries/r").status_code == 204
+        assert client.put("/registries/r", json=_tools("small", 2)).status_code == 200
+    with _app(settings, bor_policy, async_write_min_texts=2) as client:
+        job = _poll(client, big.headers["location"])
+        assert job["state"] == "superseded", job
+        assert _names(client, "r") == ["small0", "small1"]
+    stuck.set()
+
+
+def _poll_state(client, url: str, state: str, timeout: float = 30) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if client.get(url).json()["state"] == state:
+            return True
+        time.sleep(0.02)
+    return False
