@@ -12,6 +12,7 @@ from registry.request import MAX_DEPTH_BIAS, MAX_K
 
 # Comma-separated in the environment; SecretStr keeps every token out of reprs and logs.
 Tokens = Annotated[tuple[SecretStr, ...], NoDecode]
+HostNames = Annotated[tuple[str, ...], NoDecode]
 
 # The query/tool embedders (registry.index.minilm_export makes their ONNX files).
 EmbedderName = Literal["minilm", "minilm-int8", "tuned", "tuned-int8"]
@@ -53,6 +54,20 @@ class Settings(BaseSettings):
         description="Longest pause while a request body is arriving; a body stalled longer "
         "gets 408 and the connection is closed.",
     )
+    body_min_bytes_per_second: int = Field(
+        1024,
+        ge=1,
+        description="Slowest average rate a request body may arrive at: a body still arriving "
+        "body_timeout_seconds + (bytes received / this rate) seconds after its head gets 408 "
+        "and the connection is closed, however steadily it trickles in.",
+    )
+    probe_connections: int = Field(
+        16,
+        ge=0,
+        le=1024,
+        description="Connections past max_connections kept for GET /healthz and /readyz, so "
+        "probes answer while slow clients hold every slot; any other request on them gets 503.",
+    )
     keep_alive_seconds: int = Field(
         5, ge=1, description="An idle keep-alive connection is closed after this many seconds."
     )
@@ -78,6 +93,13 @@ class Settings(BaseSettings):
     worker_threads: int = Field(
         16, ge=1, le=1000, description="Requests handled at once (anyio worker threads); more only queue on the CPU "
         "and cost memory."
+    )
+    allowed_hosts: HostNames = Field(
+        ("localhost", "127.0.0.1", "::1"),
+        description="Host names (comma-separated, ports ignored) this server answers to; any "
+        "other Host gets 421, and a request whose Origin names another host gets 403 (DNS "
+        "rebinding). '*' answers every name: set it (or the names clients use) when the "
+        "service is reached through a proxy, a load balancer or a container network.",
     )
 
     # -- access tokens (service.auth) --------------------------------------------------------------
@@ -418,6 +440,15 @@ class Settings(BaseSettings):
         if isinstance(value, (list, tuple)):
             raw = (v.get_secret_value() if isinstance(v, SecretStr) else str(v) for v in value)
             return tuple(SecretStr(t.strip()) for v in raw for t in v.split(",") if t.strip())
+        return value
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = value.split(",")
+        if isinstance(value, (list, tuple)):
+            return tuple(h.strip().lower().strip("[]") for h in value if str(h).strip())
         return value
 
     @field_validator(

@@ -16,7 +16,13 @@ from service.deps import require_admin, require_query
 from service.errors import install_error_handlers
 from service.mcp import McpFace
 from service.methods import method_not_allowed
-from service.middleware import BodyLimitMiddleware, HttpMetricsMiddleware, RequestIdMiddleware
+from service.middleware import (
+    BodyLimitMiddleware,
+    EarlyAuthMiddleware,
+    HostGuardMiddleware,
+    HttpMetricsMiddleware,
+    RequestIdMiddleware,
+)
 from service.routes import console, feedback, health, registries, shortlist
 from service.routes import learning as learning_routes
 from service.routes import policies as policy_routes
@@ -94,6 +100,8 @@ def create_app(
         max_bytes=settings.max_body_bytes,
         path_limits={"/feedback": feedback_limit},
     )
+    app.add_middleware(EarlyAuthMiddleware, settings=settings)  # before the body is read
+    app.add_middleware(HostGuardMiddleware, allowed=settings.allowed_hosts)  # every route
     app.add_middleware(HttpMetricsMiddleware, metrics=state.metrics)
     app.add_middleware(RequestIdMiddleware)  # outermost: every response carries X-Request-ID
     return app

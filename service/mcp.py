@@ -201,13 +201,9 @@ class McpFace:
             on_list_tools=self._list_tools,
             on_call_tool=self._on_call_tool,
         )
-        loopback = settings.host in ("127.0.0.1", "localhost", "::1")
-        security = TransportSecuritySettings(
-            # As the SDK does for local servers: refuse other Host/Origin headers (DNS rebinding).
-            enable_dns_rebinding_protection=loopback,
-            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
-            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
-        )
+        # Host and Origin are checked for every route, /mcp included, by
+        # service.middleware.HostGuardMiddleware (SHORTLIST_ALLOWED_HOSTS): not twice here.
+        security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
         self._security = security
         self.sessions = self._session_manager()
         self.open_streams = 0  # GET /mcp event streams being served (bound: mcp_max_streams)

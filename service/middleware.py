@@ -1,13 +1,19 @@
-"""Pure-ASGI middleware: request ids, request-body size limit and per-route HTTP counters."""
+"""Pure-ASGI middleware: request ids, Host and Origin checks, a token check before the body is
+read, the request-body size limit and per-route HTTP counters."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from urllib.parse import urlsplit
 
+from pydantic import SecretStr
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import error_body, error_response
+from registry.settings import Settings
+from service.auth import authenticate
+from service.errors import Unauthorized, error_body, error_response
 from service.logging_setup import REQUEST_ID, REQUEST_ID_HEADER, accept_request_id
 from service.metrics import Metrics
 
@@ -48,6 +54,100 @@ class RequestIdMiddleware:
                 await error_response(500, "internal", "internal server error")(scope, receive, with_id)
             raise  # REQUEST_ID stays set: the outer handler's log line carries it
         REQUEST_ID.reset(token)
+
+
+def host_name(value: str) -> str:
+    """``Example.COM:8080`` -> ``example.com``, ``[::1]:80`` -> ``::1`` (a Host header's name)."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        return value[1:].partition("]")[0]
+    return value.rpartition(":")[0] if value.count(":") == 1 else value
+
+
+class HostGuardMiddleware:
+    """Refuse requests addressed to a host name this server does not answer to (421), and
+    requests a browser sent from a page of another host (``Origin``; 403): with both, a web
+    page cannot reach a server on localhost through DNS rebinding, on any route.
+
+    ``allowed`` holds host names without ports (``SHORTLIST_ALLOWED_HOSTS``); ``*`` in it
+    turns both checks off (a service behind a proxy, reached by names it cannot list).
+    """
+
+    def __init__(self, app: ASGIApp, allowed: Sequence[str]) -> None:
+        self.app = app
+        self.allowed = frozenset(allowed)
+        self.open = "*" in self.allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.open:
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or ())
+        host = host_name(headers.get(b"host", b"").decode("latin-1"))
+        if host not in self.allowed:
+            response = error_response(
+                421, "misdirected_request",
+                f"this server does not answer to host {host[:100]!r} (SHORTLIST_ALLOWED_HOSTS)",
+                {"host": host[:100]},
+            )
+            await response(scope, receive, send)
+            return
+        origin = headers.get(b"origin")
+        if origin is not None and origin != b"null":
+            origin_host = host_name(urlsplit(origin.decode("latin-1")).netloc)
+            if origin_host not in self.allowed:
+                response = error_response(
+                    403, "forbidden_origin",
+                    f"requests from pages of {origin_host[:100]!r} are refused "
+                    "(SHORTLIST_ALLOWED_HOSTS)",
+                    {"origin": origin_host[:100]},
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class EarlyAuthMiddleware:
+    """Check the bearer token of a request with a body before reading the body: a client with
+    no token cannot hold a connection (and a worker) by sending a slow body; it gets 401 at
+    once and the connection is closed.
+
+    A coarse first check: any token that opens some route of the path passes (the route's own
+    dependency then applies the exact rule of :mod:`service.auth`).
+    """
+
+    QUERY_PATHS = ("/shortlist", "/feedback", "/mcp")
+    BODY_METHODS = ("POST", "PUT", "PATCH")
+
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app = app
+        both = (*settings.query_token, *settings.admin_token)
+        self.query: tuple[SecretStr, ...] = both if settings.query_token else ()
+        self.admin: tuple[SecretStr, ...] = both if settings.admin_token else ()
+
+    def _needed(self, path: str) -> tuple[tuple[SecretStr, ...], str]:
+        if path in self.QUERY_PATHS:
+            return self.query, "a query or admin token"
+        if path.startswith("/registries"):
+            return self.admin, "an admin token"
+        return (), ""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in self.BODY_METHODS:
+            await self.app(scope, receive, send)
+            return
+        accepted, needs = self._needed(scope.get("path", ""))
+        if accepted:
+            raw = dict(scope.get("headers") or ()).get(b"authorization")
+            try:
+                authenticate(raw.decode("latin-1") if raw is not None else None, accepted, needs)
+            except Unauthorized as exc:
+                response = error_response(401, exc.error_type, exc.message, exc.details)
+                response.headers["WWW-Authenticate"] = exc.challenge
+                response.headers["Connection"] = "close"  # the unread body is never read
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 _BODY_SETTING = "SHORTLIST_MAX_BODY_BYTES"

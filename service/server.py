@@ -11,13 +11,19 @@ whose parser has no head-size limit) with:
 - a head timeout: a request head not complete within ``header_timeout_seconds`` of the
   connection opening (or of the previous response) gets 408 and is closed (an idle connection
   that sent nothing is just closed);
-- a body timeout: a request body that stalls for ``body_timeout_seconds`` gets 408 (when no
-  response has started) and is closed;
+- a body timeout: a request body that stalls for ``body_timeout_seconds``, or arrives slower
+  on average than ``body_min_bytes_per_second`` (it must be complete within
+  ``body_timeout_seconds`` + bytes received / that rate of its head), gets 408 (when no
+  response has started) and is closed: a body trickled in a byte at a time cannot hold a
+  connection for long;
 - a connection cap: a connection beyond ``max_connections`` gets 503 and is closed at once,
   so descriptors stay bounded (uvicorn's ``limit_concurrency`` also answers 503 to requests
   made while the process is at the cap). A connection holding an open ``GET /mcp`` event
   stream is not counted: streams have their own bound (``mcp_max_streams``, enforced and
-  timed out by :mod:`service.mcp`), so idle streams can never starve requests.
+  timed out by :mod:`service.mcp`), so idle streams can never starve requests;
+- probes outside the cap: past the cap, ``probe_connections`` more connections are taken for
+  ``GET /healthz`` and ``/readyz`` only (anything else on them gets the 503, and they close
+  after one response), so a liveness probe never fails because slow clients hold every slot.
 """
 
 from __future__ import annotations
@@ -53,7 +59,9 @@ class ConnectionLimits:
     max_header_count: int = 100
     header_timeout: float = 30.0
     body_timeout: float = 30.0
+    body_min_rate: int = 1024
     max_connections: int = 2048
+    probe_connections: int = 16
     max_streams: int = 64
     stream_path: str = "/mcp"
 
@@ -64,7 +72,9 @@ class ConnectionLimits:
             max_header_count=settings.max_header_count,
             header_timeout=settings.header_timeout_seconds,
             body_timeout=settings.body_timeout_seconds,
+            body_min_rate=settings.body_min_bytes_per_second,
             max_connections=settings.max_connections,
+            probe_connections=settings.probe_connections,
             max_streams=settings.mcp_max_streams,
         )
 
@@ -116,10 +126,16 @@ class _LimitedConnection(h11.Connection):
 
 
 class StreamCount:
-    """Connections of one server serving an event stream (``GET /mcp``) right now."""
+    """Connections of one server not counted against its cap: serving an event stream
+    (``GET /mcp``) right now (``open``), or kept past the cap for health probes (``probes``)."""
 
     def __init__(self) -> None:
         self.open = 0
+        self.probes = 0
+
+
+PROBE_PATHS = (b"/healthz", b"/readyz")
+PROBE_LINE_BYTES = 8192  # a probe's request line is short; a longer one is not a probe
 
 
 class GuardedH11Protocol(H11Protocol):
@@ -140,6 +156,10 @@ class GuardedH11Protocol(H11Protocol):
         self._head_started = False  # bytes of the current request head have arrived
         self._refused = False
         self._stream_counted = False
+        self._probe_only = False  # taken past the cap: health probes only
+        self._probe_head: bytes | None = b""  # a probe-only connection's bytes until its request line is whole
+        self._body_started: float | None = None  # when the current body began arriving
+        self._body_received = 0
 
     # -- connection ----------------------------------------------------------------------------
 
@@ -160,22 +180,30 @@ class GuardedH11Protocol(H11Protocol):
             self._stream_counted = streaming
             self.streams.open += 1 if streaming else -1
 
+    def _busy(self) -> int:
+        return len(self.connections) - self.streams.open - self.streams.probes
+
+    def _too_many(self, busy: int) -> bytes:
+        return raw_error(
+            503, "Service Unavailable", "too_many_connections",
+            f"the server has {busy} open connections, its limit "
+            "(SHORTLIST_MAX_CONNECTIONS); retry later",
+            {"limit": self.limits.max_connections},
+        )
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        busy = len(self.connections) - self.streams.open
+        busy = self._busy()
         if busy >= self.limits.max_connections:
-            self._refused = True
-            self.transport = transport
-            log.warning("connection refused: %d open (SHORTLIST_MAX_CONNECTIONS)", busy)
-            transport.write(
-                raw_error(
-                    503, "Service Unavailable", "too_many_connections",
-                    f"the server has {busy} open connections, its limit "
-                    "(SHORTLIST_MAX_CONNECTIONS); retry later",
-                    {"limit": self.limits.max_connections},
-                )
-            )
-            transport.close()
-            return
+            if self.streams.probes < self.limits.probe_connections:
+                self._probe_only = True  # decided by its request line (data_received)
+                self.streams.probes += 1
+            else:
+                self._refused = True
+                self.transport = transport
+                log.warning("connection refused: %d open (SHORTLIST_MAX_CONNECTIONS)", busy)
+                transport.write(self._too_many(busy))
+                transport.close()
+                return
         super().connection_made(transport)
         self._arm_head_timer()
 
@@ -184,16 +212,50 @@ class GuardedH11Protocol(H11Protocol):
         self._count_stream(False)
         if self._refused:
             return
+        if self._probe_only:
+            self._probe_only = False
+            self.streams.probes -= 1
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return
+        if self._probe_only and self._probe_head is not None:
+            data = self._probe_request(data)
+            if not data:
+                return
         if self.conn.their_state is h11.IDLE:
             self._head_started = True
+        if self.conn.their_state is h11.SEND_BODY:
+            self._body_received += len(data)
         super().data_received(data)
         if self.conn.their_state is h11.SEND_BODY:
-            self._arm_body_timer()  # progress (or the head just completed): restart the clock
+            if self._body_started is None:  # the head just completed
+                self._body_started, self._body_received = self.loop.time(), 0
+            self._arm_body_timer()  # progress: the stall clock restarts, the total one does not
+
+    def _probe_request(self, data: bytes) -> bytes:
+        """On a connection taken past the cap: hold bytes until the request line is whole,
+        then let a health probe through (returns the bytes held) or answer 503 (returns b"")."""
+        assert self._probe_head is not None
+        head = self._probe_head + data
+        line, found, _ = head.partition(b"\r\n")
+        if not found and len(head) < PROBE_LINE_BYTES:
+            self._probe_head = head
+            self._head_started = True
+            return b""
+        parts = line.split(b" ")
+        path = parts[1].partition(b"?")[0] if len(parts) == 3 else b""
+        if parts[0] in (b"GET", b"HEAD") and path in PROBE_PATHS:
+            self._probe_head = None
+            return head
+        self._probe_head = None
+        self._refused = True
+        self._cancel_timers()
+        log.warning("request refused: %d open connections (SHORTLIST_MAX_CONNECTIONS)", self._busy())
+        self.transport.write(self._too_many(self._busy()))
+        self.transport.close()
+        return b""
 
     def handle_events(self) -> None:
         super().handle_events()
@@ -206,10 +268,14 @@ class GuardedH11Protocol(H11Protocol):
         if state is not h11.SEND_BODY:
             self._cancel(self._body_timer)
             self._body_timer = None
+            self._body_started = None
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
         self._count_stream(False)
+        if self._probe_only and not self.transport.is_closing():
+            self.transport.close()  # one probe per connection taken past the cap
+            return
         if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
             self._arm_head_timer()  # the next request's head has its own deadline
 
@@ -238,8 +304,14 @@ class GuardedH11Protocol(H11Protocol):
         self._head_timer = self.loop.call_later(self.limits.header_timeout, self._head_timed_out)
 
     def _arm_body_timer(self) -> None:
+        """Due at the next stall deadline or the body's total deadline, whichever is first."""
         self._cancel(self._body_timer)
-        self._body_timer = self.loop.call_later(self.limits.body_timeout, self._body_timed_out)
+        now = self.loop.time()
+        due = now + self.limits.body_timeout
+        if self._body_started is not None:
+            total = self._body_started + self.limits.body_timeout
+            due = min(due, total + self._body_received / self.limits.body_min_rate)
+        self._body_timer = self.loop.call_at(max(due, now), self._body_timed_out)
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
@@ -262,6 +334,7 @@ class GuardedH11Protocol(H11Protocol):
             return
         waiting = self.cycle is not None and self.cycle.waiting_for_100_continue
         if self.flow.read_paused or waiting:  # the app is not reading yet: not the client's stall
+            self._body_started, self._body_received = self.loop.time(), 0  # a fresh allowance
             self._arm_body_timer()
             return
         response = b""
@@ -269,7 +342,10 @@ class GuardedH11Protocol(H11Protocol):
             response = raw_error(
                 408, "Request Timeout", "request_timeout",
                 f"request body stalled for {self.limits.body_timeout:g} s "
-                "(SHORTLIST_BODY_TIMEOUT_SECONDS)",
+                "(SHORTLIST_BODY_TIMEOUT_SECONDS) or arrived slower than "
+                f"{self.limits.body_min_rate} bytes/s on average after that allowance "
+                "(SHORTLIST_BODY_MIN_BYTES_PER_SECOND)",
+                {"received_bytes": self._body_received},
             )
         self._reply_and_close(response)
 
@@ -376,7 +452,7 @@ def uvicorn_config(app: Any, settings: Settings, *, log_level: str = "info") -> 
         # check, which counts the asking connection and every running task (a stream is one),
         # then answers 503 while `cap` requests are still running (a request outlives a client
         # that hung up).
-        limit_concurrency=cap + settings.mcp_max_streams + 1,
+        limit_concurrency=cap + settings.mcp_max_streams + settings.probe_connections + 1,
         timeout_keep_alive=settings.keep_alive_seconds,
         h11_max_incomplete_event_size=settings.max_header_bytes,
     )

@@ -56,7 +56,8 @@ def bor_policy():
 def settings(tmp_path: Path):
     from registry.settings import Settings
 
-    return Settings(data_dir=tmp_path / "data", demo_registry=None)
+    # TestClient sends Host: testserver
+    return Settings(data_dir=tmp_path / "data", demo_registry=None, allowed_hosts=("localhost", "testserver"))
 
 
 @pytest.fixture

@@ -161,7 +161,7 @@ def test_tokens_from_the_environment_comma_separated(monkeypatch, tmp_path, bor_
         bor_policy=bor_policy,
         background_load=False,
     )
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://localhost") as client:
         for token in (ADMIN, ADMIN_2):
             assert client.get("/registries", headers=bearer(token)).status_code == 200
 

@@ -77,6 +77,7 @@ def _build_app() -> tuple[Any, Path]:
             admin_token=(SecretStr(ADMIN),),
             query_token=(SecretStr(QUERY),),
             max_body_bytes=1024 * 1024,
+            allowed_hosts=("*",),  # schemathesis' ASGI client names its own host
         ),
         embedder_factory=lambda _: HashingEmbedder(),
         background_load=False,

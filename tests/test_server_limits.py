@@ -22,7 +22,7 @@ from tests.server import Server, Servers
 
 TIMEOUT = 2.0  # header_timeout_seconds and body_timeout_seconds of the test server
 SLACK = 1.5  # scheduling delay allowed on a loaded machine (2 shared cores)
-PARTIAL_HEAD = b"GET /healthz HTTP/1.1\r\nHost: x\r\n"  # no blank line: the head never ends
+PARTIAL_HEAD = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n"  # no blank line: the head never ends
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +138,7 @@ def test_a_stalled_body_is_408_and_writes_nothing(server):
     sock = connect(server)
     start = time.monotonic()
     sock.sendall(
-        b"PUT /registries/stalled HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+        b"PUT /registries/stalled HTTP/1.1\r\nHost: localhost\r\ncontent-type: application/json\r\n"
         b"content-length: 100\r\n\r\n[{"
     )
     response = read_all(sock, TIMEOUT + 5)
@@ -151,14 +151,16 @@ def test_a_stalled_body_is_408_and_writes_nothing(server):
 
 
 def test_a_slow_body_that_keeps_coming_is_not_cut(server):
-    body = b"[" + b" " * 10 + b"]"  # 12 bytes over 3 s: longer than the timeout, never a 2 s pause
+    # 6,000 bytes over 3 s: longer than the timeout, never a 2 s pause, and above the default
+    # minimum rate (1,024 B/s) on average (tests/test_slow_bodies.py: a body below it is cut)
+    body = b"[" + b" " * 5998 + b"]"
     sock = connect(server)
     sock.sendall(
-        b"PUT /registries/slow HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+        b"PUT /registries/slow HTTP/1.1\r\nHost: localhost\r\ncontent-type: application/json\r\n"
         b"content-length: %d\r\n\r\n" % len(body)
     )
-    for byte in body:
-        sock.sendall(bytes([byte]))
+    for start in range(0, len(body), 500):
+        sock.sendall(body[start : start + 500])
         time.sleep(0.25)
     response = read_all(sock, 10)  # keep-alive: the server closes it at the next head's timeout
     sock.close()
@@ -176,7 +178,7 @@ def test_a_slow_body_that_keeps_coming_is_not_cut(server):
 )
 def test_oversized_or_too_many_headers_are_431(server, name, head):
     sock = connect(server)
-    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + head + b"\r\n"
+    request = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n" + head + b"\r\n"
     # The server answers and closes before a large head is all sent: send from a thread.
     sender = threading.Thread(target=_send_quietly, args=(sock, request), daemon=True)
     sender.start()
@@ -195,7 +197,7 @@ def _send_quietly(sock: socket.socket, data: bytes) -> None:
 def test_a_large_head_within_the_limits_is_served(server):
     head = b"".join(b"X-%d: %s\r\n" % (i, b"a" * 1000) for i in range(50))  # ~51 KB, 51 fields
     sock = connect(server)
-    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + head + b"\r\n")
+    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n" + head + b"\r\n")
     response = read_all(sock, 10)
     sock.close()
     assert status_of(response) == 200
@@ -216,7 +218,8 @@ def test_a_token_in_the_query_string_is_not_logged(server):
 
 
 def test_a_connection_beyond_the_cap_is_503_at_once(servers):
-    capped = servers.start(max_connections="20", header_timeout_seconds="30")
+    # no connections kept past the cap for probes (tests/test_slow_bodies.py covers those)
+    capped = servers.start(max_connections="20", header_timeout_seconds="30", probe_connections="0")
     held = [connect(capped) for _ in range(20)]
     for sock in held:
         sock.sendall(PARTIAL_HEAD)
