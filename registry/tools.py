@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import unicodedata
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
@@ -26,6 +27,10 @@ MAX_JSON_DEPTH: Final = 64
 
 _MESSAGE_PROBLEMS: Final = 10  # problems spelled out in the summary message; details has all
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Characters that change how a name displays without showing themselves: bidirectional
+# embeddings, overrides and isolates ("\u202egnp.exe" reads "exe.png"), zero-width spaces and
+# joiners, word joiners and invisible operators, the byte-order mark.
+_INVISIBLE = re.compile("[\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,11 +78,12 @@ class ToolLimits:
     max_name_chars: int = 256
     max_depth: int = MAX_JSON_DEPTH
     url_safe_names: bool = True  # refuse names no URL carries faithfully (url_name_problem)
+    visible_names: bool = True  # refuse bidi controls and zero-width characters in names
 
     def for_stored(self) -> ToolLimits:
         """The limits for a version already in the store: it was checked by the rules of the
         day it was written, and must stay readable (and repairable) under newer ones."""
-        return replace(self, url_safe_names=False)
+        return replace(self, url_safe_names=False, visible_names=False)
 
 
 class _Problems:
@@ -356,6 +362,18 @@ def _check_name(
             where,
             f"must not contain control characters, found U+{ord(bad.group()):04X} "
             f"at position {bad.start()}",
+        )
+        ok = False
+    hidden = _INVISIBLE.search(name) if ok and limits.visible_names else None
+    if hidden:
+        char = hidden.group()
+        problems.add(
+            i,
+            label,
+            where,
+            f"must not contain invisible or bidirectional control characters, found "
+            f"U+{ord(char):04X} ({unicodedata.name(char, 'FORMAT CHARACTER')}) at position "
+            f"{hidden.start()}: the name would display as something it is not",
         )
         ok = False
     problem = url_name_problem(name) if ok and limits.url_safe_names else None

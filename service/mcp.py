@@ -26,6 +26,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.json_schema import JsonSchemaMode
+from starlette.responses import Response
 from starlette.routing import Match, Route
 from starlette.types import Message, Receive, Scope, Send
 
@@ -37,6 +38,7 @@ from registry.settings import Settings
 from service import json_body
 from service.auth import CALLER_HEADER, authenticate, caller_hash
 from service.errors import Unauthorized, error_body, error_response
+from service.mcp_http import invalid_request, json_errors, read_body, replay
 from service.schemas import FeedbackRequest, FeedbackResponse, RegistryName, ShortlistResponse
 
 log = logging.getLogger(__name__)
@@ -241,9 +243,19 @@ class McpFace:
                 response.headers["WWW-Authenticate"] = exc.challenge
                 await response(scope, receive, send)
                 return
+        send = json_errors(send)  # the SDK's plain-text errors in the service's JSON shape
         if scope.get("method") == "GET":
             await self._stream(scope, receive, send)
             return
+        if scope.get("method") == "POST":
+            body, connected = await read_body(receive)
+            if not connected:
+                return
+            refused = invalid_request(body)  # an id the SDK would take for a notification
+            if refused is not None:
+                await Response(refused, 400, media_type="application/json")(scope, receive, send)
+                return
+            receive = replay(body, receive)
         await self.sessions.handle_request(scope, receive, send)
 
     async def _stream(self, scope: Scope, receive: Receive, send: Send) -> None:

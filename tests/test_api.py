@@ -226,3 +226,19 @@ def test_equivalents_are_validated_and_kept_on_upsert(client, tools_payload):
     ]
     client.delete("/registries/r/tools/send_email")
     assert client.get("/registries/r").json()["equivalents"] == [["fs/read_file", "new_tool"]]
+
+
+def test_readyz_shows_no_absolute_paths(settings, bor_policy):
+    """/readyz is open: a load failure's reason keeps a file's name, not where it lives."""
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+
+    def broken(_):
+        raise FileNotFoundError(2, "No such file or directory", "/srv/secret/place/model.onnx")
+
+    app = create_app(settings, embedder_factory=broken, bor_policy=bor_policy, background_load=False)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        r = client.get("/readyz")
+        assert r.status_code == 503, r.text
+        assert "model.onnx" in r.text and "/srv/secret" not in r.text

@@ -199,6 +199,30 @@ def test_tokens_apply_as_on_http(server):
     assert with_session(server.url, QUERY_TOKEN, names) == ["find_tools", "report_tool_use"]
 
 
+def test_odd_ids_and_transport_errors_get_json_answers(server):
+    """An id MCP forbids gets a JSON-RPC error (the SDK would answer a silent 202); the SDK's
+    plain-text 413 and 400 come back in the service's JSON error shape; a foreign Host 421."""
+    sent = {"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {QUERY_TOKEN}"}
+    url = f"{server.url}/mcp"
+    for odd in ({"a": 1}, [1], 1.5, None):
+        r = httpx.post(url, json={"jsonrpc": "2.0", "id": odd, "method": "tools/list"}, headers=sent)
+        assert r.status_code == 400, (odd, r.status_code, r.text)
+        assert r.json()["error"]["code"] == -32600 and "id must be a string or an integer" in r.text
+    batch = [{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, {"jsonrpc": "2.0", "id": {}, "method": "x"}]
+    assert httpx.post(url, json=batch, headers=sent).status_code == 400
+    fine = httpx.post(url, json={"jsonrpc": "2.0", "id": "s", "method": "tools/list"}, headers=sent)
+    assert fine.status_code == 200 and fine.json()["id"] == "s"
+
+    big = httpx.post(url, content=b"[" + b" " * (5 * 1024 * 1024) + b"]",
+                     headers={**sent, "content-type": "application/json"}, timeout=30)
+    assert big.status_code == 413 and big.json()["error"]["type"] == "payload_too_large", big.text
+    text = httpx.post(url, content=b"{}", headers={**sent, "content-type": "text/plain"})
+    assert text.status_code == 400 and text.json()["error"]["type"] == "bad_request", text.text
+    rebound = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                         headers={**sent, "Host": "evil.example.com"})
+    assert rebound.status_code == 421 and rebound.json()["error"]["type"] == "misdirected_request"
+
+
 def test_find_tools_before_the_core_is_ready_is_an_unhealthy_tool_error(settings, bor_policy):
     from registry.core import Shortlister
     from service.mcp import McpFace

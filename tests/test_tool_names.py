@@ -140,3 +140,24 @@ def test_a_replica_catching_up_reads_the_stored_names(engine, settings):
     engine.refresh()
     assert [t.name for t in engine.snapshot("legacy").tools] == ["../x", "ok2"]
     assert ToolLimits().for_stored().url_safe_names is False and ToolLimits().url_safe_names
+
+
+HIDDEN = ["\u202egnp.exe", "a\u200bb", "rtl\u202b", "iso\u2066late\u2069", "bom\ufeff", "zwj\u200d", "lrm\u200e"]
+
+
+def test_names_with_bidi_or_zero_width_characters_are_refused_with_one_clear_422(make_client):
+    tools = [{"name": "ok_tool"}, *({"name": n} for n in HIDDEN)]
+    with make_client() as client:
+        r = client.put("/registries/r", json={"tools": tools})
+        assert r.status_code == 422, r.text
+        details = r.json()["error"]["details"]
+        assert sorted(d["tool"] for d in details) == sorted(HIDDEN)
+        first = next(d for d in details if d["tool"] == HIDDEN[0])
+        assert "U+202E (RIGHT-TO-LEFT OVERRIDE)" in first["message"]
+        assert "display" in first["message"]
+        assert client.get("/registries/r").status_code == 404  # nothing written
+
+
+def test_a_stored_name_with_a_bidi_character_stays_readable(tmp_path):
+    definitions = [{"name": HIDDEN[0], "description": "old"}]
+    assert [t.name for t in parse_tools(definitions, ToolLimits().for_stored())] == [HIDDEN[0]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from fastapi import APIRouter, Request, Response, Security
@@ -21,13 +22,24 @@ def healthz() -> Health:
     return Health(status="ok")
 
 
+# An absolute path: a '/' not preceded by a word character, ':' or '/' (so no URL), at least
+# two components. Only its last one is shown: /readyz is open, the log has the whole path.
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.:/])/(?:[^\s'\"/:,;()]+/)+([^\s'\"/:,;()]*)")
+
+
+def redact_paths(text: str) -> str:
+    """``cannot read /var/lib/shortlist/x.json`` -> ``cannot read .../x.json``."""
+    return _ABSOLUTE_PATH.sub(lambda m: ".../" + m.group(1), text)
+
+
 @router.get("/readyz", response_model=Readiness, responses={503: {"model": ErrorResponse}})
 def readyz(state: StateDep) -> Response | Readiness:
-    """Readiness: 200 once the model, the policy and every registry are loaded, else 503."""
+    """Readiness: 200 once the model, the policy and every registry are loaded, else 503
+    (the reason, with file paths cut to their last component)."""
     if state.ready:
         return Readiness(status="ready", warnings=state.core.store_warnings())
     reason = state.load_error or "models and registries are still loading"
-    return error_response(503, "unhealthy", f"not ready: {reason}")
+    return error_response(503, "unhealthy", f"not ready: {redact_paths(reason)}")
 
 
 # Its own router: create_app guards it (with its 401 in OpenAPI) only when tokens are set.
