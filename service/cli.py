@@ -41,9 +41,21 @@ def _serve(args: argparse.Namespace) -> int:
     except ShortlistError as exc:
         log.error("cannot start: %s", exc.message)
         return 2
+    except OSError as exc:  # e.g. a read-only or missing data directory: one line, no traceback
+        log.error("cannot start: %s", os_error_line(exc, settings.data_dir))
+        return 2
     _announce(app, settings)
     serve(app, settings, log_level=args.log_level)  # limits and timeouts: service.server
     return 0
+
+
+def os_error_line(exc: OSError, data_dir: Any) -> str:
+    """``[Errno 30] Read-only file system: '/d/registries'`` as one line naming the setting."""
+    name = str(exc.filename or "")
+    line = f"{exc.strerror or exc}: {name!r}" if name else str(exc.strerror or exc)
+    if name and name.startswith((str(data_dir), str(Path(data_dir).resolve()))):
+        line += " (in the data directory, SHORTLIST_DATA_DIR: it must be writable)"
+    return line
 
 
 def base_url(host: str, port: int) -> str:

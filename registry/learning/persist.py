@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from registry.errors import StoreUnavailable
-from registry.fsio import atomic_write_bytes
+from registry.fsio import atomic_write_bytes, storage_errors
 
 __all__ = ["Control", "LearningStore", "LocalLearningStore", "RedisLearningStore"]
 
@@ -88,11 +88,13 @@ class LocalLearningStore:
             return None
 
     def save_state(self, registry: str, raw: bytes) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(self._state_path(registry), raw)
+        with storage_errors("saving what a registry learned"):
+            self.root.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(self._state_path(registry), raw)
 
     def delete_state(self, registry: str) -> None:
-        self._state_path(registry).unlink(missing_ok=True)
+        with storage_errors("deleting what a registry learned"):
+            self._state_path(registry).unlink(missing_ok=True)
 
     def controls(self) -> dict[str, Control]:
         try:
@@ -105,9 +107,11 @@ class LocalLearningStore:
         with self._lock:
             controls = self.controls()
             controls[registry] = control
-            self.root.mkdir(parents=True, exist_ok=True)
+            with storage_errors("saving the learning switches"):
+                self.root.mkdir(parents=True, exist_ok=True)
             doc = {name: json.loads(c.to_json()) for name, c in sorted(controls.items())}
-            atomic_write_bytes(self.root / "control.json", json.dumps(doc).encode("utf-8"))
+            with storage_errors("saving the learning switches"):
+                atomic_write_bytes(self.root / "control.json", json.dumps(doc).encode("utf-8"))
 
 
 class RedisLearningStore:

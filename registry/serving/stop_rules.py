@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from registry.errors import NotFound, StoreUnavailable, ValidationFailed
+from registry.fsio import atomic_write_bytes, storage_errors
 from registry.names import validate_registry_name
 from registry.serving.depth_policies import first_stop
 
@@ -237,15 +237,14 @@ class LocalPolicyStore:
 
     def save(self, history: PolicyHistory) -> None:
         path = self._path(history.registry)
-        with self._lock:
+        raw = json.dumps(history.to_json(), separators=(",", ":")).encode("utf-8")
+        with self._lock, storage_errors("saving a registry's depth policies"):
             self.root.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(history.to_json(), separators=(",", ":")), "utf-8")
-            os.replace(tmp, path)
+            atomic_write_bytes(path, raw)  # whole or absent; no temporary left on failure
             self._epoch += 1
 
     def delete(self, registry: str) -> None:
-        with self._lock:
+        with self._lock, storage_errors("deleting a registry's depth policies"):
             self._path(registry).unlink(missing_ok=True)
             self._epoch += 1
 
