@@ -95,10 +95,17 @@ def create_app(
         min(settings.max_feedback_body_bytes, settings.max_body_bytes),
         "SHORTLIST_MAX_FEEDBACK_BODY_BYTES",
     )
+    # A shortlist request is a query and a few options: its bound follows from the query's
+    # (every character escaped as \uXXXX at worst), so a body of a million bad keys is a 413,
+    # not a million validation problems.
+    shortlist_limit = (
+        min(6 * settings.max_query_chars + 64 * 1024, settings.max_body_bytes),
+        "SHORTLIST_MAX_QUERY_CHARS",
+    )
     app.add_middleware(
         BodyLimitMiddleware,
         max_bytes=settings.max_body_bytes,
-        path_limits={"/feedback": feedback_limit},
+        path_limits={"/feedback": feedback_limit, "/shortlist": shortlist_limit},
     )
     app.add_middleware(EarlyAuthMiddleware, settings=settings)  # before the body is read
     app.add_middleware(HostGuardMiddleware, allowed=settings.allowed_hosts)  # every route

@@ -82,6 +82,33 @@ def invalid_body(exc: BaseException | str) -> ValidationFailed:
 
 _COUNTED_PROBLEMS = re.compile(r"\d+ problem\(s\)$")
 _PROBLEMS_IN_MESSAGE = 5
+MAX_PROBLEMS = 50
+"""Problems listed in a 422's ``details``; the rest are counted in a last entry. A body of a
+million bad keys must not get an answer larger than itself."""
+
+
+def bounded_problems(details: Any, total: int | None = None) -> Any:
+    """At most :data:`MAX_PROBLEMS` problems, each string in them cut to 200 characters, and a
+    last entry counting the ones left out (``omitted``; ``total``: how many there were, when
+    ``details`` lists only the first)."""
+    if not isinstance(details, list):
+        return details
+    kept = [
+        {k: v[:_MAX_ECHOED_CHARS] if isinstance(v, str) else v for k, v in d.items()}
+        if isinstance(d, dict)
+        else d
+        for d in details[:MAX_PROBLEMS]
+    ]
+    omitted = (len(details) if total is None else total) - len(kept)
+    if omitted > 0:
+        kept.append(
+            {
+                "field": "",
+                "message": f"{omitted} more problem(s) not listed (the first {MAX_PROBLEMS} are)",
+                "omitted": omitted,
+            }
+        )
+    return kept
 
 
 def with_problems(message: str, details: Any) -> str:
@@ -134,8 +161,12 @@ def install_error_handlers(app: FastAPI) -> None:
         status = status_for(exc)
         if status == 500:
             log.error("unmapped domain error", exc_info=exc)
-        message = with_problems(exc.message, exc.details) if status == 422 else exc.message
-        response = error_response(status, exc.error_type, message, exc.details)
+        details = exc.details
+        message = exc.message
+        if status == 422:
+            message = with_problems(exc.message, details)
+            details = bounded_problems(details)
+        response = error_response(status, exc.error_type, message, details)
         if isinstance(exc, Unauthorized):
             response.headers["WWW-Authenticate"] = exc.challenge
         if isinstance(exc, QueueFull):
@@ -149,16 +180,20 @@ def install_error_handlers(app: FastAPI) -> None:
                 reason = (err.get("ctx") or {}).get("error", "decode error")
                 where = err.get("loc", ("body", "?"))[-1]
                 return await _domain(request, invalid_body(f"{reason} at character {where}"))
+        errors = exc.errors()
         details = [
             {
                 "field": ".".join(str(part) for part in err.get("loc", ()) if part != "body")[
                     :_MAX_ECHOED_CHARS
                 ],
-                "message": err.get("msg", "invalid"),
+                "message": str(err.get("msg", "invalid"))[:_MAX_ECHOED_CHARS],
             }
-            for err in exc.errors()
+            for err in errors[:MAX_PROBLEMS]
         ]
-        summary = "; ".join(f"{d['field'] or 'body'}: {d['message']}" for d in details)
+        summary = "; ".join(f"{d['field'] or 'body'}: {d['message']}" for d in details[:_PROBLEMS_IN_MESSAGE])
+        more = len(errors) - min(len(details), _PROBLEMS_IN_MESSAGE)
+        summary += f" (and {more} more)" if more > 0 else ""
+        details = bounded_problems(details, total=len(errors))
         return error_response(422, "validation", f"invalid request: {summary}", details)
 
     @app.exception_handler(StarletteHTTPException)
