@@ -131,3 +131,42 @@ def _poll_state(client, url: str, state: str, timeout: float = 30) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+def test_the_python_client_raises_a_conflict_for_a_superseded_upload(settings, bor_policy):
+    from tool_shortlist_client import ShortlistClient
+    from tool_shortlist_client.errors import ConflictError
+
+    gate = threading.Event()
+    with _app(settings, bor_policy, BigBatchGate(gate), async_write_min_texts=2) as http:
+        client = ShortlistClient("http://testserver", http_client=http)
+        outcome: dict = {}
+
+        def upload() -> None:
+            try:
+                client.put_registry("r", _tools("big", 40))
+            except ConflictError as exc:
+                outcome["error"] = exc
+
+        waiting = threading.Thread(target=upload)
+        waiting.start()  # 202, then polls
+        assert _poll_state(http, _first_job_url(http), "running")
+        assert client.put_registry("r", _tools("later", 2)).tools == 2
+        gate.set()
+        waiting.join(30)
+        assert not waiting.is_alive()
+        assert outcome["error"].error_type == "superseded"
+
+
+def _first_job_url(client, timeout: float = 30) -> str:
+    """The URL of the one write job the app holds (the client's 202 is not visible here)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    core = client.app.state.service.core
+    while time.monotonic() < deadline:
+        held = core.write_jobs.queue.open_records()
+        if held:
+            return f"/registries/{held[0]['registry']}/jobs/{held[0]['id']}"
+        time.sleep(0.02)
+    raise AssertionError("no job accepted")

@@ -173,7 +173,7 @@ async function waitForJob(name, job) {
   for (;;) {
     fill("upload-result", [el("p", { class: "muted" }, `${job.state}: embedding ${job.new_texts} new tool texts…`)]);
     if (job.state === "done") return job.result;
-    if (job.state === "failed") throw new ApiError(null, { error: job.error });
+    if (job.state === "failed" || job.state === "superseded") throw new ApiError(null, { error: job.error });
     await new Promise((resolve) => setTimeout(resolve, 1000));
     job = await api("GET", `${registryPath(name)}/jobs/${encodeURIComponent(job.job)}`);
   }

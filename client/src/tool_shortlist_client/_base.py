@@ -126,6 +126,6 @@ def _job_call(registry: str, job: str) -> Call:
 def _job_result(data: dict[str, Any]) -> RegistryInfo:
     if not _is_job(data):
         return RegistryInfo.model_validate(data)
-    if data["state"] == "failed":
+    if data["state"] != "done":  # failed, or superseded by a later write (ConflictError)
         raise error_from_job(data.get("error"))
     return RegistryInfo.model_validate(data["result"])

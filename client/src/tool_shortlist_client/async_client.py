@@ -130,7 +130,7 @@ class AsyncShortlistClient(_Base):
     async def _written(self, registry: str, data: dict[str, Any]) -> RegistryInfo:
         """The write's result; a large upload answered 202 is polled until its job ends."""
         while _is_job(data):
-            if data["state"] in ("done", "failed"):
+            if data["state"] not in ("queued", "running"):
                 break
             await asyncio.sleep(JOB_POLL_SECONDS)
             data = await self._json(_job_call(registry, data["job"]))

@@ -151,7 +151,7 @@ class ShortlistClient(_Base):
     def _written(self, registry: str, data: dict[str, Any]) -> RegistryInfo:
         """The write's result; a large upload answered 202 is polled until its job ends."""
         while _is_job(data):
-            if data["state"] in ("done", "failed"):
+            if data["state"] not in ("queued", "running"):
                 break
             time.sleep(JOB_POLL_SECONDS)
             data = self._json(_job_call(registry, data["job"]))

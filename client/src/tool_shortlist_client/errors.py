@@ -126,7 +126,7 @@ def error_from_response(response: httpx.Response) -> APIError:
 
 
 _STATUS_BY_TYPE = {"not_found": 404, "validation": 422, "payload_too_large": 413, "conflict": 409,
-                   "unavailable": 503, "storage_full": 507}
+                   "unavailable": 503, "storage_full": 507, "superseded": 409}
 
 
 def error_from_job(error: Any) -> APIError:
