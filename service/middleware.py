@@ -84,7 +84,8 @@ class HostGuardMiddleware:
             return
         headers = dict(scope.get("headers") or ())
         host = host_name(headers.get(b"host", b"").decode("latin-1"))
-        if host not in self.allowed:
+        # No Host at all (HTTP/1.0 health checkers) is no rebinding: a browser always sends one.
+        if host and host not in self.allowed:
             response = error_response(
                 421, "misdirected_request",
                 f"this server does not answer to host {host[:100]!r} (SHORTLIST_ALLOWED_HOSTS)",

@@ -210,15 +210,15 @@ class GuardedH11Protocol(H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()
         self._count_stream(False)
-        if self._refused:
-            return
         if self._probe_only:
             self._probe_only = False
             self.streams.probes -= 1
+        if self._refused:
+            return  # refused at connect: uvicorn never saw this connection
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._refused:
+        if self._refused or self.transport.is_closing():
             return
         if self._probe_only and self._probe_head is not None:
             data = self._probe_request(data)
@@ -249,8 +249,7 @@ class GuardedH11Protocol(H11Protocol):
         if parts[0] in (b"GET", b"HEAD") and path in PROBE_PATHS:
             self._probe_head = None
             return head
-        self._probe_head = None
-        self._refused = True
+        self._probe_head = None  # closing: data_received ignores the rest
         self._cancel_timers()
         log.warning("request refused: %d open connections (SHORTLIST_MAX_CONNECTIONS)", self._busy())
         self.transport.write(self._too_many(self._busy()))

@@ -54,6 +54,22 @@ def test_a_foreign_origin_is_refused_with_a_local_host(local):
         assert local.get("/healthz", headers={"host": host}).status_code == 200
 
 
+def test_a_request_without_host_is_no_rebinding(local):
+    """HTTP/1.0 health checkers may send no Host; a browser always sends one."""
+    import asyncio
+
+    from service.middleware import HostGuardMiddleware
+
+    seen = []
+
+    async def app(scope, receive, send):
+        seen.append(scope["path"])
+
+    guard = HostGuardMiddleware(app, ("localhost",))
+    asyncio.run(guard({"type": "http", "path": "/healthz", "headers": []}, None, None))
+    assert seen == ["/healthz"]
+
+
 def test_a_star_answers_every_host(make_client):
     with make_client(allowed_hosts=("*",)) as client:
         assert client.put("/registries/x", json=weather_tools(), headers=EVIL).status_code == 200

@@ -97,15 +97,23 @@ def test_health_probes_answer_while_slow_bodies_hold_every_slot(guarded: Server)
         sock.sendall(HEAD.format(auth=f"authorization: Bearer {TOKEN}\r\n").encode() + b"{")
         held.append(sock)
     time.sleep(0.5)  # let the server take all of them
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    query = {"registry": "x", "query": "y"}
     try:
         for path in ("/healthz", "/readyz", "/healthz"):
             r = httpx.get(f"{guarded.url}{path}", timeout=10)
             assert r.status_code == 200, (path, r.status_code, r.text)
-        refused = httpx.post(
-            f"{guarded.url}/shortlist", json={"registry": "x", "query": "y"},
-            headers={"authorization": f"Bearer {TOKEN}"}, timeout=10,
-        )
-        assert refused.status_code == 503 and refused.json()["error"]["type"] == "too_many_connections"
+        for _ in range(20):  # more than the probe connections: each refusal frees its own
+            refused = httpx.post(f"{guarded.url}/shortlist", json=query, headers=auth, timeout=10)
+            assert refused.status_code == 503 and refused.json()["error"]["type"] == "too_many_connections"
+        assert httpx.get(f"{guarded.url}/healthz", timeout=10).status_code == 200
     finally:
         for sock in held:
             sock.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the server notices the closes: requests get slots again
+        answered = httpx.post(f"{guarded.url}/shortlist", json=query, headers=auth, timeout=10)
+        if answered.status_code != 503:
+            break
+        time.sleep(0.2)
+    assert answered.status_code == 404, answered.text  # served: the registry is unknown
