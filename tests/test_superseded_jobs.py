@@ -91,13 +91,16 @@ def test_two_uploads_in_a_row_both_apply_in_order(settings, bor_policy):
         assert _names(client, "r") == [f"two{i}" for i in range(5)]
 
 
-def test_a_resumed_upload_checks_for_later_writes_after_a_restart(settings, bor_policy):
+@pytest.mark.parametrize("mode", ["local", "redis"])
+def test_a_resumed_upload_checks_for_later_writes_after_a_restart(mode, settings, bor_policy, request):
+    # Redis: the dead process's lease on the job runs out, then the new one claims it
+    overrides = {**request.getfixturevalue("redis_overrides"), "job_lease_seconds": 0.5} if mode == "redis" else {}
     stuck = threading.Event()  # the first process never embeds: it "dies" with the job queued
-    with _app(settings, bor_policy, BigBatchGate(stuck), async_write_min_texts=2) as client:
+    with _app(settings, bor_policy, BigBatchGate(stuck), async_write_min_texts=2, **overrides) as client:
         big = client.put("/registries/r", json=_tools("big", 40))
         assert big.status_code == 202
     gate = threading.Event()
-    with _app(settings, bor_policy, BigBatchGate(gate), async_write_min_texts=2) as client:
+    with _app(settings, bor_policy, BigBatchGate(gate), async_write_min_texts=2, **overrides) as client:
         assert _poll_state(client, big.headers["location"], "running")  # resumed
         after = client.put("/registries/r", json=_tools("after", 2))  # sent after the restart
         assert after.status_code == 200
@@ -108,14 +111,16 @@ def test_a_resumed_upload_checks_for_later_writes_after_a_restart(settings, bor_
     stuck.set()
 
 
-def test_a_delete_before_a_crash_still_cancels_the_resumed_upload(settings, bor_policy):
+@pytest.mark.parametrize("mode", ["local", "redis"])
+def test_a_delete_before_a_crash_still_cancels_the_resumed_upload(mode, settings, bor_policy, request):
+    overrides = {**request.getfixturevalue("redis_overrides"), "job_lease_seconds": 0.5} if mode == "redis" else {}
     stuck = threading.Event()
-    with _app(settings, bor_policy, BigBatchGate(stuck), async_write_min_texts=2) as client:
+    with _app(settings, bor_policy, BigBatchGate(stuck), async_write_min_texts=2, **overrides) as client:
         big = client.put("/registries/r", json=_tools("big", 40))
         assert big.status_code == 202
         assert client.delete("/registries/r").status_code == 204
         assert client.put("/registries/r", json=_tools("small", 2)).status_code == 200
-    with _app(settings, bor_policy, async_write_min_texts=2) as client:
+    with _app(settings, bor_policy, async_write_min_texts=2, **overrides) as client:
         job = _poll(client, big.headers["location"])
         assert job["state"] == "superseded", job
         assert _names(client, "r") == ["small0", "small1"]
