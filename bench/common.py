@@ -216,7 +216,7 @@ def serve(
     keyword arguments become ``SHORTLIST_<NAME>`` settings.
     """
     with tempfile.TemporaryDirectory() as tmp:
-        server = Server(embedder_cache, data_dir or Path(tmp), root=root, **settings)
+        server = Server(embedder_cache, data_dir or Path(tmp), log_path=None, root=root, **settings)
         try:
             server.wait_ready()
             yield RunningServer(url=server.url, pid=server.pid)
