@@ -279,14 +279,24 @@ class Shortlister:
 
     # -- queries and feedback -------------------------------------------------------------------
 
-    def shortlist(self, request: ShortlistRequest, *, caller: str | None = None) -> Shortlist:
+    def shortlist(
+        self,
+        request: ShortlistRequest,
+        *,
+        caller: str | None = None,
+        token_scope: Sequence[str] | None = None,
+    ) -> Shortlist:
         """Shortlist for ``request`` (see :meth:`ShortlistEngine.shortlist`) and remember it, so
         feedback can quote its ``shortlist_id``. ``caller``: a hash of the bearer token that
-        asked (None without tokens), logged for the learning loop."""
-        result = self.require_engine().shortlist(request)
+        asked (None without tokens), logged for the learning loop. ``token_scope``: the tool
+        patterns bound to that token (None: unbound), which the request can only narrow.
+
+        A shortlist of several ``queries`` is remembered without a query text: its feedback
+        counts everywhere but in the usage memory (:mod:`registry.serving.batch`)."""
+        result = self.require_engine().shortlist(request, token_scope)
         for listener in self._shortlist_listeners:
             listener(result)
-        self.feedback_recorder.remember(result.shown(time.time(), request.query, caller))
+        self.feedback_recorder.remember(result.shown(time.time(), request.query or "", caller))
         return result
 
     def feedback(

@@ -65,6 +65,13 @@ class ValidationFailed(ShortlistError):
     error_type = "validation"
 
 
+class ScopeForbidden(ShortlistError):
+    """The caller's token is bound to tool patterns (an admin's scope) that match no tool of
+    the registry it asked about: it may be shown nothing there."""
+
+    error_type = "forbidden"
+
+
 class InvalidToolDefinition(ValidationFailed):
     """One or more uploaded tools are invalid.
 

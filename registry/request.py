@@ -9,14 +9,17 @@ bounded by (``MAX_K``, ``MAX_DEPTH_BIAS``) and the policy names are defined here
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, get_args
 
 from registry.errors import ValidationFailed
 
 __all__ = [
+    "MAX_ALLOWED_TOOLS",
     "MAX_DEPTH_BIAS",
     "MAX_K",
+    "MAX_QUERIES",
     "POLICIES",
     "SCORERS",
     "PolicyName",
@@ -33,6 +36,9 @@ ScorerName = Literal["dense", "bm25", "hybrid"]
 SCORERS: tuple[str, ...] = get_args(ScorerName)  # the one list of scorer names
 MAX_K = 1000  # the deepest shortlist (k or max_k) a request may ask for
 MAX_DEPTH_BIAS = 10.0  # bits; beyond this every list is 1 tool or the cap
+MAX_QUERIES = 16  # requests in one call (``queries``)
+MAX_ALLOWED_TOOLS = 10_000  # names or patterns in ``allowed_tools`` (an agent's whole toolbox)
+MAX_PATTERN_CHARS = 256  # one ``allowed_tools`` entry: a tool name's length (registry.tools)
 
 
 def depth_bias_problem(depth_bias: Any, k: int | None, policy: str) -> str | None:
@@ -76,6 +82,16 @@ class ResolvedRequest:
     k: int | None
     bias: float | None
     allow_empty: bool
+    # None unless the request (or its token) uses them: the one-query, whole-registry path
+    # reads nothing else (registry.serving.scope, registry.serving.batch)
+    queries: tuple[str, ...] | None = None
+    allowed_tools: tuple[str, ...] | None = None
+    token_scope: tuple[str, ...] | None = None
+
+    @property
+    def scoped(self) -> bool:
+        """The request may see only some of the registry's tools."""
+        return self.allowed_tools is not None or self.token_scope is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +101,7 @@ class ShortlistRequest:
     Attributes:
         registry: The registry to shortlist from.
         query: The agent's request (one text; several intents and long texts are handled).
+            Exactly one of ``query`` and ``queries``.
         k: A fixed depth (policy ``fixed``); ``None`` lets the policy choose.
         max_k: Cap on the policy's depth (default: ``SHORTLIST_DEFAULT_MAX_K``).
         policy: One of :data:`POLICIES` (default: ``SHORTLIST_DEFAULT_POLICY``).
@@ -93,35 +110,50 @@ class ShortlistRequest:
             MAX_DEPTH_BIAS``): it stops only where STOP beats CONTINUE by at least that much.
             Refused with ``k`` or another policy.
         allow_empty: The list may be empty when no tool fits (``confidence`` says how sure).
+        queries: Up to :data:`MAX_QUERIES` requests answered in one call: one shortlist holding
+            each request's own (``k``, ``max_k`` and the depth apply to each), every tool tagged
+            with the requests that brought it (:mod:`registry.serving.batch`).
+        allowed_tools: Tool names or glob patterns (``github/*``, ``fs/read_*``): ranking, depth
+            and the cap see only the tools they match (:mod:`registry.serving.scope`); a pattern
+            matching no tool is refused.
     """
 
     registry: str
-    query: str
+    query: str | None = None
     k: int | None = None
     max_k: int | None = None
     policy: str | None = None
     scorer: str | None = None
     depth_bias: float | None = None
     allow_empty: bool = False
+    queries: Sequence[str] | None = None
+    allowed_tools: Sequence[str] | None = None
 
-    def resolve(self, settings: RequestDefaults) -> ResolvedRequest:
+    def resolve(
+        self, settings: RequestDefaults, token_scope: Sequence[str] | None = None
+    ) -> ResolvedRequest:
         """Check every field at once and fill the defaults from ``settings``.
+
+        Args:
+            settings: Where the defaults and the query length limit come from.
+            token_scope: The patterns an admin bound to the caller's token (None: unbound); the
+                request's ``allowed_tools`` can only narrow them.
 
         Raises:
             ValidationFailed: listing every invalid field.
         """
         query, k, max_k, policy = self.query, self.k, self.max_k, self.policy
-        problems = []
-        if not isinstance(query, str) or not query.strip():
-            problems.append({"field": "query", "message": "must not be empty"})
-        elif len(query) > settings.max_query_chars:
-            problems.append(
-                {
-                    "field": "query",
-                    "message": f"is {len(query)} characters; the limit is "
-                    f"{settings.max_query_chars} (SHORTLIST_MAX_QUERY_CHARS)",
-                }
-            )
+        problems: list[dict[str, Any]] = []
+        queries = None
+        if self.queries is None and query is None:
+            problems.append({"field": "query", "message": "is required: give query (one request) or queries"})
+        elif self.queries is None:
+            problems += _text_problems("query", query, settings.max_query_chars)
+        else:
+            if query is not None:
+                problems.append({"field": "query", "message": "give query or queries, not both"})
+            queries = _queries(self.queries, settings.max_query_chars, problems)
+        allowed = None if self.allowed_tools is None else _patterns(self.allowed_tools, problems)
         for field_name, value in (("k", k), ("max_k", max_k)):
             if value is not None and not 1 <= value <= MAX_K:
                 problems.append(
@@ -156,11 +188,69 @@ class ShortlistRequest:
             bias = settings.depth_bias if self.depth_bias is None else float(self.depth_bias)
         return ResolvedRequest(
             registry=self.registry,
-            query=query,
+            query=query or "",
             policy="fixed" if k is not None else policy_name,
             scorer=scorer_name,
             cap=max_k or settings.default_max_k,
             k=k,
             bias=bias,
             allow_empty=bool(self.allow_empty),
+            queries=queries,
+            allowed_tools=allowed,
+            token_scope=tuple(token_scope) if token_scope is not None else None,
         )
+
+
+def _text_problems(field: str, text: Any, limit: int) -> list[dict[str, Any]]:
+    """What is wrong with one request text (``query``, or an entry of ``queries``)."""
+    if not isinstance(text, str) or not text.strip():
+        return [{"field": field, "message": "must not be empty"}]
+    if len(text) > limit:
+        return [
+            {
+                "field": field,
+                "message": f"is {len(text)} characters; the limit is {limit} "
+                "(SHORTLIST_MAX_QUERY_CHARS)",
+            }
+        ]
+    return []
+
+
+def _queries(value: Any, limit: int, problems: list[dict[str, Any]]) -> tuple[str, ...] | None:
+    """``queries`` as a tuple, or None after adding its problems."""
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        problems.append({"field": "queries", "message": "must be a list of request texts"})
+        return None
+    if not 1 <= len(value) <= MAX_QUERIES:
+        problems.append(
+            {"field": "queries", "message": f"must hold 1 to {MAX_QUERIES} requests, got {len(value)}"}
+        )
+        return None
+    found = [p for i, text in enumerate(value) for p in _text_problems(f"queries[{i}]", text, limit)]
+    problems += found
+    return None if found else tuple(value)
+
+
+def _patterns(value: Any, problems: list[dict[str, Any]]) -> tuple[str, ...] | None:
+    """``allowed_tools`` as a tuple of distinct patterns, or None after adding its problems."""
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        problems.append({"field": "allowed_tools", "message": "must be a list of tool names or patterns"})
+        return None
+    if not 1 <= len(value) <= MAX_ALLOWED_TOOLS:
+        problems.append(
+            {
+                "field": "allowed_tools",
+                "message": f"must hold 1 to {MAX_ALLOWED_TOOLS} names or patterns, got {len(value)} "
+                "(leave it out to allow every tool)",
+            }
+        )
+        return None
+    bad = [
+        i for i, p in enumerate(value)
+        if not isinstance(p, str) or not p.strip() or len(p) > MAX_PATTERN_CHARS
+    ]  # fmt: skip
+    for i in bad[:10]:
+        problems.append(
+            {"field": f"allowed_tools[{i}]", "message": f"must be a tool name or pattern of 1 to {MAX_PATTERN_CHARS} characters"}
+        )
+    return None if bad else tuple(dict.fromkeys(value))

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Literal, get_args
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from registry.request import MAX_DEPTH_BIAS, MAX_K
@@ -13,6 +14,10 @@ from registry.request import MAX_DEPTH_BIAS, MAX_K
 # Comma-separated in the environment; SecretStr keeps every token out of reprs and logs.
 Tokens = Annotated[tuple[SecretStr, ...], NoDecode]
 HostNames = Annotated[tuple[str, ...], NoDecode]
+# A JSON object {token: [tool name or pattern, ...]} in the environment, parsed by the validator
+# below (never by pydantic-settings, whose errors would print the tokens).
+TokenScopes = Annotated[tuple[tuple[SecretStr, tuple[str, ...]], ...], NoDecode]
+_MALFORMED_SCOPES = "<not {token: [patterns]} JSON; value hidden>"
 
 # The query/tool embedders (registry.index.minilm_export makes their ONNX files).
 EmbedderName = Literal["minilm", "minilm-int8", "tuned", "tuned-int8"]
@@ -112,6 +117,13 @@ class Settings(BaseSettings):
         (),
         description="Bearer token(s), comma-separated, for POST /shortlist and /feedback (admin "
         "tokens work too); unset = queries are open.",
+    )
+    query_token_scopes: TokenScopes = Field(
+        (),
+        description="Tools a query token may be shown: a JSON object {token: [tool name or "
+        "pattern, ...]} ('github/*', 'fs/read_*'). Each such token is a query token (added to "
+        "SHORTLIST_QUERY_TOKEN); its shortlists (POST /shortlist, MCP find_tools) rank and cap "
+        "only the tools its patterns match, and a request's allowed_tools can only narrow them.",
     )
     metrics_token: Tokens = Field(
         (),
@@ -450,6 +462,42 @@ class Settings(BaseSettings):
         if isinstance(value, (list, tuple)):
             return tuple(h.strip().lower().strip("[]") for h in value if str(h).strip())
         return value
+
+    @field_validator("query_token_scopes", mode="before")
+    @classmethod
+    def _parse_scopes(cls, value: object) -> object:
+        # Never raise with the value in hand: a bad value becomes a message without it.
+        if isinstance(value, str):
+            try:
+                value = json.loads(value) if value.strip() else {}
+            except ValueError:
+                return _MALFORMED_SCOPES
+        if isinstance(value, dict):
+            value = list(value.items())
+        if not isinstance(value, (list, tuple)):
+            return _MALFORMED_SCOPES
+        scopes = []
+        for pair in value:
+            if not (isinstance(pair, (list, tuple)) and len(pair) == 2):
+                return _MALFORMED_SCOPES
+            token, patterns = pair
+            token = token.get_secret_value() if isinstance(token, SecretStr) else token
+            well_formed = isinstance(patterns, (list, tuple)) and patterns and all(
+                isinstance(p, str) and p.strip() for p in patterns
+            )
+            if not (isinstance(token, str) and token.strip() and well_formed):
+                return _MALFORMED_SCOPES
+            scopes.append((SecretStr(token.strip()), tuple(patterns)))
+        return tuple(scopes)
+
+    @model_validator(mode="after")
+    def _scoped_tokens_query(self) -> Settings:
+        """A token bound to tool patterns is a query token: listing it once is enough."""
+        known = {t.get_secret_value() for t in self.query_token}
+        extra = tuple(t for t, _ in self.query_token_scopes if t.get_secret_value() not in known)
+        if extra:
+            self.query_token = (*self.query_token, *extra)
+        return self
 
     @field_validator(
         "demo_registry", "embedder_cache_dir", "redis_url", "coverage_model", "relevance_model", mode="before"

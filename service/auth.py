@@ -7,6 +7,8 @@ Which routes need which token is decided once, in :func:`service.app.create_app`
   ``SHORTLIST_QUERY_TOKEN`` is set.
 - ``GET /registries...`` (the report too): a query or an admin token when query tokens are
   set, else an admin token when admin tokens are set. Tool definitions and usage are not public.
+- A query token bound to tool patterns (``SHORTLIST_QUERY_TOKEN_SCOPES``) is a query token whose
+  shortlists see only the tools those patterns match (:func:`token_scope`).
 - ``GET /metrics``: a metrics, query or admin token when any token is configured (it names
   every registry); ``SHORTLIST_METRICS_TOKEN`` gives a scraper a token that opens nothing else.
 - ``/healthz``, ``/readyz``, ``/docs``: open (probes carry no tokens).
@@ -99,6 +101,27 @@ def caller_hash(
     if not token:
         return named.hexdigest()[:16]
     return f"{principal}.{named.hexdigest()[:12]}"
+
+
+def token_scope(authorization: str | None, settings: Settings) -> tuple[str, ...] | None:
+    """The tool patterns an admin bound to the request's bearer token
+    (``SHORTLIST_QUERY_TOKEN_SCOPES``), or None for an unbound token or none.
+
+    Every bound token is compared (no early exit), as in :func:`token_matches`; the route has
+    already authenticated the token, this only says what it may be shown.
+    """
+    scopes = settings.query_token_scopes
+    if not scopes or not authorization:
+        return None
+    scheme, _, token = authorization.strip(_OWS).partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    given = _digest(token.strip(_OWS).encode("latin-1", errors="replace"))
+    found: tuple[str, ...] | None = None
+    for secret, patterns in scopes:
+        if hmac.compare_digest(given, _digest(secret.get_secret_value().encode("utf-8"))):
+            found = patterns
+    return found
 
 
 def authenticate(authorization: str | None, accepted: Sequence[SecretStr], needs: str) -> None:

@@ -9,7 +9,7 @@ from fastapi import Depends, Request, Security
 
 from registry.core import Shortlister
 from registry.settings import Settings
-from service.auth import CALLER_HEADER, BearerScheme, authenticate, caller_hash
+from service.auth import CALLER_HEADER, BearerScheme, authenticate, caller_hash, token_scope
 from service.errors import UnsupportedMediaType, invalid_body
 from service.metrics import Metrics
 from service.state import ServiceState
@@ -91,6 +91,14 @@ async def get_caller_id(request: Request) -> str | None:
 
 
 CallerIdDep = Annotated[str | None, Depends(get_caller_id)]
+
+
+async def get_token_scope(request: Request) -> tuple[str, ...] | None:
+    """The tool patterns bound to the request's token (None: unbound): what it may be shown."""
+    return token_scope(request.headers.get("Authorization"), get_state(request).settings)
+
+
+TokenScopeDep = Annotated[tuple[str, ...] | None, Depends(get_token_scope)]
 
 
 async def require_json(request: Request) -> None:

@@ -18,6 +18,7 @@ from registry.errors import (
     NotReady,
     PayloadTooLarge,
     PolicySchemaMismatch,
+    ScopeForbidden,
     ShortlistError,
     ShortlistExpired,
     StorageFull,
@@ -35,6 +36,7 @@ STATUS_BY_ERROR: tuple[tuple[type[ShortlistError], int], ...] = (
     (ShortlistExpired, 410),
     (NotFound, 404),
     (ValidationFailed, 422),
+    (ScopeForbidden, 403),
     (PayloadTooLarge, 413),
     (StoreUnavailable, 503),
     (StorageFull, 507),  # Insufficient Storage: the disk is full, nothing was changed

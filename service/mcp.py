@@ -32,14 +32,21 @@ from starlette.types import Message, Receive, Scope, Send
 
 from registry.core import Shortlister
 from registry.errors import ShortlistError
-from registry.request import MAX_DEPTH_BIAS, MAX_K, ShortlistRequest
+from registry.request import MAX_ALLOWED_TOOLS, MAX_DEPTH_BIAS, MAX_K, MAX_QUERIES, ShortlistRequest
 from registry.serving.shortlist import Shortlist
 from registry.settings import Settings
 from service import json_body
-from service.auth import CALLER_HEADER, authenticate, caller_hash
+from service.auth import CALLER_HEADER, authenticate, caller_hash, token_scope
 from service.errors import Unauthorized, error_body, error_response
 from service.mcp_http import invalid_request, json_errors, read_body, replay
-from service.schemas import FeedbackRequest, FeedbackResponse, RegistryName, ShortlistResponse
+from service.schemas import (
+    AllowedTool,
+    FeedbackRequest,
+    FeedbackResponse,
+    QueryText,
+    RegistryName,
+    ShortlistResponse,
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +61,25 @@ STREAM_RETRY_AFTER_SECONDS = 30  # told to a client refused a stream (all slots 
 class FindToolsArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(
+    query: str | None = Field(
+        None,
         min_length=1,
         description="The user's request (a whole message is fine) or the agent's current step. "
-        "Several intents ('find X, then email it') are each covered.",
+        "Several intents ('find X, then email it') are each covered. Give query or queries.",
+    )
+    queries: list[QueryText] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_QUERIES,
+        description=f"Up to {MAX_QUERIES} requests at once (the steps of a plan), instead of "
+        "query: one list holding each request's tools, each tagged with the requests that "
+        "brought it.",
+    )
+    allowed_tools: list[AllowedTool] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_ALLOWED_TOOLS,
+        description="Only these tools: names or glob patterns ('github/*', 'fs/read_*').",
     )
     registry: RegistryName | None = Field(
         None, description="Registry to search (default: the server's default registry, 'demo')."
@@ -103,9 +125,10 @@ TOOLS = [
     types.Tool(
         name="find_tools",
         title="Find the tools for a request",
-        description="Shortlist the tools of a registry for a request: as many as a learned "
-        "Bits-over-Random depth policy judges it needs, each with its full definition. Quote "
-        "the shortlist_id in report_tool_use afterwards.",
+        description="Shortlist the tools of a registry for a request (or up to "
+        f"{MAX_QUERIES} requests at once): as many as a learned Bits-over-Random depth policy "
+        "judges it needs, each with its full definition, only among allowed_tools when given. "
+        "Quote the shortlist_id in report_tool_use afterwards.",
         input_schema=_schema(FindToolsArgs),
         output_schema=_schema(ShortlistResponse, "serialization"),
         annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
@@ -144,7 +167,8 @@ def shortlist_text(result: Shortlist) -> str:
         lines.append(f"no tool fits this request{sure}")
     for tool in result.tools:
         described = _description(tool.definition)
-        lines.append(f"{tool.rank}. {tool.name}" + (f": {described}" if described else ""))
+        asked = f" [queries {', '.join(map(str, tool.queries))}]" if tool.queries is not None else ""
+        lines.append(f"{tool.rank}. {tool.name}{asked}" + (f": {described}" if described else ""))
     lines.append(f"shortlist_id: {result.shortlist_id} (quote it in report_tool_use)")
     return "\n".join(lines)
 
@@ -326,7 +350,8 @@ class McpFace:
         caller = self._caller(headers)
         try:
             if name == "find_tools":
-                return await self._find_tools(FindToolsArgs.model_validate(arguments), caller)
+                scope = token_scope(headers.get("authorization"), self.settings) if headers is not None else None
+                return await self._find_tools(FindToolsArgs.model_validate(arguments), caller, scope)
             if name == "report_tool_use":
                 return await self._report(FeedbackRequest.model_validate(arguments), caller)
             return _error("not_found", f"unknown tool {name!r}", {"tool": name})
@@ -347,7 +372,9 @@ class McpFace:
             headers.get("authorization"), self.settings, headers.get(CALLER_HEADER), self.core.caller_key()
         )
 
-    async def _find_tools(self, args: FindToolsArgs, caller: str | None) -> types.CallToolResult:
+    async def _find_tools(
+        self, args: FindToolsArgs, caller: str | None, scope: tuple[str, ...] | None = None
+    ) -> types.CallToolResult:
         caps = [cap for cap in (args.max_k, args.limit) if cap is not None]
 
         def run() -> Shortlist:
@@ -358,8 +385,10 @@ class McpFace:
                 max_k=min(caps) if caps else None,
                 depth_bias=args.depth_bias,
                 allow_empty=args.allow_empty,
+                queries=tuple(args.queries) if args.queries is not None else None,
+                allowed_tools=tuple(args.allowed_tools) if args.allowed_tools is not None else None,
             )
-            return self.core.shortlist(request, caller=caller)
+            return self.core.shortlist(request, caller=caller, token_scope=scope)
 
         result = await to_thread.run_sync(run)
         return _structured(result.to_json(), shortlist_text(result))

@@ -10,7 +10,15 @@ from registry import request
 from registry.core import FeedbackResult
 from registry.feedback import MAX_CALLS
 from registry.names import MAX_REGISTRY_NAME_CHARS, REGISTRY_NAME_PATTERN
-from registry.request import MAX_DEPTH_BIAS, MAX_K, PolicyName, ScorerName
+from registry.request import (
+    MAX_ALLOWED_TOOLS,
+    MAX_DEPTH_BIAS,
+    MAX_K,
+    MAX_PATTERN_CHARS,
+    MAX_QUERIES,
+    PolicyName,
+    ScorerName,
+)
 from service.schemas_openapi import MAX_TOOL_NAME_CHARS, NOT_BLANK_PATTERN, SHORTLIST_KNOB_RULES
 
 MAX_USED_TOOLS = 1000
@@ -23,6 +31,9 @@ RegistryName = Annotated[
     ),
 ]
 ToolName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TOOL_NAME_CHARS)]
+AllowedTool = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATTERN_CHARS)]
+# blank and too long are refused by registry.request (naming the entry); documented here
+QueryText = Annotated[str, Field(min_length=1, json_schema_extra={"pattern": NOT_BLANK_PATTERN})]
 
 # Written out for the OpenAPI enum; a test keeps them equal to the engine's lists.
 # The OpenAPI enums are the engine's own lists (registry.serving.shortlist / registry.index.hybrid).
@@ -41,6 +52,7 @@ class ErrorResponse(BaseModel):
 
 ERROR_DESCRIPTIONS: dict[int, str] = {
     401: "Missing, malformed or unknown bearer token",
+    403: "The token's bound tool patterns match no tool of this registry",
     404: "Unknown registry, tool or shortlist",
     409: "Another replica kept winning the race to write this registry; retry",
     410: "The shortlist was served before a restart or a store wipe lost its record",
@@ -259,10 +271,12 @@ class ShortlistRequest(BaseModel):
     )
 
     registry: RegistryName = Field(description="Registry to search.")
-    query: str = Field(
+    query: str | None = Field(
+        None,
         description="The user's request (a whole message is fine) or the agent's current step; "
         "not blank, at most SHORTLIST_MAX_QUERY_CHARS (default 262144) characters. Several "
-        "intents ('find X, then email it') are each covered; a tool named verbatim comes first.",
+        "intents ('find X, then email it') are each covered; a tool named verbatim comes first. "
+        "Exactly one of query and queries.",
         min_length=1,
         # Documented only: blank and too long are refused by registry.serving.shortlist with clearer
         # messages; maxLength is the setting's value (document_settings).
@@ -296,6 +310,24 @@ class ShortlistRequest(BaseModel):
         description="Allow an empty shortlist (k = 0) when no tool fits the request; the "
         "response's confidence says how sure the service is that one does.",
     )
+    queries: list[QueryText] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_QUERIES,
+        description=f"Up to {MAX_QUERIES} requests in one call, instead of query: one shortlist "
+        "holding each request's own list (k, max_k and the depth apply to each), merged "
+        "round-robin without duplicates; each tool's 'queries' lists the requests that brought "
+        "it. One shortlist_id for feedback.",
+    )
+    allowed_tools: list[AllowedTool] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_ALLOWED_TOOLS,
+        description="Tool names or glob patterns ('github/*', 'fs/read_*'; * ? [abc]): ranking, "
+        "depth and max_k see only the tools they match, never the others. A pattern matching no "
+        "tool is refused. A token bound to patterns (SHORTLIST_QUERY_TOKEN_SCOPES) is narrowed "
+        "by them, never widened.",
+    )
     explain: bool = Field(
         False,
         strict=True,  # true or false, not 0 or "yes"
@@ -305,8 +337,10 @@ class ShortlistRequest(BaseModel):
 
     def to_request(self) -> request.ShortlistRequest:
         """The domain's request value (``explain`` stays here: it shapes the HTTP response only)."""
-        fields = self.model_dump(exclude={"explain"})
-        return request.ShortlistRequest(**fields)
+        fields = self.model_dump(exclude={"explain", "queries", "allowed_tools"})
+        queries = tuple(self.queries) if self.queries is not None else None
+        allowed = tuple(self.allowed_tools) if self.allowed_tools is not None else None
+        return request.ShortlistRequest(**fields, queries=queries, allowed_tools=allowed)
 
 
 class DepthExplanation(BaseModel):
@@ -336,6 +370,11 @@ class ShortlistTool(BaseModel):
         None, description="Index into 'intents' of the intent this tool covers; null: the whole request."
     )
     named: bool = Field(False, description="The request names this tool verbatim.")
+    queries: list[int] | None = Field(
+        None,
+        description="With queries: the indices of the requests whose lists hold this tool; "
+        "null for a single query.",
+    )
 
 
 class ShortlistResponse(BaseModel):

@@ -66,6 +66,7 @@ EQUIVALENT_GROUP_SCHEMA: dict[str, Any] = {
 # The depth knobs exclude each other: k fixes the depth (policy fixed, no depth_bias);
 # depth_bias tunes bor only. Said as JSON-schema conditions (registry.serving.shortlist enforces them).
 SHORTLIST_KNOB_RULES: list[Any] = [
+    {"oneOf": [{"required": ["query"]}, {"required": ["queries"]}]},  # one request or several
     {
         "if": {"required": ["k"], "properties": {"k": {"type": "integer"}}},
         "then": {"properties": {"policy": {"enum": ["fixed", None]}, "depth_bias": {"type": "null"}}},
@@ -147,5 +148,7 @@ def document_settings(openapi: dict[str, Any], max_query_chars: int) -> dict[str
     """Write the limits that are settings into a built OpenAPI document (idempotent)."""
     request = openapi.get("components", {}).get("schemas", {}).get("ShortlistRequest")
     if request is not None:
-        request["properties"]["query"]["maxLength"] = max_query_chars
+        properties = request["properties"]
+        properties["query"]["anyOf"][0]["maxLength"] = max_query_chars
+        properties["queries"]["anyOf"][0]["items"]["maxLength"] = max_query_chars
     return openapi

@@ -130,3 +130,19 @@ def rank_windows(
         )
     order, scores = top_k(best_scores(scorer, windows, dense, lexical, candidates, alpha), depth)
     return candidates[order], scores
+
+
+def rank_within(
+    scorer: str,
+    windows: Sequence[Query],
+    dense: DenseIndex,
+    lexical: LexicalIndex,
+    ids: np.ndarray,
+    depth: int,
+    alpha: float = HYBRID_ALPHA,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`rank_windows` over the tools ``ids`` alone (ascending positions): a scoped request
+    (:mod:`registry.serving.scope`). Each of them is scored exactly, so no other tool can take a
+    place in the ranking, and ties break by position as in the whole registry's ranking."""
+    order, scores = top_k(best_scores(scorer, windows, dense, lexical, ids, alpha), depth)
+    return ids[order], scores

@@ -55,6 +55,8 @@ class DepthTrace:
         margins: the learned policy's ``Q_stop - Q_continue`` per depth on that ranking.
         scores: that ranking's top scores (the policy's feature window).
         done: the request's own ranking was handled (intents' rankings are not traced).
+        explore: exploration may deepen it (off for a request answered inside a batch, whose
+            feedback cannot say which request's depth it judges).
     """
 
     rule: StopRule = DEFAULT_RULE
@@ -64,3 +66,4 @@ class DepthTrace:
     margins: tuple[float, ...] = field(default=())
     scores: tuple[float, ...] = field(default=())
     done: bool = False
+    explore: bool = True

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import Any
 
@@ -29,10 +29,11 @@ from registry.feedback import ShownShortlist
 from registry.feedback.events import MAX_LOGGED_QUERY_CHARS, RANKING_TAIL
 from registry.feedback.served import new_shortlist_id
 from registry.index.embed import Embedder
-from registry.index.hybrid import Query, best_scores, rank_windows
+from registry.index.hybrid import Query, best_scores, rank_windows, rank_within
 from registry.index.lexical import tokenize
 from registry.index.snapshot import Snapshot
 from registry.request import ResolvedRequest
+from registry.serving.batch import merge_shortlists
 from registry.serving.compose import Pick, fold_duplicates, interleave
 from registry.serving.coverage import CoverageModel, cover
 from registry.serving.depth_policies import (
@@ -56,6 +57,7 @@ from registry.serving.replay import (
     policy_schema,
     replay_ranking,
 )
+from registry.serving.scope import ScopeCache, allows
 from registry.serving.shorthand import expand_shorthand
 from registry.serving.stop_rules import PolicyBook
 from registry.serving.windows import query_windows
@@ -73,6 +75,7 @@ class ShortlistItem:
     alternates: tuple[str, ...] = ()  # near-duplicates folded into this tool
     intent: int | None = None  # which of Shortlist.intents brought it (None: the whole request)
     named: bool = False  # the request names this tool verbatim
+    queries: tuple[int, ...] | None = None  # with ``queries``: the requests whose lists hold it
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +123,7 @@ class Shortlist:
                     "alternates": list(t.alternates),
                     "intent": t.intent,
                     "named": t.named,
+                    "queries": None if t.queries is None else list(t.queries),
                 }
                 for t in self.tools
             ],
@@ -174,15 +178,37 @@ class QueryRunner:
         self.usage = usage  # the usage memory's lift (learning), when the core has one
         self.policy_book = policy_book or PolicyBook()  # per-registry stop rules
         self.explorer = Explorer(settings.explore_share)
+        self._no_explore = Explorer(0.0)
+        self.scopes = ScopeCache()
 
     def run(self, snap: Snapshot, request: ResolvedRequest) -> Shortlist:
-        """Answer ``request`` on ``snap`` (already resolved: checked, defaults filled)."""
+        """Answer ``request`` on ``snap`` (already resolved: checked, defaults filled).
+
+        With ``queries`` each request is answered on the same snapshot and the lists merged
+        (:func:`registry.serving.batch.merge_shortlists`); a scoped request (``allowed_tools``,
+        a token's patterns) is ranked over its allowed tools alone (:mod:`registry.serving.scope`).
+        """
+        scope = self.scopes.ids(snap, request.allowed_tools, request.token_scope) if request.scoped else None
+        if request.queries is None:
+            return self._run(snap, request, scope)
+        started = time.perf_counter()
+        parts = [
+            self._run(snap, replace(request, query=text, queries=None), scope, explore=False)
+            for text in request.queries
+        ]
+        merged = merge_shortlists(parts, new_shortlist_id())
+        merged.timings["total"] = time.perf_counter() - started
+        return merged
+
+    def _run(
+        self, snap: Snapshot, request: ResolvedRequest, scope: np.ndarray | None, *, explore: bool = True
+    ) -> Shortlist:
         query = request.query
         started = time.perf_counter()
         timings: dict[str, float] = {}
-        n = snap.n_tools
+        n = snap.n_tools if scope is None else int(scope.shape[0])  # what ranking and depth see
         adaptive = request.k is None  # depth chosen by a policy: traced (and maybe explored)
-        trace = DepthTrace(self.policy_book.active(snap.registry)) if adaptive else None
+        trace = DepthTrace(self.policy_book.active(snap.registry), explore=explore) if adaptive else None
         intents = self._intents(query, request)
 
         t0 = time.perf_counter()
@@ -191,16 +217,15 @@ class QueryRunner:
         timings["embed"] = t1 - t0
 
         wanted = self._wanted(request)
-        rankings = [
-            rank_windows(request.scorer, q, snap.dense, snap.lexical, min(wanted, n))
-            for q in prepared
-        ]
+        rankings = [self._rank(snap, request.scorer, q, min(wanted, n), scope) for q in prepared]
         if self.usage is not None and prepared[0][0].vector is not None:  # usage lift (learning)
             rankings[0] = self.usage.rerank(snap, prepared[0][0].vector, *rankings[0])
         t2 = time.perf_counter()
         timings["search"] = t2 - t1
 
         named_ids = snap.names.find(query)
+        if scope is not None and named_ids:
+            named_ids = [t for t in named_ids if allows(scope, t)]
         named = self._named_scores(snap, prepared[0], request.scorer, named_ids, rankings[0])
         confidence = None
         if request.allow_empty:
@@ -211,7 +236,13 @@ class QueryRunner:
             picks = self._fixed_picks(rankings[0], named, request.k)
         else:
             texts = [query, *(i.text for i in intents)]
-            picks = self._compose(snap, rankings, [i.step for i in intents], named, request, trace, texts)
+            picks = self._compose(snap, n, rankings, [i.step for i in intents], named, request, trace, texts)
+        if scope is not None:  # the last guard: no step may show a tool outside the scope
+            picks = [
+                replace(p, alternates=tuple(a for a in p.alternates if allows(scope, a)))
+                for p in picks
+                if allows(scope, p.tool)
+            ]
         timings["policy"] = time.perf_counter() - t2
 
         items = [
@@ -259,6 +290,14 @@ class QueryRunner:
         )
 
     # -- steps ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _rank(
+        snap: Snapshot, scorer: str, query: list[Query], depth: int, scope: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        if scope is None:
+            return rank_windows(scorer, query, snap.dense, snap.lexical, depth)
+        return rank_within(scorer, query, snap.dense, snap.lexical, scope, depth)
 
     def _intents(self, query: str, request: ResolvedRequest) -> tuple[Intent, ...]:
         if request.k is not None or not self.settings.multi_intent:
@@ -317,6 +356,7 @@ class QueryRunner:
     def _compose(
         self,
         snap: Snapshot,
+        n: int,
         rankings: list[tuple[np.ndarray, np.ndarray]],
         steps: list[bool],
         named: list[tuple[int, float]],
@@ -324,7 +364,6 @@ class QueryRunner:
         trace: DepthTrace | None = None,
         texts: Sequence[str] = (),
     ) -> list[Pick]:
-        n = snap.n_tools
         # names are only read to fold declared equivalents
         names = [t.name for t in snap.tools] if len(snap.equivalence) else []
         threshold = self.settings.duplicate_similarity
@@ -383,7 +422,8 @@ class QueryRunner:
         depth = min(depth, cap, available)
         if trace is None or trace.done or request.policy == "fixed":
             return depth  # intents' rankings, and a fixed depth, are never explored
-        shown, trace.propensity = self.explorer.draw(depth, min(cap, available))
+        explorer = self.explorer if trace.explore else self._no_explore
+        shown, trace.propensity = explorer.draw(depth, min(cap, available))
         trace.chosen, trace.shown, trace.done = depth, shown, True
         return shown
 

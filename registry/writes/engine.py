@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -296,15 +296,19 @@ class ShortlistEngine(CommitPath):
 
     # -- queries --------------------------------------------------------------------------------
 
-    def shortlist(self, request: ShortlistRequest) -> Shortlist:
+    def shortlist(
+        self, request: ShortlistRequest, token_scope: Sequence[str] | None = None
+    ) -> Shortlist:
         """Rank the registry's tools for the request's query and cut the list where the policy says.
 
         The request is checked first (every invalid field at once, see
         :meth:`~registry.request.ShortlistRequest.resolve`), then the registry's snapshot is read
         once. A request holding several intents gets each of them covered, tools it names
         verbatim come first, near-duplicates share one slot (:mod:`registry.serving.shortlist`).
+        ``token_scope``: the tool patterns an admin bound to the caller's token, which
+        ``allowed_tools`` can only narrow (:mod:`registry.serving.scope`).
         """
-        resolved = request.resolve(self.settings)
+        resolved = request.resolve(self.settings, token_scope)
         return self.queries.run(self.snapshot(request.registry), resolved)
 
     # -- internals ------------------------------------------------------------------------------
