@@ -35,7 +35,7 @@ __all__ = ["GLOB_CHARS", "ScopeCache", "allowed_ids", "allows"]
 
 GLOB_CHARS = frozenset("*?[")
 _CACHED_SCOPES = 256  # (registry version, patterns) -> ids kept; an agent resends the same list
-_MAX_NAMED_PROBLEMS = 20  # unmatched patterns listed one by one in the error details
+_MAX_NAMED_PROBLEMS = 20  # unmatched patterns named in the error message
 
 
 def _hits(snap: Snapshot, patterns: Iterable[str]) -> list[list[int]]:
@@ -98,12 +98,13 @@ def allowed_ids(
             if visible is not None
             else f"no tool of registry {snap.registry!r}"
         )
+        # every one in the details (a client may drop them and ask again), the first few said
         problems = [
             {"field": "allowed_tools", "message": f"{p!r} matches {where}", "pattern": p}
-            for p in unmatched[:_MAX_NAMED_PROBLEMS]
+            for p in unmatched
         ]
         listed = ", ".join(repr(p) for p in unmatched[:_MAX_NAMED_PROBLEMS])
-        more = len(unmatched) - len(problems)
+        more = len(unmatched) - _MAX_NAMED_PROBLEMS
         raise ValidationFailed(
             f"invalid shortlist request: allowed_tools: {listed}"
             + (f" and {more} more" if more > 0 else "")

@@ -6,6 +6,7 @@ from tool_shortlist_client.client import AsyncShortlistClient, ShortlistClient
 from tool_shortlist_client.errors import (
     APIError,
     ConflictError,
+    ForbiddenError,
     InvalidRequestError,
     NotFoundError,
     PayloadTooLargeError,
@@ -40,6 +41,7 @@ __all__ = [
     "AsyncShortlistClient",
     "ConflictError",
     "FeedbackResult",
+    "ForbiddenError",
     "InvalidRequestError",
     "NotFoundError",
     "PayloadTooLargeError",

@@ -84,7 +84,7 @@ class _Base:
 
     # -- calls ---------------------------------------------------------------------------------
 
-    def _shortlist_call(self, query: str, registry: str | None, **options: Any) -> Call:
+    def _shortlist_call(self, query: str | None, registry: str | None, **options: Any) -> Call:
         body = shortlist_body(self._registry(registry), query, **options)
         return Call("POST", "/shortlist", "query", idempotent=True, body=body)
 

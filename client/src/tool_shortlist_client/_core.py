@@ -156,9 +156,14 @@ def tools_body(
     return body
 
 
+def _listed(values: Iterable[str] | None) -> Any:
+    """A list for the body; a bare string is sent as it is, for the service to refuse by name."""
+    return values if values is None or isinstance(values, str) else list(values)
+
+
 def shortlist_body(
     registry: str,
-    query: str,
+    query: str | None,
     *,
     k: int | None,
     max_k: int | None,
@@ -167,9 +172,14 @@ def shortlist_body(
     depth_bias: float | None,
     allow_empty: bool,
     explain: bool = False,
+    queries: Iterable[str] | None = None,
+    allowed_tools: Iterable[str] | None = None,
 ) -> dict[str, Any]:
-    body: dict[str, Any] = {"registry": registry, "query": query}
+    body: dict[str, Any] = {"registry": registry}
     optional = {
+        "query": query,
+        "queries": _listed(queries),
+        "allowed_tools": _listed(allowed_tools),
         "k": k,
         "max_k": max_k,
         "policy": policy,

@@ -85,8 +85,10 @@ class AsyncShortlistClient(_Base):
 
     async def shortlist(
         self,
-        query: str,
+        query: str | None = None,
         *,
+        queries: Iterable[str] | None = None,
+        allowed_tools: Iterable[str] | None = None,
         registry: str | None = None,
         k: int | None = None,
         max_k: int | None = None,
@@ -99,6 +101,7 @@ class AsyncShortlistClient(_Base):
         call = self._shortlist_call(
             query, registry, k=k, max_k=max_k, policy=policy, scorer=scorer,
             depth_bias=depth_bias, allow_empty=allow_empty, explain=explain,
+            queries=queries, allowed_tools=allowed_tools,
         )  # fmt: skip
         return Shortlist.model_validate(await self._json(call))
 

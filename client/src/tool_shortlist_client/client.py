@@ -96,8 +96,10 @@ class ShortlistClient(_Base):
 
     def shortlist(
         self,
-        query: str,
+        query: str | None = None,
         *,
+        queries: Iterable[str] | None = None,
+        allowed_tools: Iterable[str] | None = None,
         registry: str | None = None,
         k: int | None = None,
         max_k: int | None = None,
@@ -107,10 +109,16 @@ class ShortlistClient(_Base):
         allow_empty: bool = False,
         explain: bool = False,
     ) -> Shortlist:
-        """The tools to show for ``query`` (``POST /shortlist``); see the README for each option."""
+        """The tools to show for ``query`` (``POST /shortlist``); see the README for each option.
+
+        ``queries``: up to 16 requests instead of ``query``, answered as one shortlist whose
+        tools say which requests brought them (``tool.queries``); ``allowed_tools``: only these
+        tool names or glob patterns (``"github/*"``) are ranked, cut and shown.
+        """
         call = self._shortlist_call(
             query, registry, k=k, max_k=max_k, policy=policy, scorer=scorer,
             depth_bias=depth_bias, allow_empty=allow_empty, explain=explain,
+            queries=queries, allowed_tools=allowed_tools,
         )  # fmt: skip
         return Shortlist.model_validate(self._json(call))
 

@@ -67,6 +67,10 @@ class UnauthorizedError(APIError):
     """401: missing, malformed or unknown bearer token."""
 
 
+class ForbiddenError(APIError):
+    """403: the token is bound to tool patterns that match no tool of the registry asked."""
+
+
 class NotFoundError(APIError):
     """404: unknown registry, tool or shortlist id (or an expired one)."""
 
@@ -97,6 +101,7 @@ class ServerError(APIError):
 
 _BY_STATUS: dict[int, type[APIError]] = {
     401: UnauthorizedError,
+    403: ForbiddenError,
     404: NotFoundError,
     409: ConflictError,
     413: PayloadTooLargeError,

@@ -25,6 +25,8 @@ class ShortlistTool(_Model):
     alternates: list[str] = Field(default_factory=list)
     intent: int | None = None
     named: bool = False
+    queries: list[int] | None = None
+    """With several ``queries``: the indices of the requests whose lists hold this tool."""
 
 
 class DepthExplanation(_Model):

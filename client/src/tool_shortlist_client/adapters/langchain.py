@@ -10,14 +10,18 @@ service-backed twin of LangChain's ``LLMToolSelectorMiddleware``: the same hook
 ``POST /feedback``, each call marked useful unless its tool answered with an error.
 
 A shortlisted registry name matches an agent tool named the same or its provider-safe name
-(``fs/read_file`` -> ``fs__read_file``, :mod:`tool_shortlist_client.names`); shortlisted tools
-the agent does not have are dropped, and a shortlist none of whose tools the agent has is an
-error rather than a silent empty tool list.
+(``fs/read_file`` -> ``fs__read_file``, :mod:`tool_shortlist_client.names`). The request names
+the agent's tools as ``allowed_tools`` (``scope_to_agent_tools``, on by default; the pins
+left out, they are offered anyway), so the service ranks and caps only tools the agent can
+call and no slot goes to a tool it would have to drop. Agent tools the registry does not hold
+are refused by name once (422); they are left out of that request and of later ones. A
+shortlist none of whose tools the agent has is an error rather than a silent empty tool list.
 """
 
 from __future__ import annotations
 
 import asyncio
+import glob
 import logging
 import threading
 from collections import OrderedDict
@@ -30,12 +34,13 @@ from langchain.agents.middleware.types import ModelCallResult
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 
 from tool_shortlist_client.client import AsyncShortlistClient, ShortlistClient
-from tool_shortlist_client.errors import ShortlistClientError
+from tool_shortlist_client.errors import InvalidRequestError, ShortlistClientError
 from tool_shortlist_client.models import FeedbackResult, Shortlist
-from tool_shortlist_client.names import provider_name
+from tool_shortlist_client.names import decode_readable, provider_name
 
 logger = logging.getLogger(__name__)
 
+_GLOB = frozenset("*?[")  # the service reads these in allowed_tools as a pattern
 REMEMBERED_TURNS = 256
 """User turns whose shortlist is kept for the calls and the feedback that follow."""
 
@@ -61,6 +66,8 @@ class ShortlistMiddleware(AgentMiddleware[AgentState[Any], Any]):
         always_include: Agent tool names always offered, outside the shortlist (like
             ``LLMToolSelectorMiddleware``'s); each must be one of the agent's tools.
         feedback: Report the called shortlisted tools when the run ends (default on).
+        scope_to_agent_tools: Send the agent's tools (registry or readable provider-safe names)
+            as ``allowed_tools`` (default on); off, the service ranks the whole registry.
         options: Passed to :meth:`ShortlistClient.shortlist`: ``k``, ``max_k``, ``depth_bias``,
             ``policy``, ``scorer``, ``allow_empty``.
 
@@ -78,6 +85,7 @@ class ShortlistMiddleware(AgentMiddleware[AgentState[Any], Any]):
         registry: str | None = None,
         always_include: Sequence[str] = (),
         feedback: bool = True,
+        scope_to_agent_tools: bool = True,
         **options: Any,
     ) -> None:
         super().__init__()
@@ -88,6 +96,8 @@ class ShortlistMiddleware(AgentMiddleware[AgentState[Any], Any]):
         self.registry = registry
         self.always_include = list(always_include)
         self.report_feedback = feedback
+        self.scope_to_agent_tools = scope_to_agent_tools
+        self._not_in_registry: set[str] = set()  # allowed_tools names the service refused
         self.options = options
         self.shortlists: list[Shortlist] = []
         self.feedback_results: list[FeedbackResult] = []
@@ -112,9 +122,13 @@ class ShortlistMiddleware(AgentMiddleware[AgentState[Any], Any]):
         key, query = turn
         known = self._known(key)
         if known is None:
-            known = self._remember(
-                key, request, self._sync_client().shortlist(query, **self._ask())
-            )
+            client = self._sync_client()
+            allowed = self._allowed(request)
+            try:
+                shortlist = client.shortlist(query, **self._ask(allowed))
+            except InvalidRequestError as error:
+                shortlist = client.shortlist(query, **self._ask(self._without_refused(allowed, error)))
+            known = self._remember(key, request, shortlist)
         return handler(self._narrowed(request, known))
 
     async def awrap_model_call(
@@ -129,12 +143,11 @@ class ShortlistMiddleware(AgentMiddleware[AgentState[Any], Any]):
         key, query = turn
         known = self._known(key)
         if known is None:
-            if self.async_client is not None:
-                shortlist = await self.async_client.shortlist(query, **self._ask())
-            else:
-                shortlist = await asyncio.to_thread(
-                    self._sync_client().shortlist, query, **self._ask()
-                )
+            allowed = self._allowed(request)
+            try:
+                shortlist = await self._ashortlist(query, allowed)
+            except InvalidRequestError as error:
+                shortlist = await self._ashortlist(query, self._without_refused(allowed, error))
             known = self._remember(key, request, shortlist)
         return await handler(self._narrowed(request, known))
 
@@ -186,8 +199,49 @@ class ShortlistMiddleware(AgentMiddleware[AgentState[Any], Any]):
             raise RuntimeError("no sync client: give client=, or run the agent with ainvoke")
         return self.client
 
-    def _ask(self) -> dict[str, Any]:
-        return {"registry": self.registry, **self.options}
+    async def _ashortlist(self, query: str, allowed: list[str] | None) -> Shortlist:
+        if self.async_client is not None:
+            return await self.async_client.shortlist(query, **self._ask(allowed))
+        return await asyncio.to_thread(self._sync_client().shortlist, query, **self._ask(allowed))
+
+    def _ask(self, allowed: list[str] | None = None) -> dict[str, Any]:
+        scope = {"allowed_tools": allowed} if allowed else {}
+        return {"registry": self.registry, **self.options, **scope}
+
+    def _allowed(self, request: ModelRequest) -> list[str] | None:
+        """The agent's tools as registry names (pins left out), or None when not scoping.
+
+        A provider-safe name (``fs__read_file``) is sent with the registry name it decodes to
+        (``fs/read_file``): the registry holds one of them, and the other is refused once.
+        Glob characters in a name are escaped so it matches only itself.
+        """
+        if not self.scope_to_agent_tools:
+            return None
+        names: dict[str, None] = {}
+        for tool in request.tools:
+            if isinstance(tool, dict) or tool.name in self.always_include:
+                continue
+            decoded = decode_readable(tool.name) if "__" in tool.name else None
+            for name in (tool.name, decoded):
+                sent = glob.escape(name) if name and _GLOB.intersection(name) else name
+                if sent and sent not in self._not_in_registry:
+                    names[sent] = None
+        return list(names) or None
+
+    def _without_refused(self, allowed: list[str] | None, error: InvalidRequestError) -> list[str] | None:
+        """``allowed`` less the names the service said match no tool (remembered, so later
+        requests leave them out); re-raises an error about anything else."""
+        details = error.details if isinstance(error.details, list) else []
+        refused = {
+            str(d["pattern"]) for d in details
+            if isinstance(d, dict) and d.get("field") == "allowed_tools" and "pattern" in d
+        }  # fmt: skip
+        if not allowed or not refused or len(refused) != len(details):
+            raise error
+        with self._lock:
+            self._not_in_registry.update(refused)
+        kept = [name for name in allowed if name not in refused]
+        return kept or None
 
     def _known(self, key: str) -> _Turn | None:
         with self._lock:
