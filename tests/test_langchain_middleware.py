@@ -112,9 +112,10 @@ def test_each_model_call_sees_the_shortlist_and_the_called_tools_are_reported(se
     shortlist = middleware.last
     assert shortlist is not None and shortlist.names[0] == "get_weather"
     assert len(middleware.shortlists) == 1  # one shortlist per user turn, not per model call
-    # The registry's 4th tool (fs/read_file) is not an agent tool and is dropped; the pin is last.
-    offered = [n for n in shortlist.names if n != "fs/read_file"]
-    assert bound == [[*offered, "ask_human"]] * 2  # both model calls of the turn
+    # The registry's 4th tool (fs/read_file) is not an agent tool: never shortlisted (the request
+    # names the agent's tools as allowed_tools); the pin is last.
+    assert "fs/read_file" not in shortlist.names
+    assert bound == [[*shortlist.names, "ask_human"]] * 2  # both model calls of the turn
     assert calls == ["get_weather"]
     assert state["messages"][-1].content == "Done."
     # Feedback: the called shortlisted tool, as recorded by the service.
@@ -323,3 +324,52 @@ def test_the_client_doc_snippet_runs_as_written(server):
         assert calls == ["refund_payment"]
         assert shortlist.feedback_results[-1].presented.exact
         assert tool_row(client.report("payments"), "refund_payment").used == 1
+
+
+def test_the_agents_tools_scope_the_request_before_the_cap(server):
+    """The middleware sends the agent's tools as allowed_tools (pins left out): with k=2 both
+    slots go to tools the agent can call, never to registry tools it would drop. A name the
+    registry lacks is refused once, then left out; a provider-safe name is sent decoded too."""
+    import httpx
+    from langchain.agents import create_agent
+
+    from tool_shortlist_client.adapters.langchain import ShortlistMiddleware
+
+    sent: list[dict[str, Any]] = []
+
+    def record(request: httpx.Request) -> None:
+        if request.url.path == "/shortlist":
+            sent.append(json.loads(request.content))
+
+    http = httpx.Client(event_hooks={"request": [record]})
+    with ShortlistClient(server.url, registry="weather", http_client=http) as client:
+        unscoped = client.shortlist("read the file and email it", k=2)
+        assert "fs/read_file" in unscoped.names  # not an agent tool: it would waste a slot
+        sent.clear()
+        calls: list[str] = []
+        tools = make_tools(["send_email", "get_weather", "local_only", "ask_human"], calls)
+        bound: list[list[str]] = []
+        middleware = ShortlistMiddleware(client, k=2, always_include=["ask_human"])
+        agent = create_agent(fake_model(bound, ["send_email"], ["get_weather"]), tools=tools,
+                             middleware=[middleware])  # fmt: skip
+        agent.invoke({"messages": [("user", "read the file and email it")]})
+        agent.invoke({"messages": [("user", WEATHER_QUERY)]})
+    http.close()
+
+    assert [s.names for s in middleware.shortlists][0] in (
+        ["send_email", "get_weather"], ["get_weather", "send_email"]
+    )
+    assert sorted(bound[0]) == ["ask_human", "get_weather", "send_email"] and bound[0][-1] == "ask_human"
+    assert [body.get("allowed_tools") for body in sent] == [
+        ["send_email", "get_weather", "local_only"],  # refused by name (422) ...
+        ["send_email", "get_weather"],  # ... and left out of this request
+        ["send_email", "get_weather"],  # and of the next turn's
+    ]
+    assert calls == ["send_email", "get_weather"] and len(middleware.feedback_results) == 2
+
+    sent.clear()
+    with ShortlistClient(server.url, registry="weather", http_client=httpx.Client(event_hooks={"request": [record]})) as client:
+        middleware = ShortlistMiddleware(client, k=1, scope_to_agent_tools=False, feedback=False)
+        agent = create_agent(fake_model([], []), tools=make_tools(["get_weather"], []), middleware=[middleware])
+        agent.invoke({"messages": [("user", WEATHER_QUERY)]})
+    assert [("allowed_tools" in body) for body in sent] == [False]
