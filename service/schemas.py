@@ -373,7 +373,7 @@ class ShortlistTool(BaseModel):
     queries: list[int] | None = Field(
         None,
         description="With queries: the indices of the requests whose lists hold this tool; "
-        "null for a single query.",
+        "absent for a single query.",
     )
 
 

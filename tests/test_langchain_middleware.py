@@ -356,9 +356,7 @@ def test_the_agents_tools_scope_the_request_before_the_cap(server):
         agent.invoke({"messages": [("user", WEATHER_QUERY)]})
     http.close()
 
-    assert [s.names for s in middleware.shortlists][0] in (
-        ["send_email", "get_weather"], ["get_weather", "send_email"]
-    )
+    assert sorted(middleware.shortlists[0].names) == ["get_weather", "send_email"]  # k=2, both usable
     assert sorted(bound[0]) == ["ask_human", "get_weather", "send_email"] and bound[0][-1] == "ask_human"
     assert [body.get("allowed_tools") for body in sent] == [
         ["send_email", "get_weather", "local_only"],  # refused by name (422) ...

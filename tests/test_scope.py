@@ -20,11 +20,20 @@ FS = ["read_file", "read_dir", "write_file", "delete_file", "move_file", "stat_f
 
 def toolbox() -> list[dict]:
     tools = [
-        {"name": f"github/{n}", "description": f"GitHub: {n.replace('_', ' ')} in a repository issue tracker."}
+        {
+            "name": f"github/{n}",
+            "description": f"GitHub: {n.replace('_', ' ')} in a repository issue tracker.",
+        }
         for n in GITHUB
     ]
-    tools += [{"name": f"fs/{n}", "description": f"Files: {n.replace('_', ' ')} on the local disk."} for n in FS]
-    tools += [{"name": f"misc_{i}", "description": f"Unrelated helper number {i} for weather and maps."} for i in range(10)]
+    tools += [
+        {"name": f"fs/{n}", "description": f"Files: {n.replace('_', ' ')} on the local disk."}
+        for n in FS
+    ]
+    tools += [
+        {"name": f"misc_{i}", "description": f"Unrelated helper number {i} for weather and maps."}
+        for i in range(10)
+    ]
     return tools
 
 
@@ -45,7 +54,9 @@ def test_the_scope_applies_before_the_cap_so_no_slot_is_wasted(scoped):
     assert all(n.startswith("github/") for n in everything)  # filtering these would leave 0
     files = ask(scoped, query=query, k=5, allowed_tools=["fs/*"])
     assert len(files) == 5 and all(n.startswith("fs/") for n in files)
-    adaptive = scoped.shortlist(ShortlistRequest("r", query, max_k=4, allowed_tools=["fs/read_*", "misc_1"]))
+    adaptive = scoped.shortlist(
+        ShortlistRequest("r", query, max_k=4, allowed_tools=["fs/read_*", "misc_1"])
+    )
     assert {t.name for t in adaptive.tools} <= {"fs/read_file", "fs/read_dir", "misc_1"}
     assert adaptive.n_tools == 3 and adaptive.k >= 1  # depth and p_rand see the allowed tools
 
@@ -59,31 +70,47 @@ def test_exact_names_and_patterns_mix_and_the_order_is_the_registry_ranking(scop
     assert ask(scoped, query=query, k=30, allowed_tools=allowed) == kept  # all 19 allowed
 
 
-def test_a_named_or_usage_lifted_tool_outside_the_scope_is_never_shown(settings, hashing_embedder, bor_policy):
+def test_a_named_or_usage_lifted_tool_outside_the_scope_is_never_shown(
+    settings, hashing_embedder, bor_policy
+):
     class Intruder:
         """A usage memory that lifts a disallowed tool to the top of every ranking."""
 
         def rerank(self, snap, query, ids, scores, **_):
             intruder = snap.by_name["github/create_issue"]
-            return np.concatenate([[intruder], ids]), np.concatenate([[9.0], scores]).astype(np.float32)
+            return np.concatenate([[intruder], ids]), np.concatenate([[9.0], scores]).astype(
+                np.float32
+            )
 
-    engine = ShortlistEngine(settings, LocalStore(settings.data_dir), hashing_embedder, bor_policy, usage=Intruder())
+    engine = ShortlistEngine(
+        settings, LocalStore(settings.data_dir), hashing_embedder, bor_policy, usage=Intruder()
+    )
     engine.put_registry("r", toolbox())
     assert ask(engine, query="read a file", k=3)[0] == "github/create_issue"  # the lift works
     for fields in ({"k": 3}, {"max_k": 5}, {"policy": "gap"}):
-        names = ask(engine, query="run github/create_issue then read a file", allowed_tools=["fs/*"], **fields)
+        names = ask(
+            engine,
+            query="run github/create_issue then read a file",
+            allowed_tools=["fs/*"],
+            **fields,
+        )
         assert names and all(n.startswith("fs/") for n in names), (fields, names)
 
 
 def test_bad_allowed_tools_are_refused_naming_the_field(scoped):
-    for allowed, field in (([], "allowed_tools"), ([""], "allowed_tools[0]"), ("fs/*", "allowed_tools")):
+    for allowed, field in (
+        ([], "allowed_tools"),
+        ([""], "allowed_tools[0]"),
+        ("fs/*", "allowed_tools"),
+    ):
         with pytest.raises(ValidationFailed) as caught:
             ask(scoped, query="read a file", allowed_tools=allowed)
         assert [p["field"] for p in caught.value.details] == [field]
     with pytest.raises(ValidationFailed) as caught:
         ask(scoped, query="read a file", allowed_tools=["fs/*", "jira/*", "nope"])
     assert [(p["field"], p["pattern"]) for p in caught.value.details] == [
-        ("allowed_tools", "jira/*"), ("allowed_tools", "nope")
+        ("allowed_tools", "jira/*"),
+        ("allowed_tools", "nope"),
     ]
     assert "'jira/*', 'nope' match no tool of registry 'r'" in caught.value.message
 
@@ -92,7 +119,9 @@ def test_a_token_scope_is_narrowed_by_the_request_never_widened(scoped):
     bound = ("github/*", "fs/read_file")
     names = ask(scoped, bound, query="read the file from the local disk", k=20)
     assert set(names) == {f"github/{n}" for n in GITHUB} | {"fs/read_file"}
-    assert ask(scoped, bound, query="read the file", k=20, allowed_tools=["fs/*"]) == ["fs/read_file"]
+    assert ask(scoped, bound, query="read the file", k=20, allowed_tools=["fs/*"]) == [
+        "fs/read_file"
+    ]
     with pytest.raises(ValidationFailed) as caught:  # exists, but not for this token: same answer
         ask(scoped, bound, query="read the file", allowed_tools=["fs/write_file", "nope"])
     assert [p["pattern"] for p in caught.value.details] == ["fs/write_file", "nope"]
@@ -117,7 +146,9 @@ def test_queries_merge_each_requests_list_round_robin_with_tags(scoped):
 
 
 def test_queries_and_allowed_tools_combine(scoped):
-    merged = ask(scoped, queries=["close the issue", "delete the file"], k=2, allowed_tools=["fs/*"])
+    merged = ask(
+        scoped, queries=["close the issue", "delete the file"], k=2, allowed_tools=["fs/*"]
+    )
     assert merged and all(n.startswith("fs/") for n in merged)
 
 
@@ -139,5 +170,7 @@ def test_bad_queries_are_refused_naming_the_field(fields, field):
 
 
 def test_sixteen_queries_are_answered(scoped):
-    merged = scoped.shortlist(ShortlistRequest("r", queries=[f"read file {i}" for i in range(MAX_QUERIES)], k=1))
+    merged = scoped.shortlist(
+        ShortlistRequest("r", queries=[f"read file {i}" for i in range(MAX_QUERIES)], k=1)
+    )
     assert merged.k >= 1 and {q for t in merged.tools for q in t.queries} == set(range(MAX_QUERIES))

@@ -44,7 +44,10 @@ FILE_QUERY = "read the config file from disk"
 
 
 def payload() -> list[dict[str, Any]]:
-    return [{"name": n, "description": d, "parameters": {"type": "object", "properties": {}}} for n, d in TOOLS]
+    return [
+        {"name": n, "description": d, "parameters": {"type": "object", "properties": {}}}
+        for n, d in TOOLS
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +68,12 @@ def server(tmp_path_factory: pytest.TempPathFactory, minilm_cache: Path):
 
 
 def post(server, body: dict[str, Any], token: str = QUERY_TOKEN) -> httpx.Response:
-    return httpx.post(f"{server.url}/shortlist", json=body, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    return httpx.post(
+        f"{server.url}/shortlist",
+        json=body,
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=60,
+    )
 
 
 def names(response: httpx.Response) -> list[str]:
@@ -74,7 +82,9 @@ def names(response: httpx.Response) -> list[str]:
 
 
 def served_total(server) -> float:
-    metrics = httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}).text
+    metrics = httpx.get(
+        f"{server.url}/metrics", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    ).text
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in metrics.splitlines()
@@ -85,41 +95,83 @@ def served_total(server) -> float:
 def test_http_allowed_tools_apply_before_the_cap(server):
     whole = names(post(server, {"registry": "tools", "query": ISSUE_QUERY, "k": 4}))
     assert all(n.startswith("github/") for n in whole)  # a filter after the cap would leave none
-    body = post(server, {"registry": "tools", "query": ISSUE_QUERY, "k": 4, "allowed_tools": ["fs/*", "send_email"]})
-    assert len(names(body)) == 4 and set(names(body)) <= {t for t, _ in TOOLS if t.startswith("fs/")} | {"send_email"}
+    body = post(
+        server,
+        {
+            "registry": "tools",
+            "query": ISSUE_QUERY,
+            "k": 4,
+            "allowed_tools": ["fs/*", "send_email"],
+        },
+    )
+    assert len(names(body)) == 4 and set(names(body)) <= {
+        t for t, _ in TOOLS if t.startswith("fs/")
+    } | {"send_email"}
     assert body.json()["n_tools"] == 5 and body.json()["p_rand"] == pytest.approx(4 / 5)
-    adaptive = post(server, {"registry": "tools", "query": FILE_QUERY, "allowed_tools": ["fs/read_*"]})
-    assert names(adaptive)[0] == "fs/read_file" and set(names(adaptive)) <= {"fs/read_file", "fs/read_dir"}
+    adaptive = post(
+        server, {"registry": "tools", "query": FILE_QUERY, "allowed_tools": ["fs/read_*"]}
+    )
+    assert names(adaptive)[0] == "fs/read_file" and set(names(adaptive)) <= {
+        "fs/read_file",
+        "fs/read_dir",
+    }
     # a tool the request names verbatim is still kept out when not allowed
-    named = post(server, {"registry": "tools", "query": "run get_weather for Paris", "allowed_tools": ["fs/*"]})
+    named = post(
+        server,
+        {"registry": "tools", "query": "run get_weather for Paris", "allowed_tools": ["fs/*"]},
+    )
     assert "get_weather" not in names(named) and all(n.startswith("fs/") for n in names(named))
 
 
 def test_http_bad_allowed_tools_are_refused_and_change_nothing(server):
     before = served_total(server)
-    for allowed, field in (([], "allowed_tools"), (["jira/*"], "allowed_tools"), ([""], "allowed_tools.0")):
-        response = post(server, {"registry": "tools", "query": FILE_QUERY, "allowed_tools": allowed})
+    for allowed, field in (
+        ([], "allowed_tools"),
+        (["jira/*"], "allowed_tools"),
+        ([""], "allowed_tools.0"),
+    ):
+        response = post(
+            server, {"registry": "tools", "query": FILE_QUERY, "allowed_tools": allowed}
+        )
         assert response.status_code == 422, response.text
         error = response.json()["error"]
-        assert error["type"] == "validation" and [d["field"] for d in error["details"]] == [field], error
-    unmatched = post(server, {"registry": "tools", "query": FILE_QUERY, "allowed_tools": ["fs/*", "jira/*"]})
+        assert error["type"] == "validation" and [d["field"] for d in error["details"]] == [
+            field
+        ], error
+    unmatched = post(
+        server, {"registry": "tools", "query": FILE_QUERY, "allowed_tools": ["fs/*", "jira/*"]}
+    )
     assert "'jira/*' matches no tool of registry 'tools'" in unmatched.json()["error"]["message"]
     assert unmatched.json()["error"]["details"][0]["pattern"] == "jira/*"
     assert served_total(server) == before  # nothing was served or remembered
 
 
 def test_http_a_bound_token_is_narrowed_never_widened(server):
-    seen = names(post(server, {"registry": "tools", "query": "email the weather report", "k": 20}, SCOPED_TOKEN))
+    seen = names(
+        post(
+            server,
+            {"registry": "tools", "query": "email the weather report", "k": 20},
+            SCOPED_TOKEN,
+        )
+    )
     assert set(seen) == {t for t, _ in TOOLS if t.startswith(("github/", "fs/read_"))}
-    narrowed = post(server, {"registry": "tools", "query": FILE_QUERY, "allowed_tools": ["fs/*"]}, SCOPED_TOKEN)
+    narrowed = post(
+        server, {"registry": "tools", "query": FILE_QUERY, "allowed_tools": ["fs/*"]}, SCOPED_TOKEN
+    )
     assert set(names(narrowed)) <= {"fs/read_file", "fs/read_dir"}
-    widened = post(server, {"registry": "tools", "query": FILE_QUERY, "allowed_tools": ["fs/write_file"]}, SCOPED_TOKEN)
+    widened = post(
+        server,
+        {"registry": "tools", "query": FILE_QUERY, "allowed_tools": ["fs/write_file"]},
+        SCOPED_TOKEN,
+    )
     assert widened.status_code == 422
     assert "none of the tools this token may use" in widened.json()["error"]["message"]
     other = post(server, {"registry": "chat", "query": "post to slack"}, SCOPED_TOKEN)
     assert other.status_code == 403 and other.json()["error"]["type"] == "forbidden"
     # the unbound query token still sees everything
-    assert "fs/write_file" in names(post(server, {"registry": "tools", "query": "write text to a file", "k": 3}))
+    assert "fs/write_file" in names(
+        post(server, {"registry": "tools", "query": "write text to a file", "k": 3})
+    )
 
 
 def test_http_queries_make_one_shortlist_with_feedback(server):
@@ -131,7 +183,7 @@ def test_http_queries_make_one_shortlist_with_feedback(server):
     assert [t["queries"] for t in body["tools"]] == [[0], [1], [0], [1]]
     assert body["k"] == 4 and [t["rank"] for t in body["tools"]] == [1, 2, 3, 4]
     single = post(server, {"registry": "tools", "query": FILE_QUERY, "k": 1}).json()
-    assert single["tools"][0]["queries"] is None
+    assert "queries" not in single["tools"][0]  # a single query's tools carry no tags
 
     feedback = httpx.post(
         f"{server.url}/feedback",
@@ -182,14 +234,19 @@ def test_mcp_find_tools_with_allowed_tools_and_queries(server):
     assert [t["queries"] for t in tools] == [[0], [1]]
     assert tools[0]["name"].startswith("github/") and tools[1]["name"] == "fs/read_file"
     assert "[queries 1]" in batch.content[1].text
-    assert unmatched.is_error and unmatched.structured_content["error"]["details"][0]["pattern"] == "nope/*"
+    assert (
+        unmatched.is_error
+        and unmatched.structured_content["error"]["details"][0]["pattern"] == "nope/*"
+    )
     assert empty.is_error and empty.structured_content["error"]["details"][0]["field"] == "queries"
     assert forbidden.is_error and forbidden.content[0].text.startswith("forbidden: ")
 
 
 def test_the_client_sends_both_fields(server):
     with ShortlistClient(server.url, registry="tools", token=QUERY_TOKEN) as client:
-        batch = client.shortlist(queries=[ISSUE_QUERY, FILE_QUERY], k=1, allowed_tools=["fs/*", "github/*"])
+        batch = client.shortlist(
+            queries=[ISSUE_QUERY, FILE_QUERY], k=1, allowed_tools=["fs/*", "github/*"]
+        )
         assert [t.queries for t in batch.tools] == [[0], [1]]
         assert batch.names[1] == "fs/read_file"
         ack = client.feedback(batch, used=["fs/read_file"])
@@ -197,6 +254,8 @@ def test_the_client_sends_both_fields(server):
         with pytest.raises(InvalidRequestError) as caught:
             client.shortlist(FILE_QUERY, allowed_tools=["jira/*"])
         assert caught.value.details[0]["pattern"] == "jira/*"
-    with ShortlistClient(server.url, registry="chat", token=SCOPED_TOKEN) as scoped:
-        with pytest.raises(ForbiddenError):
-            scoped.shortlist("post to slack")
+    with (
+        ShortlistClient(server.url, registry="chat", token=SCOPED_TOKEN) as scoped,
+        pytest.raises(ForbiddenError),
+    ):
+        scoped.shortlist("post to slack")

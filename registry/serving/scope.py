@@ -123,7 +123,9 @@ class ScopeCache:
         self._ids: OrderedDict[tuple[object, ...], np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
 
-    def ids(self, snap: Snapshot, allowed: tuple[str, ...] | None, bound: tuple[str, ...] | None) -> np.ndarray:
+    def ids(
+        self, snap: Snapshot, allowed: tuple[str, ...] | None, bound: tuple[str, ...] | None
+    ) -> np.ndarray:
         """:func:`allowed_ids`, remembered for ``snap``'s version (errors are not remembered)."""
         key = (snap.registry, snap.version, id(snap.dense), allowed, bound)
         with self._lock:

@@ -114,19 +114,7 @@ class Shortlist:
             "intents": list(self.intents),
             "confidence": self.confidence,
             "policy_version": self.policy_version,
-            "tools": [
-                {
-                    "name": t.name,
-                    "rank": t.rank,
-                    "score": t.score,
-                    "definition": t.definition,
-                    "alternates": list(t.alternates),
-                    "intent": t.intent,
-                    "named": t.named,
-                    "queries": None if t.queries is None else list(t.queries),
-                }
-                for t in self.tools
-            ],
+            "tools": [_tool_json(t) for t in self.tools],
         }
 
     def shown(self, created: float, query: str = "", caller: str | None = None) -> ShownShortlist:
@@ -152,6 +140,21 @@ class Shortlist:
             depth_bias=self.depth_bias,
             scores=trace.scores if trace is not None else (),
         )
+
+
+def _tool_json(t: ShortlistItem) -> dict[str, Any]:
+    tool = {
+        "name": t.name,
+        "rank": t.rank,
+        "score": t.score,
+        "definition": t.definition,
+        "alternates": list(t.alternates),
+        "intent": t.intent,
+        "named": t.named,
+    }
+    if t.queries is not None:  # only a shortlist of several queries says which brought a tool
+        tool["queries"] = list(t.queries)
+    return tool
 
 
 class QueryRunner:
