@@ -174,3 +174,13 @@ def test_sixteen_queries_are_answered(scoped):
         ShortlistRequest("r", queries=[f"read file {i}" for i in range(MAX_QUERIES)], k=1)
     )
     assert merged.k >= 1 and {q for t in merged.tools for q in t.queries} == set(range(MAX_QUERIES))
+
+
+def test_a_remembered_scope_follows_the_registrys_new_versions(scoped):
+    query = "read the file from the local disk"
+    assert set(ask(scoped, query=query, k=20, allowed_tools=["fs/read_*"])) == {"fs/read_file", "fs/read_dir"}
+    scoped.upsert_tools("r", [{"name": "fs/read_link", "description": "Files: read a symbolic link."}])
+    assert "fs/read_link" in ask(scoped, query=query, k=20, allowed_tools=["fs/read_*"])
+    scoped.put_registry("r", [t for t in toolbox() if not t["name"].startswith("fs/")])
+    with pytest.raises(ValidationFailed):
+        ask(scoped, query=query, allowed_tools=["fs/read_*"])

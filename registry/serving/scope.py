@@ -21,10 +21,11 @@ scoped token learns nothing of the tools it cannot see.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from fnmatch import filter as fnmatch_filter
+from fnmatch import translate
 
 import numpy as np
 
@@ -50,7 +51,8 @@ def _hits(snap: Snapshot, patterns: Iterable[str]) -> list[list[int]]:
         else:
             if names is None:
                 names = list(by_name)
-            hits.append([by_name[name] for name in fnmatch_filter(names, pattern)])
+            match = re.compile(translate(pattern)).match  # fnmatchcase, on every platform
+            hits.append([by_name[name] for name in names if match(name)])
     return hits
 
 
@@ -120,23 +122,26 @@ class ScopeCache:
 
     def __init__(self, size: int = _CACHED_SCOPES) -> None:
         self._size = size
-        self._ids: OrderedDict[tuple[object, ...], np.ndarray] = OrderedDict()
+        # keyed by the identity of the snapshot's name -> position map (what the ids depend
+        # on; versions with the same names share it), which the entry keeps alive
+        self._ids: OrderedDict[tuple[object, ...], tuple[dict[str, int], np.ndarray]] = OrderedDict()
         self._lock = threading.Lock()
 
     def ids(
         self, snap: Snapshot, allowed: tuple[str, ...] | None, bound: tuple[str, ...] | None
     ) -> np.ndarray:
-        """:func:`allowed_ids`, remembered for ``snap``'s version (errors are not remembered)."""
-        key = (snap.registry, snap.version, id(snap.dense), allowed, bound)
+        """:func:`allowed_ids`, remembered while ``snap``'s tool names stay the same (errors are
+        not remembered)."""
+        key = (id(snap.by_name), snap.registry, allowed, bound)
         with self._lock:
             cached = self._ids.get(key)
-            if cached is not None:
+            if cached is not None and cached[0] is snap.by_name:
                 self._ids.move_to_end(key)
-                return cached
+                return cached[1]
         ids = allowed_ids(snap, allowed, bound)
         ids.setflags(write=False)
         with self._lock:
-            self._ids[key] = ids
+            self._ids[key] = (snap.by_name, ids)
             while len(self._ids) > self._size:
                 self._ids.popitem(last=False)
         return ids
