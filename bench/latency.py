@@ -4,12 +4,15 @@
     python bench/latency.py --data ../shared/data/bfcl_simple --requests 2000
     python bench/latency.py --data ../shared/data/toolbench_stable --max-tools 500 --baseline aa12855
     python bench/latency.py --data ../shared/data/toolbench_stable --max-tools 500 --embedder minilm-int8
+    python bench/latency.py --fields --allowed-tools 'get_*' 'filesystem/*' --queries-per-call 4
 
 Starts `shortlist serve` on a free port with a fresh data directory, uploads the registry,
 warms up, then sends requests one at a time and prints p50/p95/p99 and requests/s. In the same
 run it times the in-process ONNX query embedding (the floor of the pipeline) for comparison.
 With ``--baseline REV`` the same requests also go to a server of that git revision (a temporary
-worktree), in alternating rounds, so before and after share the machine's noise.
+worktree), in alternating rounds, so before and after share the machine's noise. With
+``--fields`` one server answers, in alternating rounds, plain requests, the same requests with
+``allowed_tools`` and calls of ``--queries-per-call`` requests each (``queries``).
 """
 
 from __future__ import annotations
@@ -58,6 +61,9 @@ def main() -> None:
     parser.add_argument("--queries", type=Path, help="queries.jsonl to send instead of --data's")
     parser.add_argument("--baseline", help="git revision to measure in the same run (before/after)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds with --baseline")
+    parser.add_argument("--fields", action="store_true", help="plain vs allowed_tools vs queries, one server")
+    parser.add_argument("--allowed-tools", nargs="+", default=["get_*", "filesystem/*"])
+    parser.add_argument("--queries-per-call", type=int, default=4)
     parser.add_argument(
         "--query-cache", type=int, default=0,
         help="SHORTLIST_QUERY_CACHE_SIZE of the measured server (default 0: every query embedded)",
@@ -80,6 +86,9 @@ def main() -> None:
         queries = [json.loads(line)["query"] for line in Path(args.queries).read_text().splitlines()][:500]
     if args.baseline:
         compare(args, tools, queries)
+        return
+    if args.fields:
+        compare_fields(args, tools, queries)
         return
 
     from registry.index.minilm_export import default_embedder
@@ -123,19 +132,28 @@ class Run:
     elapsed: float  # seconds for the timed requests
 
 
-def timed_requests(url: str, tools: object, queries: list[str], body: dict, n: int) -> Run:
+def _asked(body: dict, queries: list[str], i: int, per_call: int) -> dict:
+    """Request ``i``: its query, or ``per_call`` consecutive ones as ``queries``."""
+    if per_call <= 1:
+        return {**body, "query": queries[i % len(queries)]}
+    return {**body, "queries": [queries[(i + j) % len(queries)] for j in range(per_call)]}
+
+
+def timed_requests(
+    url: str, tools: object, queries: list[str], body: dict, n: int, per_call: int = 1
+) -> Run:
     """Upload the registry, warm up on 50 queries, then time ``n`` requests one at a time."""
     with httpx.Client(base_url=url, timeout=120) as client:
         t0 = time.perf_counter()
         client.put("/registries/bench", json=tools).raise_for_status()
         upload = time.perf_counter() - t0
-        for q in queries[:50]:
-            client.post("/shortlist", json={**body, "query": q}).raise_for_status()
+        for i in range(50):
+            client.post("/shortlist", json=_asked(body, queries, i, per_call)).raise_for_status()
         latencies, ks = [], []
         started = time.perf_counter()
         for i in range(n):
             t0 = time.perf_counter()
-            r = client.post("/shortlist", json={**body, "query": queries[i % len(queries)]})
+            r = client.post("/shortlist", json=_asked(body, queries, i, per_call))
             latencies.append(time.perf_counter() - t0)
             r.raise_for_status()
             ks.append(r.json()["k"])
@@ -163,6 +181,26 @@ def compare(args: argparse.Namespace, tools: object, queries: list[str]) -> None
         print(f"{name:32} {percentiles(latencies)}  mean k={statistics.mean(ks):.2f}")
     delta = np.percentile(results["current"][0], 50) - np.percentile(results["baseline"][0], 50)
     print(f"p50 change: {delta * 1000:+.2f} ms")
+
+
+def compare_fields(args: argparse.Namespace, tools: object, queries: list[str]) -> None:
+    """Plain requests vs ``allowed_tools`` vs ``queries`` on one server, alternating rounds."""
+    body = request_body(args)
+    kinds = {
+        "plain": (body, 1),
+        f"allowed_tools {args.allowed_tools}": ({**body, "allowed_tools": args.allowed_tools}, 1),
+        f"queries ({args.queries_per_call} a call)": (body, args.queries_per_call),
+    }
+    results: dict[str, tuple[list[float], list[int]]] = {kind: ([], []) for kind in kinds}
+    with serve(args.embedder_cache, query_cache_size=str(args.query_cache), embedder=args.embedder) as server:
+        for _ in range(args.rounds):
+            for kind, (sent, per_call) in kinds.items():
+                run = timed_requests(server.url, tools, queries, sent, args.requests, per_call)
+                results[kind][0].extend(run.latencies)
+                results[kind][1].extend(run.ks)
+    print(f"{args.rounds} alternating rounds of {args.requests} calls each, one server")
+    for kind, (latencies, ks) in results.items():
+        print(f"{kind:44} {percentiles(latencies)}  mean k={statistics.mean(ks):.2f}")
 
 
 if __name__ == "__main__":
