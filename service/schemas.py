@@ -19,7 +19,12 @@ from registry.request import (
     PolicyName,
     ScorerName,
 )
-from service.schemas_openapi import MAX_TOOL_NAME_CHARS, NOT_BLANK_PATTERN, SHORTLIST_KNOB_RULES
+from service.schemas_openapi import (
+    MAX_TOOL_NAME_CHARS,
+    NOT_BLANK_PATTERN,
+    ONE_OF_QUERY_OR_QUERIES,
+    SHORTLIST_KNOB_RULES,
+)
 
 MAX_USED_TOOLS = 1000
 """Most tools one feedback event may name as used."""
@@ -267,6 +272,7 @@ class ShortlistRequest(BaseModel):
                 {"registry": "demo", "query": "book a table for two tonight", "depth_bias": 0.25},
             ],
             "allOf": SHORTLIST_KNOB_RULES,
+            "oneOf": ONE_OF_QUERY_OR_QUERIES,
         },
     )
 

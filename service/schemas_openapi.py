@@ -66,7 +66,6 @@ EQUIVALENT_GROUP_SCHEMA: dict[str, Any] = {
 # The depth knobs exclude each other: k fixes the depth (policy fixed, no depth_bias);
 # depth_bias tunes bor only. Said as JSON-schema conditions (registry.serving.shortlist enforces them).
 SHORTLIST_KNOB_RULES: list[Any] = [
-    {"oneOf": [{"required": ["query"]}, {"required": ["queries"]}]},  # one request or several
     {
         "if": {"required": ["k"], "properties": {"k": {"type": "integer"}}},
         "then": {"properties": {"policy": {"enum": ["fixed", None]}, "depth_bias": {"type": "null"}}},
@@ -76,6 +75,9 @@ SHORTLIST_KNOB_RULES: list[Any] = [
         "then": {"properties": {"policy": {"enum": ["bor", None]}}},
     },
 ]
+
+# One request (query) or several (queries), never both (registry.request enforces it).
+ONE_OF_QUERY_OR_QUERIES: list[Any] = [{"required": ["query"]}, {"required": ["queries"]}]
 
 EXAMPLE_TOOLS: list[dict[str, Any]] = [
     {
