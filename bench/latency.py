@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -160,25 +161,37 @@ def timed_requests(
     return Run(latencies, ks, upload, time.perf_counter() - started)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` (Linux ``/proc``): what a request costs the
+    server, far steadier than wall time on a loaded machine."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def compare(args: argparse.Namespace, tools: object, queries: list[str]) -> None:
     """Baseline revision vs this checkout, alternating rounds of ``--requests`` each."""
     body = request_body(args)
     results: dict[str, tuple[list[float], list[int]]] = {"baseline": ([], []), "current": ([], [])}
+    cpu = {"baseline": 0.0, "current": 0.0}  # server CPU seconds over the timed requests
     with (
         worktree(args.baseline) as base_root,
         serve(args.embedder_cache, root=base_root) as base,
         serve(args.embedder_cache, query_cache_size=str(args.query_cache), embedder=args.embedder) as cur,
     ):
         for _ in range(args.rounds):
-            for label, url in (("baseline", base.url), ("current", cur.url)):
-                run = timed_requests(url, tools, queries, body, args.requests)
+            for label, server in (("baseline", base), ("current", cur)):
+                before = cpu_seconds(server.pid)
+                run = timed_requests(server.url, tools, queries, body, args.requests)
+                cpu[label] += cpu_seconds(server.pid) - before  # the upload and warm-up too
                 results[label][0].extend(run.latencies)
                 results[label][1].extend(run.ks)
     n_tools = len(tools["tools"] if isinstance(tools, dict) else tools)  # type: ignore[index, arg-type]
     print(f"registry: {n_tools} tools; {args.rounds} alternating rounds of {args.requests} requests each")
     for label, (latencies, ks) in results.items():
         name = f"{label} ({args.baseline})" if label == "baseline" else "current (working tree)"
-        print(f"{name:32} {percentiles(latencies)}  mean k={statistics.mean(ks):.2f}")
+        per_call = cpu[label] * 1000 / (len(latencies) + 50 * args.rounds)
+        print(f"{name:32} {percentiles(latencies)}  mean k={statistics.mean(ks):.2f}  "
+              f"server CPU {per_call:.2f} ms/call (upload and warm-up included)")
     delta = np.percentile(results["current"][0], 50) - np.percentile(results["baseline"][0], 50)
     print(f"p50 change: {delta * 1000:+.2f} ms")
 
