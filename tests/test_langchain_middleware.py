@@ -371,3 +371,28 @@ def test_the_agents_tools_scope_the_request_before_the_cap(server):
         agent = create_agent(fake_model([], []), tools=make_tools(["get_weather"], []), middleware=[middleware])
         agent.invoke({"messages": [("user", WEATHER_QUERY)]})
     assert [("allowed_tools" in body) for body in sent] == [False]
+
+
+def test_more_unknown_agent_tools_than_one_422_lists(server):
+    """A 422 names at most 50 problems: 60 agent tools the registry lacks take two refusals."""
+    import httpx
+    from langchain.agents import create_agent
+
+    from tool_shortlist_client.adapters.langchain import ShortlistMiddleware
+
+    sent: list[dict[str, Any]] = []
+
+    def record(request: httpx.Request) -> None:
+        if request.url.path == "/shortlist":
+            sent.append(json.loads(request.content))
+
+    local = [f"local_{i}" for i in range(60)]
+    http = httpx.Client(event_hooks={"request": [record]})
+    with ShortlistClient(server.url, registry="weather", http_client=http) as client:
+        middleware = ShortlistMiddleware(client, k=1, feedback=False)
+        agent = create_agent(fake_model([], []), tools=make_tools(["get_weather", *local], []),
+                             middleware=[middleware])  # fmt: skip
+        agent.invoke({"messages": [("user", WEATHER_QUERY)]})
+    http.close()
+    assert middleware.last is not None and middleware.last.names == ["get_weather"]
+    assert [len(body["allowed_tools"]) for body in sent] == [61, 11, 1]

@@ -41,6 +41,7 @@ from tool_shortlist_client.names import decode_readable, provider_name
 logger = logging.getLogger(__name__)
 
 _GLOB = frozenset("*?[")  # the service reads these in allowed_tools as a pattern
+_SCOPE_ATTEMPTS = 20  # requests that drop names the registry lacks (at most 50 named per 422)
 REMEMBERED_TURNS = 256
 """User turns whose shortlist is kept for the calls and the feedback that follow."""
 
@@ -124,10 +125,14 @@ class ShortlistMiddleware(AgentMiddleware[AgentState[Any], Any]):
         if known is None:
             client = self._sync_client()
             allowed = self._allowed(request)
-            try:
+            for _ in range(_SCOPE_ATTEMPTS):
+                try:
+                    shortlist = client.shortlist(query, **self._ask(allowed))
+                    break
+                except InvalidRequestError as error:
+                    allowed = self._without_refused(allowed, error)
+            else:
                 shortlist = client.shortlist(query, **self._ask(allowed))
-            except InvalidRequestError as error:
-                shortlist = client.shortlist(query, **self._ask(self._without_refused(allowed, error)))
             known = self._remember(key, request, shortlist)
         return handler(self._narrowed(request, known))
 
@@ -144,10 +149,14 @@ class ShortlistMiddleware(AgentMiddleware[AgentState[Any], Any]):
         known = self._known(key)
         if known is None:
             allowed = self._allowed(request)
-            try:
+            for _ in range(_SCOPE_ATTEMPTS):
+                try:
+                    shortlist = await self._ashortlist(query, allowed)
+                    break
+                except InvalidRequestError as error:
+                    allowed = self._without_refused(allowed, error)
+            else:
                 shortlist = await self._ashortlist(query, allowed)
-            except InvalidRequestError as error:
-                shortlist = await self._ashortlist(query, self._without_refused(allowed, error))
             known = self._remember(key, request, shortlist)
         return await handler(self._narrowed(request, known))
 
@@ -230,14 +239,17 @@ class ShortlistMiddleware(AgentMiddleware[AgentState[Any], Any]):
 
     def _without_refused(self, allowed: list[str] | None, error: InvalidRequestError) -> list[str] | None:
         """``allowed`` less the names the service said match no tool (remembered, so later
-        requests leave them out); re-raises an error about anything else."""
+        requests leave them out); re-raises an error about anything else. A 422 lists at most
+        50 problems (and counts the rest), each cut to 200 characters: the next attempt drops
+        the next ones, and a cut name drops the names it begins."""
         details = error.details if isinstance(error.details, list) else []
-        refused = {
-            str(d["pattern"]) for d in details
-            if isinstance(d, dict) and d.get("field") == "allowed_tools" and "pattern" in d
-        }  # fmt: skip
-        if not allowed or not refused or len(refused) != len(details):
+        listed = [d for d in details if isinstance(d, dict) and "omitted" not in d]
+        cut = {
+            str(d["pattern"]) for d in listed if d.get("field") == "allowed_tools" and "pattern" in d
+        }
+        if not allowed or not cut or len(cut) != len(listed):
             raise error
+        refused = {n for n in allowed if n in cut or any(len(c) >= 200 and n.startswith(c) for c in cut)}
         with self._lock:
             self._not_in_registry.update(refused)
         kept = [name for name in allowed if name not in refused]
