@@ -1,11 +1,13 @@
 """Replicas on a real Redis Cluster, end to end: three masters with a replica each (started
 here), two `shortlist serve` processes with the real MiniLM, writes and feedback from both while
-the master holding the deployment's slot fails over (``CLUSTER FAILOVER`` on its replica).
+the master holding a registry's slot fails over (``CLUSTER FAILOVER`` on its replica), then
+while another master loses its data (``FLUSHALL``).
 
-Every key carries the prefix as a hash tag (``{shortlist:}...``), so every script and
-transaction touches one slot. What must hold: no 5xx other than 503 (a write refused while
-the slot moves is not acknowledged), every acknowledged write and feedback event present
-afterwards on both replicas and in the cluster, and version numbers that only grow.
+Each registry's keys carry its own hash tag (``{shortlist:reg:<name>}...``) and the
+deployment's keys the prefix's (``{shortlist:}...``), so every script and transaction touches
+one slot and the registries spread over the masters. What must hold: no 5xx other than 503 (a
+write refused while a slot moves is not acknowledged), every acknowledged write and feedback
+event present afterwards on both replicas and in the cluster, and version numbers that only grow.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import astuple
 from pathlib import Path
 
 import httpx
@@ -26,7 +29,7 @@ from tests.server import Server, Servers
 
 pytestmark = pytest.mark.e2e
 
-REGISTRIES = ("alpha", "beta")
+REGISTRIES = ("alpha", "orders")  # their tags hash to slots of different masters
 CONVERGE_SECONDS = 10.0
 
 
@@ -91,29 +94,13 @@ class Traffic:
                         self.feedback.add(s.json()["shortlist_id"])
 
 
-def test_two_replicas_on_a_redis_cluster_lose_nothing_acknowledged_across_a_failover(deployment) -> None:
-    cluster, a, b = deployment
-    settings = Settings(redis_url=cluster.url)
-    prefix = settings.redis_key_prefix()
-    assert prefix == "{shortlist:}"
-    traffic = Traffic(a, b)
-    traffic.thread.start()
-    time.sleep(3)  # writes under way before the failover
-    before = dict(traffic.statuses)
-    old, new = cluster.failover(prefix + "registries")
-    assert (old.port, new.port) != (new.port, old.port) and cluster.node_for(prefix + "epoch").port == new.port
-    time.sleep(4)  # and after it
-    traffic.stop.set()
-    traffic.thread.join(60)
-    assert sum(traffic.statuses.get(s, 0) for s in (200, 204)) > sum(before.get(s, 0) for s in (200, 204))
-    print(f"statuses {traffic.statuses}, failover {old.port} -> {new.port}, "
-          f"versions {[len(v) for v in traffic.versions.values()]}, feedback {len(traffic.feedback)}")
+def check(cluster: RedisClusterServers, traffic: Traffic, a: Server, b: Server, prefix: str) -> None:
+    """No 5xx but 503, versions acknowledged once each and growing, and every acknowledged write
+    and feedback event in the cluster and served by both replicas."""
     assert all(s < 500 or s == 503 for s in traffic.statuses), traffic.statuses
     for registry in REGISTRIES:
         seen = traffic.versions[registry]
         assert seen == sorted(set(seen)), f"{registry}: a version number was acknowledged twice: {seen}"
-
-    # every acknowledged write: the newest is served by both replicas and stored in the cluster
     store = RedisStore(connect(cluster.url), prefix)
     deadline = time.monotonic() + CONVERGE_SECONDS
     for registry, (version, names) in traffic.acked.items():
@@ -129,4 +116,64 @@ def test_two_replicas_on_a_redis_cluster_lose_nothing_acknowledged_across_a_fail
     # every acknowledged feedback event is in the shared stream
     logged = {event.shortlist_id for event in RedisFeedbackLog(connect(cluster.url), prefix).replay()}
     assert traffic.feedback and traffic.feedback <= logged
+    store.close()
+
+
+def run_traffic(a: Server, b: Server, fault: Callable[[], object], before: float = 3, after: float = 4) -> Traffic:
+    traffic = Traffic(a, b)
+    traffic.thread.start()
+    time.sleep(before)  # writes under way before the fault
+    acked_before = sum(traffic.statuses.get(s, 0) for s in (200, 204))
+    fault()
+    time.sleep(after)  # and after it
+    traffic.stop.set()
+    traffic.thread.join(60)
+    assert sum(traffic.statuses.get(s, 0) for s in (200, 204)) > acked_before
+    return traffic
+
+
+def test_two_replicas_on_a_redis_cluster_lose_nothing_acknowledged_across_a_failover(deployment) -> None:
+    cluster, a, b = deployment
+    prefix = Settings(redis_url=cluster.url).redis_key_prefix()
+    assert prefix == "{shortlist:}"
+    store = RedisStore(connect(cluster.url), prefix)
+    alpha = store._keys_of("alpha").epoch
+    moved: list[tuple[int, int]] = []
+    traffic = run_traffic(a, b, lambda: moved.append(tuple(n.port for n in cluster.failover(alpha))))
+    old, new = moved[0]
+    assert old != new and cluster.node_for(alpha).port == new
+    print(f"statuses {traffic.statuses}, failover {old} -> {new}, "
+          f"versions {[len(v) for v in traffic.versions.values()]}, feedback {len(traffic.feedback)}")
+    check(cluster, traffic, a, b, prefix)
+    store.close()
+
+
+def test_each_registry_has_its_own_slot_and_a_master_that_loses_one_gets_it_back(deployment) -> None:
+    cluster, a, b = deployment
+    prefix = Settings(redis_url=cluster.url).redis_key_prefix()
+    client = connect(cluster.url)
+    store = RedisStore(client, prefix)
+    for registry in REGISTRIES:  # written by the failover test, or now
+        if store.version(registry) is None:
+            assert httpx.put(f"{a.url}/registries/{registry}", json=tools(registry, 3)).status_code == 200
+    slots = {name: {int(client.cluster_keyslot(key)) for key in astuple(store._keys_of(name))}
+             for name in REGISTRIES}
+    slots["(deployment)"] = {int(client.cluster_keyslot(prefix + k)) for k in ("epoch", "names", "feedback")}
+    assert all(len(s) == 1 for s in slots.values()), slots  # each one's scripts touch one slot
+    masters = {name: cluster.node_for(store._keys_of(name).epoch).port for name in REGISTRIES}
+    masters["(deployment)"] = cluster.node_for(prefix + "epoch").port
+    assert len(set(masters.values())) == 3, masters  # alpha, orders and the deployment: 3 masters
+    keys = {port: sum(1 for _ in next(n for n in cluster.nodes if n.port == port).client().scan_iter())
+            for port in set(masters.values())}
+    print(f"slots {slots}, masters {masters}, keys per master {keys}")
+    assert all(keys.values())
+
+    # the master holding "orders" loses its data: the replicas write it back, alpha is untouched
+    orders_master = next(n for n in cluster.nodes if n.port == masters["orders"])
+    last = store.version("orders")
+    assert last is not None
+    traffic = run_traffic(a, b, orders_master.client().flushall)
+    print(f"statuses {traffic.statuses}, versions {[len(v) for v in traffic.versions.values()]}")
+    assert traffic.versions["orders"] and traffic.versions["orders"][0] > last  # numbers never reused
+    check(cluster, traffic, a, b, prefix)
     store.close()

@@ -36,6 +36,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -55,6 +56,7 @@ from registry.store.redis_base import (
     is_unavailable,
 )
 from registry.store.redis_epoch import (
+    ADOPT,
     GUARD,
     RESTORE,
     RESTORE_ASSIGNED,
@@ -127,6 +129,22 @@ _VERSIONS = GUARD + """
 return {redis.call('HGETALL', KEYS[2]), redis.call('HGETALL', KEYS[3])}
 """
 
+# Redis Cluster: the registry names (a set under the deployment's tag), behind the global guard.
+_NAMES = GUARD + """
+return redis.call('SMEMBERS', KEYS[2])
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class _RegistryKeys:
+    """Where a registry's scripts look: the epoch to guard with, the current-version and
+    version-counter hashes (field: the registry name) and the hash of its versions."""
+
+    epoch: str
+    current: str
+    assigned: str
+    record: str
+
 
 class _ScriptBatch:
     """Script calls sent in one round trip (a pipeline) on one Redis; one by one on a cluster,
@@ -167,6 +185,10 @@ class RedisStore(RedisBase):
         self._current = self._key("registries")
         self._assigned = self._key("versions")
         self.epoch = StoreEpoch(client, prefix)
+        # Redis Cluster: each registry's keys under its own hash tag (see _keys_of)
+        self.cluster = is_cluster(client)
+        self._names = self._key("names")  # cluster: every registry ever created (a set)
+        self._tag_base = prefix.replace("{", "").replace("}", "")
         self._save = client.register_script(_SAVE)
         self._load = client.register_script(_LOAD)
         self._delete = client.register_script(_DELETE)
@@ -175,6 +197,8 @@ class RedisStore(RedisBase):
         self._restore = client.register_script(RESTORE)
         self._restore_assigned = client.register_script(RESTORE_ASSIGNED)
         self._retire = client.register_script(RETIRE)
+        self._names_now = client.register_script(_NAMES)
+        self._adopt = client.register_script(ADOPT)
         self._pubsub: Any = None
         self._held: Callable[[], list[RegistryRecord]] = list
         self._held_versions: Callable[[], dict[str, int]] | None = None
@@ -188,7 +212,16 @@ class RedisStore(RedisBase):
         return cls(connect(url), prefix)
 
     def _registry_key(self, registry: str) -> str:
-        return self._key("registry", registry)
+        return self._keys_of(registry).record
+
+    def _keys_of(self, registry: str) -> _RegistryKeys:
+        """A registry's keys: on one Redis the shared hashes; on a cluster its own hash tag
+        (``{shortlist:reg:<name>}epoch`` ...), so each registry's scripts touch one slot and
+        registries spread over the masters."""
+        if not self.cluster:
+            return _RegistryKeys(self.epoch.key, self._current, self._assigned, self._key("registry", registry))
+        tag = "{" + self._tag_base + "reg:" + registry + "}"
+        return _RegistryKeys(tag + "epoch", tag + "current", tag + "versions", tag + "registry:" + registry)
 
     # -- a wiped store ------------------------------------------------------------------------
 
@@ -206,9 +239,16 @@ class RedisStore(RedisBase):
         self._after_republish = after
         self._held_versions = held_versions
 
-    def _guarded(self, what: str, run: Callable[[str], Any]) -> Any:
+    def _guarded(
+        self, what: str, run: Callable[[str], Any], registry: str | None = None,
+        *, create: bool = False, absent: Any = None,
+    ) -> Any:
         """``run(token)`` (a guarded script); on another epoch: recover, then run it again; in
-        the settling window after a wipe (writes only): wait, then run it again."""
+        the settling window after a wipe (writes only): wait, then run it again.
+
+        On a cluster a registry's scripts guard with its slot's epoch copy (``registry``): a
+        slot without one is a new registry (created if ``create``, else ``absent`` is the
+        answer) or one whose node lost its data (written back by :meth:`_heal`)."""
         wipes = 0
         settled_by = time.monotonic() + self.epoch.settle_ms / 1000 + _SETTLE_SLACK_SECONDS
         while wipes < 3:
@@ -219,9 +259,15 @@ class RedisStore(RedisBase):
                     return guarded_reply(run(token))
                 except StoreWiped:
                     wipes += 1
-                    if token is not None:  # (None: vanished at first use; just run again)
-                        with suppress(StoreWiped):  # wiped again while recovering: once more
-                            self.epoch.recover(token, self._republish)
+                    if token is None:  # vanished at first use; just run again
+                        continue
+                    if registry is not None and self.cluster:
+                        with suppress(StoreWiped):  # the deployment's epoch changed: recover below
+                            if self._heal(registry, token, create):
+                                return absent
+                            continue
+                    with suppress(StoreWiped):  # wiped again while recovering: once more
+                        self.epoch.recover(token, self._republish)
                 except StoreSettling:
                     if time.monotonic() > settled_by:
                         break
@@ -231,12 +277,57 @@ class RedisStore(RedisBase):
             {"store": "redis", "operation": what},
         )
 
+    def _heal(self, registry: str, token: str, create: bool) -> bool:
+        """Cluster: a registry's slot has no epoch copy, or another one. True: the registry was
+        never created (and ``create`` is false); else the slot is ready for the call again.
+
+        Raises:
+            StoreWiped: the deployment's own epoch is not ``token`` (a full recovery is due).
+        """
+        keys = self._keys_of(registry)
+        found = self.client.get(self.epoch.key)
+        if found is None or as_text(found) != token:
+            raise StoreWiped("the store's epoch changed")
+        mine = self.client.get(keys.epoch)
+        if mine is not None and as_text(mine) == token:
+            return False  # another replica healed it meanwhile
+        if mine is None and not self.client.sismember(self._names, registry):
+            if not create:
+                return True
+            # a new registry: its epoch copy first, then its name (a name without a copy means
+            # a slot that lost its data, so the order keeps that meaning)
+            self.client.set(keys.epoch, token, nx=True)
+            self.client.sadd(self._names, registry)
+            return False
+        # its node lost the data (or kept an older epoch's): write back what this replica holds
+        self._republish_one(registry, token, [r for r in self._held() if r.registry == registry])
+        return False
+
+    def _republish_one(self, registry: str, token: str, records: list[RegistryRecord]) -> int:
+        """Cluster: adopt ``token`` in the registry's slot, then write back ``records`` (its
+        versions this replica holds) where the slot has an older one or none, and its counter."""
+        keys = self._keys_of(registry)
+        self._adopt(keys=[keys.epoch], args=[token, max(1, self.epoch.settle_ms)])
+        written = 0
+        for record in records:
+            payload = codec.dumps(record.to_json())
+            written += guarded_reply(self._restore(
+                keys=[keys.epoch, keys.current, keys.assigned, keys.record],
+                args=[token, registry, record.version, payload, self.channel],
+            )) == 1
+        counter = max([self._assigned_seen.get(registry, 0), *(r.version for r in records)])
+        if counter:
+            guarded_reply(self._restore_assigned(keys=[keys.epoch, keys.assigned], args=[token, registry, counter]))
+        return written
+
     def _republish(self, token: str, won: bool) -> int:
         """Write what this replica holds where the store has an older version or none."""
         records = self._held()
         assigned = dict(self._assigned_seen)
         for record in records:
             assigned[record.registry] = max(assigned.get(record.registry, 0), record.version)
+        if self.cluster:
+            return self._republish_cluster(token, won, records, assigned)
         batch = _ScriptBatch(self.client)
         for record in records:
             payload = codec.dumps(record.to_json())
@@ -262,13 +353,38 @@ class RedisStore(RedisBase):
             self._after_republish(won)
         return sum(1 for reply in replies[: len(records)] if reply == 1)
 
+    def _republish_cluster(
+        self, token: str, won: bool, records: list[RegistryRecord], assigned: dict[str, int]
+    ) -> int:
+        """:meth:`_republish` on a cluster: the names (idempotent, under the deployment's tag),
+        then registry by registry, each in its own slot."""
+        if assigned:
+            self.client.sadd(self._names, *assigned)
+        written = 0
+        for name in sorted(assigned):
+            written += self._republish_one(name, token, [r for r in records if r.registry == name])
+        held = {record.registry for record in records}
+        for name, version in self._assigned_seen.items():
+            if name not in self._current_seen and name not in held:  # seen deleted: delete again
+                keys = self._keys_of(name)
+                guarded_reply(self._retire(
+                    keys=[keys.epoch, keys.current],
+                    args=[token, self.channel, keys.record.removesuffix(name), name, version],
+                ))
+        if self._after_republish is not None:
+            self._after_republish(won)
+        return written
+
     # -- registries ---------------------------------------------------------------------------
 
     def _versions_now(self, catch_up: bool = True) -> tuple[dict[str, int], dict[str, int]]:
-        current, assigned = self._guarded(
-            "versions",
-            lambda token: self._versions(keys=[self.epoch.key, self._current, self._assigned], args=[token]),
-        )
+        if self.cluster:
+            current, assigned = self._versions_cluster()
+        else:
+            current, assigned = self._guarded(
+                "versions",
+                lambda token: self._versions(keys=[self.epoch.key, self._current, self._assigned], args=[token]),
+            )
 
         def pairs(flat: list[bytes]) -> dict[str, int]:
             return {as_text(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
@@ -280,6 +396,23 @@ class RedisStore(RedisBase):
             return self._versions_now(catch_up=False)
         self._current_seen, self._assigned_seen = seen
         return seen
+
+    def _versions_cluster(self) -> tuple[list[bytes], list[bytes]]:
+        """Cluster: the names (deployment slot), then each registry's versions (its slot)."""
+        names = self._guarded(
+            "versions", lambda token: self._names_now(keys=[self.epoch.key, self._names], args=[token])
+        )
+        current: list[bytes] = []
+        assigned: list[bytes] = []
+        for name in sorted(as_text(n) for n in names):
+            keys = self._keys_of(name)
+            found = self._guarded("versions", self._versions_of(keys), name, absent=([], []))
+            current += found[0]
+            assigned += found[1]
+        return current, assigned
+
+    def _versions_of(self, keys: _RegistryKeys) -> Callable[[str], Any]:
+        return lambda token: self._versions(keys=[keys.epoch, keys.current, keys.assigned], args=[token])
 
     def _behind(self, current: dict[str, int], assigned: dict[str, int]) -> list[str]:
         """Registries this replica holds at a version the store has lost: older there, or
@@ -297,9 +430,11 @@ class RedisStore(RedisBase):
         return sorted(self._versions_now()[0])
 
     def version(self, registry: str) -> int | None:
+        keys = self._keys_of(registry)
         raw = self._guarded(
             "version",
-            lambda token: self._version(keys=[self.epoch.key, self._current], args=[token, registry]),
+            lambda token: self._version(keys=[keys.epoch, keys.current], args=[token, registry]),
+            registry,
         )
         found = int(raw) if raw is not None else None
         held = self._held_versions() if self._held_versions is not None else {}
@@ -319,11 +454,11 @@ class RedisStore(RedisBase):
         return record
 
     def _load_now(self, registry: str) -> RegistryRecord | None:
+        keys = self._keys_of(registry)
         found = self._guarded(
             "load",
-            lambda token: self._load(
-                keys=[self.epoch.key, self._current, self._registry_key(registry)], args=[token, registry]
-            ),
+            lambda token: self._load(keys=[keys.epoch, keys.current, keys.record], args=[token, registry]),
+            registry,
         )
         if not found or found[1] is None:
             return None
@@ -337,23 +472,24 @@ class RedisStore(RedisBase):
             StoreUnavailable: Redis cannot be reached.
         """
         payload = codec.dumps(record.to_json())
-        keys = [self.epoch.key, self._current, self._assigned, self._registry_key(record.registry)]
+        of = self._keys_of(record.registry)
+        keys = [of.epoch, of.current, of.assigned, of.record]
         accepted, latest = self._guarded(
             "save",
             lambda token: self._save(
                 keys=keys, args=[token, record.registry, record.version, payload, self.channel, KEEP_VERSIONS]
             ),
+            record.registry, create=True,
         )
         if not accepted:
             raise VersionConflict(record.registry, record.version, int(latest))
 
     def delete(self, registry: str) -> bool:
+        keys = self._keys_of(registry)
         existed = self._guarded(
             "delete",
-            lambda token: self._delete(
-                keys=[self.epoch.key, self._current, self._registry_key(registry)],
-                args=[token, registry, self.channel],
-            ),
+            lambda token: self._delete(keys=[keys.epoch, keys.current, keys.record], args=[token, registry, self.channel]),
+            registry, absent=0,
         )
         return bool(existed)
 

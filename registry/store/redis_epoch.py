@@ -101,7 +101,7 @@ return 1
 # step, re-published: a stored version at or below the counter seen with the registry absent is
 # older than that delete (a re-creation after it would have a higher version).
 # KEYS: epoch, current pointers. ARGV: token, change channel, registry key prefix, then registry,
-# version pairs (registry hashes are named from the prefix: the store is single-node, no Cluster).
+# version pairs (registry hashes are named from the prefix; on a cluster: one registry per call).
 RETIRE = GUARD + """
 local retired = 0
 for i = 4, #ARGV, 2 do
@@ -114,6 +114,24 @@ for i = 4, #ARGV, 2 do
   end
 end
 return retired
+"""
+
+
+# Redis Cluster: give a registry's slot the store's token (its own epoch copy, which its scripts'
+# guard checks). A slot that had none lost its data (or is new to a recovery): it also gets the
+# settling window, so no version is numbered there before every replica has written back.
+# KEYS: the registry's epoch key. ARGV: token, settling window (ms).
+ADOPT = f"""
+local found = redis.call('GET', KEYS[1])
+if found == ARGV[1] then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1])
+if not found then
+  redis.call('SET', KEYS[1] .. '{SETTLING_SUFFIX}', ARGV[1], 'PX', tonumber(ARGV[2]))
+  return 2
+end
+return 1
 """
 
 
