@@ -421,7 +421,7 @@ class Settings(BaseSettings):
     redis_cluster: bool = Field(
         False,
         description="SHORTLIST_REDIS_URL names a node of a Redis Cluster (as does a redis+cluster:// "
-        "URL); every key then carries the prefix as a hash tag ({shortlist:}...), one slot.",
+        "URL); each registry's keys then carry their own hash tag ({shortlist:reg:<name>}...), the others the prefix's ({shortlist:}...).",
     )
     sync_interval_seconds: float = Field(
         1.0, gt=0, le=60, description="Fallback poll of the shared store for other replicas' writes."
@@ -519,8 +519,8 @@ class Settings(BaseSettings):
         return self.redis_cluster or url.split("://", 1)[0].endswith("+cluster")
 
     def redis_key_prefix(self) -> str:
-        """What every Redis key starts with: the prefix, as a hash tag in cluster mode, so every
-        key of the deployment hashes to one slot and each script and transaction touches one."""
+        """What the deployment's Redis keys start with: the prefix, as a hash tag in cluster mode
+        (each registry's keys have their own tag: :class:`~registry.store.redis.RedisStore`)."""
         prefix = self.redis_prefix
         if self.redis_cluster_mode() and "{" not in prefix:
             return "{" + prefix + "}"

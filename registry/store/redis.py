@@ -23,10 +23,15 @@ guard every registry script starts with, and refilled from what the replicas hol
 being mirrored (:mod:`registry.store.redis_epoch`). Served shortlists and the feedback stream
 live in :mod:`registry.store.redis_feedback` (re-exported here).
 
-Connection and timeout errors become :class:`~registry.errors.StoreUnavailable`. On a Redis
-Cluster (``SHORTLIST_REDIS_CLUSTER``) the prefix is a hash tag (``{shortlist:}registries``...),
-so every key of a deployment hashes to one slot: each script and transaction touches one slot,
-as Redis Cluster requires, and the epoch guard still sees a wipe of the node holding it.
+Connection and timeout errors become :class:`~registry.errors.StoreUnavailable`.
+
+On a Redis Cluster (``SHORTLIST_REDIS_CLUSTER``) the prefix is a hash tag (``{shortlist:}``)
+and each registry has its own (``{shortlist:reg:<name>}``): its ``epoch`` (a copy of the
+deployment's token), ``current`` and ``versions`` (one-field hashes) and ``registry:<name>``
+live in its slot, so its scripts touch one slot, as the cluster requires, and registries spread
+over the masters. ``<p>names`` (a set) lists every registry ever created; it is written before a
+new registry's first version and never shrinks, so a listed registry whose slot has no copy
+is one whose master lost its data, and is written back (:meth:`RedisStore._heal`).
 """
 
 from __future__ import annotations
@@ -300,7 +305,9 @@ class RedisStore(RedisBase):
             self.client.sadd(self._names, registry)
             return False
         # its node lost the data (or kept an older epoch's): write back what this replica holds
-        self._republish_one(registry, token, [r for r in self._held() if r.registry == registry])
+        written = self._republish_one(registry, token, [r for r in self._held() if r.registry == registry])
+        log.warning("registry %r: its Redis Cluster slot lost its data (or an older epoch's); "
+                    "%d versions written back by this replica", registry, written)
         return False
 
     def _republish_one(self, registry: str, token: str, records: list[RegistryRecord]) -> int:
@@ -320,14 +327,15 @@ class RedisStore(RedisBase):
             guarded_reply(self._restore_assigned(keys=[keys.epoch, keys.assigned], args=[token, registry, counter]))
         return written
 
-    def _republish(self, token: str, won: bool) -> int:
-        """Write what this replica holds where the store has an older version or none."""
+    def _republish(self, token: str, won: bool, after: bool = True) -> int:
+        """Write what this replica holds where the store has an older version or none; then
+        ``after`` (unless told not to) the feedback counts and learning state."""
         records = self._held()
         assigned = dict(self._assigned_seen)
         for record in records:
             assigned[record.registry] = max(assigned.get(record.registry, 0), record.version)
         if self.cluster:
-            return self._republish_cluster(token, won, records, assigned)
+            return self._republish_cluster(token, won, records, assigned, after)
         batch = _ScriptBatch(self.client)
         for record in records:
             payload = codec.dumps(record.to_json())
@@ -354,7 +362,7 @@ class RedisStore(RedisBase):
         return sum(1 for reply in replies[: len(records)] if reply == 1)
 
     def _republish_cluster(
-        self, token: str, won: bool, records: list[RegistryRecord], assigned: dict[str, int]
+        self, token: str, won: bool, records: list[RegistryRecord], assigned: dict[str, int], after: bool
     ) -> int:
         """:meth:`_republish` on a cluster: the names (idempotent, under the deployment's tag),
         then registry by registry, each in its own slot."""
@@ -371,7 +379,7 @@ class RedisStore(RedisBase):
                     keys=[keys.epoch, keys.current],
                     args=[token, self.channel, keys.record.removesuffix(name), name, version],
                 ))
-        if self._after_republish is not None:
+        if after and self._after_republish is not None:
             self._after_republish(won)
         return written
 
@@ -392,7 +400,9 @@ class RedisStore(RedisBase):
         seen = pairs(current), pairs(assigned)
         if catch_up and self._behind(*seen):
             with self._call("versions", STORE_DOWN):
-                self.epoch.catch_up(self._republish)
+                # on a cluster a registry's master went back, not the deployment's (the
+                # feedback stream's): the feedback counts stay as they are
+                self.epoch.catch_up(lambda token, won: self._republish(token, won, after=not self.cluster))
             return self._versions_now(catch_up=False)
         self._current_seen, self._assigned_seen = seen
         return seen
