@@ -175,5 +175,8 @@ def test_each_registry_has_its_own_slot_and_a_master_that_loses_one_gets_it_back
     traffic = run_traffic(a, b, orders_master.client().flushall)
     print(f"statuses {traffic.statuses}, versions {[len(v) for v in traffic.versions.values()]}")
     assert traffic.versions["orders"] and traffic.versions["orders"][0] > last  # numbers never reused
+    logs = a.log_path.read_text() + b.log_path.read_text()
+    assert "registry 'orders': its Redis Cluster slot lost its data" in logs  # written back, not re-created
+    assert "registry 'alpha': its Redis Cluster slot" not in logs
     check(cluster, traffic, a, b, prefix)
     store.close()
