@@ -180,3 +180,16 @@ def test_each_registry_has_its_own_slot_and_a_master_that_loses_one_gets_it_back
     assert "registry 'alpha': its Redis Cluster slot" not in logs
     check(cluster, traffic, a, b, prefix)
     store.close()
+
+
+def test_looking_up_a_registry_never_created_leaves_no_key_behind(deployment) -> None:
+    cluster, a, _ = deployment
+    prefix = Settings(redis_url=cluster.url).redis_key_prefix()
+    client = connect(cluster.url)
+    store = RedisStore(client, prefix)
+    assert httpx.get(f"{a.url}/registries/never-made").status_code == 404
+    assert store.load("never-made") is None and store.version("never-made") is None
+    assert store.delete("never-made") is False
+    assert b"never-made" not in client.smembers(prefix + "names")
+    assert not any(client.exists(key) for key in astuple(store._keys_of("never-made")))
+    store.close()
