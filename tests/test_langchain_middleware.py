@@ -356,7 +356,7 @@ def test_the_agents_tools_scope_the_request_before_the_cap(server):
         calls: list[str] = []
         tools = make_tools(["send_email", "get_weather", "local_only", "ask_human"], calls)
         bound: list[list[str]] = []
-        middleware = ShortlistMiddleware(client, k=2, always_include=["ask_human"])
+        middleware = ShortlistMiddleware(client, k=2, always_include=["ask_human"], reasks=0)  # re-asks: test_chains_e2e
         agent = create_agent(fake_model(bound, ["send_email"], ["get_weather"]), tools=tools,
                              middleware=[middleware])  # fmt: skip
         agent.invoke({"messages": [("user", "read the file and email it")]})
