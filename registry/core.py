@@ -426,6 +426,11 @@ class Shortlister:
         sharing the Redis); None: unknown or expired (finished jobs are kept a day)."""
         return self.write_jobs.get(registry, job_id)
 
+    def edit_graph(self, registry: str, add: Any = None, remove: Any = None) -> RegistryInfo:
+        """Add or remove prerequisite edges ``[[provider, consumer], ...]``; the version
+        increases (unknown tool names: ``ValidationFailed`` naming them, nothing changed)."""
+        return self._changed(self.require_engine().edit_graph(registry, add, remove))
+
     def delete_tool(self, registry: str, name: str) -> RegistryInfo:
         """Remove one tool; the version increases."""
         engine = self.require_engine()

@@ -17,6 +17,7 @@ from registry.errors import ValidationFailed
 
 __all__ = [
     "MAX_ALLOWED_TOOLS",
+    "MAX_CALLED",
     "MAX_DEPTH_BIAS",
     "MAX_K",
     "MAX_QUERIES",
@@ -39,6 +40,7 @@ MAX_DEPTH_BIAS = 10.0  # bits; beyond this every list is 1 tool or the cap
 MAX_QUERIES = 16  # requests in one call (``queries``)
 MAX_ALLOWED_TOOLS = 10_000  # names or patterns in ``allowed_tools`` (an agent's whole toolbox)
 MAX_PATTERN_CHARS = 256  # one ``allowed_tools`` entry: a tool name's length (registry.tools)
+MAX_CALLED = 100  # tool names a request may list as already called
 
 
 def depth_bias_problem(depth_bias: Any, k: int | None, policy: str) -> str | None:
@@ -87,6 +89,7 @@ class ResolvedRequest:
     queries: tuple[str, ...] | None = None
     allowed_tools: tuple[str, ...] | None = None
     token_scope: tuple[str, ...] | None = None
+    called: tuple[str, ...] = ()  # checked against the registry's tools by the query path
 
     @property
     def scoped(self) -> bool:
@@ -116,6 +119,9 @@ class ShortlistRequest:
         allowed_tools: Tool names or glob patterns (``github/*``, ``fs/read_*``): ranking, depth
             and the cap see only the tools they match (:mod:`registry.serving.scope`); a pattern
             matching no tool is refused.
+        called: Tool names the agent already called in this task, oldest first: they leave the
+            ranking (the agent holds them) and the tools they are a prerequisite of come first.
+            Every name must be a tool of the registry.
     """
 
     registry: str
@@ -128,6 +134,7 @@ class ShortlistRequest:
     allow_empty: bool = False
     queries: Sequence[str] | None = None
     allowed_tools: Sequence[str] | None = None
+    called: tuple[str, ...] = ()
 
     def resolve(
         self, settings: RequestDefaults, token_scope: Sequence[str] | None = None
@@ -180,6 +187,13 @@ class ShortlistRequest:
         bias_problem = depth_bias_problem(self.depth_bias, k, policy_name)
         if bias_problem:
             problems.append({"field": "depth_bias", "message": bias_problem})
+        called = self.called
+        if not isinstance(called, (list, tuple)) or not all(isinstance(c, str) for c in called):
+            problems.append({"field": "called", "message": "must be a list of tool names"})
+        elif len(called) > MAX_CALLED:
+            problems.append(
+                {"field": "called", "message": f"lists {len(called)} names; the limit is {MAX_CALLED}"}
+            )
         if problems:
             summary = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
             raise ValidationFailed(f"invalid shortlist request: {summary}", problems)
@@ -198,6 +212,7 @@ class ShortlistRequest:
             queries=queries,
             allowed_tools=allowed,
             token_scope=tuple(token_scope) if token_scope is not None else None,
+            called=tuple(called),
         )
 
 

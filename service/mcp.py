@@ -32,7 +32,14 @@ from starlette.types import Message, Receive, Scope, Send
 
 from registry.core import Shortlister
 from registry.errors import ShortlistError
-from registry.request import MAX_ALLOWED_TOOLS, MAX_DEPTH_BIAS, MAX_K, MAX_QUERIES, ShortlistRequest
+from registry.request import (
+    MAX_ALLOWED_TOOLS,
+    MAX_CALLED,
+    MAX_DEPTH_BIAS,
+    MAX_K,
+    MAX_QUERIES,
+    ShortlistRequest,
+)
 from registry.serving.shortlist import Shortlist
 from registry.settings import Settings
 from service import json_body
@@ -114,6 +121,12 @@ class FindToolsArgs(BaseModel):
     )
     allow_empty: bool = Field(
         False, description="Allow an empty list when no tool fits (confidence says how sure)."
+    )
+    called: tuple[str, ...] = Field(
+        (),
+        max_length=MAX_CALLED,
+        description="Tools you already called for this task, oldest first: the list then "
+        "shows what comes next (their follow-up tools first) instead of them.",
     )
 
 
@@ -387,6 +400,7 @@ class McpFace:
                 allow_empty=args.allow_empty,
                 queries=tuple(args.queries) if args.queries is not None else None,
                 allowed_tools=tuple(args.allowed_tools) if args.allowed_tools is not None else None,
+                called=args.called,
             )
             return self.core.shortlist(request, caller=caller, token_scope=scope)
 

@@ -9,9 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from registry import request
 from registry.core import FeedbackResult
 from registry.feedback import MAX_CALLS
+from registry.index.graph import EdgeSource
 from registry.names import MAX_REGISTRY_NAME_CHARS, REGISTRY_NAME_PATTERN
 from registry.request import (
     MAX_ALLOWED_TOOLS,
+    MAX_CALLED,
     MAX_DEPTH_BIAS,
     MAX_K,
     MAX_PATTERN_CHARS,
@@ -117,6 +119,42 @@ class RegistryOut(BaseModel):
         description="Model id of the embedder this version's vectors came from "
         "(SHORTLIST_EMBEDDER; a registry is re-embedded when it changes).",
         examples=["all-MiniLM-L6-v2/onnx-int8-dynamic/3f1c0e9a2b7d"],
+    )
+
+
+class GraphEdge(BaseModel):
+    provider: str = Field(description="Call this tool first: it yields what the consumer needs.")
+    consumer: str
+    param: str = Field(description="The consumer's parameter the provider fills ('' for an added edge).")
+    source: EdgeSource = Field(
+        description="What the edge was read from: the names and required id parameters, an "
+        "outputSchema, a description, a parameter's description naming the tool, or an admin."
+    )
+    evidence: str = Field(examples=["'film_id' names film; its name searches film"])
+
+
+class GraphEdits(BaseModel):
+    added: list[list[str]] = Field(default_factory=list, description="[provider, consumer] pairs.")
+    removed: list[list[str]] = Field(default_factory=list, description="[provider, consumer] pairs.")
+
+
+class RegistryGraph(BaseModel):
+    """A registry version's prerequisite graph (read from its tools at upload, plus edits)."""
+
+    registry: str
+    version: int
+    edges: list[GraphEdge]
+    edits: GraphEdits = Field(description="The admins' edits this version carries.")
+
+
+class GraphEditRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    add: list[list[str]] = Field(
+        default_factory=list, description="[provider, consumer] edges to add.", max_length=1000
+    )
+    remove: list[list[str]] = Field(
+        default_factory=list, description="[provider, consumer] edges to remove.", max_length=1000
     )
 
 
@@ -334,6 +372,13 @@ class ShortlistRequest(BaseModel):
         "tool is refused. A token bound to patterns (SHORTLIST_QUERY_TOKEN_SCOPES) is narrowed "
         "by them, never widened.",
     )
+    called: tuple[str, ...] = Field(
+        (),
+        max_length=MAX_CALLED,
+        description="Tool names the agent already called in this task, oldest first: they leave "
+        "the list (the agent holds them) and the tools they are a prerequisite of come first. "
+        "Every name must be a tool of the registry (an unknown name: 422 naming it).",
+    )
     explain: bool = Field(
         False,
         strict=True,  # true or false, not 0 or "yes"
@@ -380,6 +425,11 @@ class ShortlistTool(BaseModel):
         None,
         description="With queries: the indices of the requests whose lists hold this tool; "
         "absent for a single query.",
+    )
+    reason: str | None = Field(
+        None,
+        description="Why a tool the ranking did not place is here: a prerequisite of a shown "
+        "tool (it yields what that tool needs), or the next step after a called tool; null otherwise.",
     )
 
 

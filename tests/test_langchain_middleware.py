@@ -115,7 +115,12 @@ def test_each_model_call_sees_the_shortlist_and_the_called_tools_are_reported(se
     # The registry's 4th tool (fs/read_file) is not an agent tool: never shortlisted (the request
     # names the agent's tools as allowed_tools); the pin is last.
     assert "fs/read_file" not in shortlist.names
-    assert bound == [[*shortlist.names, "ask_human"]] * 2  # both model calls of the turn
+    assert bound[0] == [*shortlist.names, "ask_human"]
+    # After the call, one re-ask with called=[get_weather]: the bound tools stay, what is new is
+    # added before the pin.
+    (reasked,) = middleware.reasked
+    added = [n for n in reasked.names if n not in shortlist.names and n in {t.name for t in tools}]
+    assert bound[1] == [*shortlist.names, *added, "ask_human"]
     assert calls == ["get_weather"]
     assert state["messages"][-1].content == "Done."
     # Feedback: the called shortlisted tool, as recorded by the service.
@@ -159,7 +164,7 @@ def test_each_user_turn_gets_its_own_shortlist_and_feedback(server, client):
     calls: list[str] = []
     tools = make_tools(["get_weather", "send_email", "convert_currency"], calls)
     bound: list[list[str]] = []
-    middleware = ShortlistMiddleware(client, k=1)
+    middleware = ShortlistMiddleware(client, k=1, reasks=0)  # re-asks: tests/test_chains_e2e.py
     model = fake_model(bound, ["get_weather"], ["convert_currency"])
     agent = create_agent(model, tools=tools, middleware=[middleware], checkpointer=InMemorySaver())
     thread = {"configurable": {"thread_id": "t1"}}
@@ -221,8 +226,10 @@ def test_async_agent_with_the_async_client(server):
     middleware, bound, calls = asyncio.run(run())
     assert middleware.last.names[0] == "get_weather" and middleware.last.k <= 2
     agent_tools = ["get_weather", "send_email", "convert_currency"]
-    assert bound[0] == bound[1] == [n for n in middleware.last.names if n in agent_tools]
+    assert bound[0] == [n for n in middleware.last.names if n in agent_tools]
     assert bound[0][0] == "get_weather" and len(bound[0]) <= 2
+    (reasked,) = middleware.reasked  # the async path re-asks after the call too
+    assert bound[1] == [*bound[0], *(n for n in reasked.names if n in agent_tools and n not in bound[0])]
     assert calls == ["get_weather"]
     assert middleware.feedback_results[0].presented.exact
 
@@ -349,7 +356,7 @@ def test_the_agents_tools_scope_the_request_before_the_cap(server):
         calls: list[str] = []
         tools = make_tools(["send_email", "get_weather", "local_only", "ask_human"], calls)
         bound: list[list[str]] = []
-        middleware = ShortlistMiddleware(client, k=2, always_include=["ask_human"])
+        middleware = ShortlistMiddleware(client, k=2, always_include=["ask_human"], reasks=0)  # re-asks: test_chains_e2e
         agent = create_agent(fake_model(bound, ["send_email"], ["get_weather"]), tools=tools,
                              middleware=[middleware])  # fmt: skip
         agent.invoke({"messages": [("user", "read the file and email it")]})

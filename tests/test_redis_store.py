@@ -544,3 +544,19 @@ def test_replicas_share_one_caller_key_kept_in_redis(settings, bor_policy, redis
     assert connect(redis_server.url).get(redis_prefix + "caller-key") == a.caller_key()
     own = make_core(redis_url=url, redis_prefix=redis_prefix, caller_key=SecretStr("set-by-operator"))
     assert own.caller_key() == b"set-by-operator"
+
+
+def test_graph_edits_replicate_and_a_lagging_replica_keeps_them(settings, bor_policy, redis_server, redis_prefix):
+    from tests.test_graph import REST
+
+    a = replica(settings, bor_policy, redis_server.url, redis_prefix)
+    b = replica(settings, bor_policy, redis_server.url, redis_prefix)
+    a.put_registry("shop", REST)
+    b.load_all()
+    a.edit_graph("shop", add=[["get_customer", "get_order"]], remove=[["search_films", "get_film"]])
+    b.refresh()
+    assert b.snapshot("shop").graph.edges == a.snapshot("shop").graph.edges
+    assert b.snapshot("shop").edits.added == (("get_customer", "get_order"),)
+    b.upsert_tools("shop", [tool("cancel_order", "Cancel an order.")])  # written on top, edits kept
+    a.refresh()
+    assert a.snapshot("shop").version == 3 and a.snapshot("shop").edits == b.snapshot("shop").edits

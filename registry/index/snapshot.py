@@ -12,6 +12,7 @@ import numpy as np
 from registry.feedback import EquivalenceClasses
 from registry.index.dense import DenseIndex
 from registry.index.embed import Embedder
+from registry.index.graph import NO_EDITS, EdgeEdits, ToolGraph
 from registry.index.lexical import LexicalIndex
 from registry.index.names import NameIndex
 from registry.runtime import trim_heap
@@ -36,10 +37,16 @@ class Snapshot:
     names: NameIndex = field(default_factory=lambda: NameIndex(()))  # names a request may quote
     written_at: float | None = None  # Unix time this version was written to the store
     embedder: str = ""  # model_id of the embedder every vector of this version came from
+    graph: ToolGraph = field(default_factory=ToolGraph)  # prerequisites, read at upload
 
     @property
     def n_tools(self) -> int:
         return len(self.tools)
+
+    @property
+    def edits(self) -> EdgeEdits:
+        """The admin's edits of the read graph (kept with the version)."""
+        return self.graph.edits
 
     def definitions(self) -> list[dict[str, Any]]:
         return [tool.definition for tool in self.tools]
@@ -146,6 +153,7 @@ def build_snapshot(
     hnsw_min_tools: int,
     equivalents: Sequence[Sequence[str]] = (),
     previous: Snapshot | None = None,
+    edits: EdgeEdits = NO_EDITS,
 ) -> Snapshot:
     """Embed (through the cache) and index ``tools`` into a servable snapshot.
 
@@ -155,8 +163,13 @@ def build_snapshot(
     refilled from the copied matrix and a large HNSW index clones the previous graph and adds
     the new vectors (:meth:`DenseIndex.updated`). ``previous`` itself is never modified
     (readers may still be using it). A one-tool change costs milliseconds, not a rebuild.
+    The prerequisite graph (:class:`~registry.index.graph.ToolGraph`) is read from the tools
+    (facts of unchanged texts reused) with the admin's ``edits`` on top.
     """
     hashes = [tool.content_hash() for tool in tools]
+    graph = ToolGraph.build(
+        tools, hashes, edits=edits, previous=previous.graph if previous is not None else None
+    )
     groups = tuple(tuple(group) for group in equivalents)
     if previous is not None and previous.embedder != embedder.model_id:
         previous = None  # another embedder's vectors: never mixed, everything is re-embedded
@@ -205,4 +218,5 @@ def build_snapshot(
         content_hashes=tuple(hashes),
         names=name_index if name_index is not None else NameIndex(names),
         embedder=embedder.model_id,
+        graph=graph,
     )

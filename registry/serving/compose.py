@@ -74,6 +74,7 @@ class Pick:
     intent: int | None = None  # index into the request's intents (None: the whole request)
     named: bool = False
     alternates: tuple[int, ...] = ()
+    reason: str | None = None  # why a tool the ranking did not place is here (serving.chains)
 
 
 def fold_duplicates(

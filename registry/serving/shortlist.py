@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from registry import bor
+from registry.errors import ValidationFailed
 from registry.feedback import ShownShortlist
 from registry.feedback.events import MAX_LOGGED_QUERY_CHARS, RANKING_TAIL
 from registry.feedback.served import new_shortlist_id
@@ -34,6 +35,11 @@ from registry.index.lexical import tokenize
 from registry.index.snapshot import Snapshot
 from registry.request import ResolvedRequest
 from registry.serving.batch import merge_shortlists
+from registry.serving.chains import (
+    after_called,
+    append_prerequisites,
+    next_steps_first,
+)
 from registry.serving.compose import Pick, fold_duplicates, interleave
 from registry.serving.coverage import CoverageModel, cover
 from registry.serving.depth_policies import (
@@ -76,6 +82,7 @@ class ShortlistItem:
     intent: int | None = None  # which of Shortlist.intents brought it (None: the whole request)
     named: bool = False  # the request names this tool verbatim
     queries: tuple[int, ...] | None = None  # with ``queries``: the requests whose lists hold it
+    reason: str | None = None  # why a tool the ranking did not place is here (serving.chains)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +158,7 @@ def _tool_json(t: ShortlistItem) -> dict[str, Any]:
         "alternates": list(t.alternates),
         "intent": t.intent,
         "named": t.named,
+        "reason": t.reason,
     }
     if t.queries is not None:  # only a shortlist of several queries says which brought a tool
         tool["queries"] = list(t.queries)
@@ -213,6 +221,7 @@ class QueryRunner:
         adaptive = request.k is None  # depth chosen by a policy: traced (and maybe explored)
         trace = DepthTrace(self.policy_book.active(snap.registry), explore=explore) if adaptive else None
         intents = self._intents(query, request)
+        called = self._called(snap, request)
 
         t0 = time.perf_counter()
         prepared = [self._prepare(text, request.scorer) for text in (query, *(i.text for i in intents))]
@@ -235,11 +244,15 @@ class QueryRunner:
             confidence = self.relevance.confidence(rankings[0][1])
         if confidence is not None and not named and confidence < self.relevance.threshold:
             picks: list[Pick] = []
-        elif request.k is not None:
-            picks = self._fixed_picks(rankings[0], named, request.k)
         else:
-            texts = [query, *(i.text for i in intents)]
-            picks = self._compose(snap, n, rankings, [i.step for i in intents], named, request, trace, texts)
+            if request.k is not None:
+                picks = self._fixed_picks(rankings[0], named, request.k)
+            else:
+                texts = [query, *(i.text for i in intents)]
+                picks = self._compose(snap, n, rankings, [i.step for i in intents], named, request, trace, texts)
+            if called:  # the agent holds the tools it called: the list is for what comes next
+                picks = after_called(rankings[0], named, called, len(picks))
+            picks = self._chains(snap, picks, called, prepared[0], request, rankings[0])
         if scope is not None:  # the last guard: no step may show a tool outside the scope
             picks = [
                 replace(p, alternates=tuple(a for a in p.alternates if allows(scope, a)))
@@ -257,6 +270,7 @@ class QueryRunner:
                 alternates=tuple(snap.tools[a].name for a in p.alternates),
                 intent=p.intent,
                 named=p.named,
+                reason=p.reason,
             )
             for r, p in enumerate(picks)
         ]
@@ -302,6 +316,53 @@ class QueryRunner:
             return rank_windows(scorer, query, snap.dense, snap.lexical, depth)
         return rank_within(scorer, query, snap.dense, snap.lexical, scope, depth)
 
+    @staticmethod
+    def _called(snap: Snapshot, request: ResolvedRequest) -> list[int]:
+        """Positions of the called tools (oldest first); an unknown name is refused."""
+        unknown = [name for name in request.called if name not in snap.by_name]
+        if unknown:
+            raise ValidationFailed(
+                f"called names tools registry {snap.registry!r} does not hold: {unknown[:10]}",
+                [{"field": "called", "message": f"unknown tool {name!r}"} for name in unknown],
+            )
+        return list(dict.fromkeys(snap.by_name[name] for name in request.called))
+
+    def _chains(
+        self,
+        snap: Snapshot,
+        picks: list[Pick],
+        called: list[int],
+        query: list[Query],
+        request: ResolvedRequest,
+        ranking: tuple[np.ndarray, np.ndarray],
+    ) -> list[Pick]:
+        """The next steps after ``called`` first, then the missing prerequisites appended
+        (:mod:`registry.serving.chains`; never to a fixed ``k``: it means exactly ``k`` tools);
+        a no-op on a registry without chains."""
+        graph = snap.graph
+        if not picks or not graph.edges:
+            return picks
+        known = {int(t): float(v) for t, v in zip(*ranking)}
+
+        def score_of(tools: Sequence[int]) -> dict[int, float]:
+            missing = [t for t in tools if t not in known]
+            if missing:
+                extra = best_scores(request.scorer, query, snap.dense, snap.lexical, np.asarray(missing))
+                known.update({t: float(v) for t, v in zip(missing, extra)})
+            return {t: known[t] for t in tools}
+
+        tools = snap.tools
+
+        def name_of(tool: int) -> str:
+            return tools[tool].name
+
+        cap = request.k if request.k is not None else min(request.cap, policy_depth_limit(snap.n_tools))
+        if called:
+            picks = next_steps_first(picks, graph, called, score_of, name_of, cap=cap)
+        if request.k is not None:
+            return picks
+        return append_prerequisites(picks, graph, score_of, name_of, cap=cap, called=called)
+
     def _intents(self, query: str, request: ResolvedRequest) -> tuple[Intent, ...]:
         if request.k is not None or not self.settings.multi_intent:
             return ()
@@ -319,8 +380,8 @@ class QueryRunner:
         ]
 
     def _wanted(self, request: ResolvedRequest) -> int:
-        if request.k is not None:
-            return request.k
+        if request.k is not None:  # a called tool's slot passes to the next one
+            return request.k + len(request.called)
         if request.policy == "bor":  # the features read a window of FEATURE_WINDOW scores
             return max(request.cap, FEATURE_WINDOW)
         return request.cap + 1  # gap also looks at the score just past the cap

@@ -23,6 +23,7 @@ class RegistryRecord:
     equivalents: list[list[str]] = field(default_factory=list)
     written_at: float | None = None  # Unix time of the write; None in records from before it
     embedder: str | None = None  # model_id of the embedder it was built with (None: older record)
+    edges: dict[str, Any] = field(default_factory=dict)  # admin edits of the graph (EdgeEdits)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -32,6 +33,7 @@ class RegistryRecord:
             "equivalents": self.equivalents,
             "written_at": self.written_at,
             "embedder": self.embedder,
+            "edges": self.edges,
         }
 
     @classmethod
@@ -43,6 +45,7 @@ class RegistryRecord:
             equivalents=[list(group) for group in data.get("equivalents", [])],
             written_at=float(data["written_at"]) if data.get("written_at") is not None else None,
             embedder=data.get("embedder"),
+            edges=dict(data.get("edges") or {}),
         )
 
 

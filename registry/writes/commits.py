@@ -16,6 +16,7 @@ from typing import Any
 
 from registry.errors import ShortlistError, ValidationFailed, VersionConflict
 from registry.index.embed import Embedder
+from registry.index.graph import NO_EDITS, EdgeEdits
 from registry.index.snapshot import Snapshot, build_snapshot
 from registry.names import validate_registry_name
 from registry.runtime import trim_heap
@@ -26,7 +27,6 @@ from registry.writes.jobs import (
     Change,
     GroupCommit,
     PendingWrite,
-    RegistryState,
     apply_group,
     stored_tools,
 )
@@ -93,7 +93,7 @@ class CommitPath:
         return stored.version + 1 if stored else 1
 
     def _build(
-        self, registry: str, version: int, tools: list[Tool], equivalents: Any
+        self, registry: str, version: int, tools: list[Tool], equivalents: Any, edits: EdgeEdits = NO_EDITS
     ) -> Snapshot:
         snap = build_snapshot(
             registry,
@@ -104,15 +104,16 @@ class CommitPath:
             hnsw_min_tools=self.settings.hnsw_min_tools,
             equivalents=equivalents,
             previous=self._snapshots.get(registry),
+            edits=edits,
         )
         trim_heap()  # embedding batches leave hundreds of MB of freed heap behind
         return snap
 
     def _commit(
-        self, registry: str, version: int, tools: list[Tool], equivalents: Any
+        self, registry: str, version: int, tools: list[Tool], equivalents: Any, edits: EdgeEdits = NO_EDITS
     ) -> RegistryInfo:
         written_at = time.time()
-        snap = replace(self._build(registry, version, tools, equivalents), written_at=written_at)
+        snap = replace(self._build(registry, version, tools, equivalents, edits), written_at=written_at)
         self.store.save(
             RegistryRecord(
                 registry=registry,
@@ -121,14 +122,13 @@ class CommitPath:
                 equivalents=[list(g) for g in equivalents],
                 embedder=self.embedder.model_id,
                 written_at=written_at,
+                edges=edits.to_json() if edits else {},
             )
         )
         self._install(snap)
         return RegistryInfo(registry, version, len(tools), written_at)
 
-    def _apply(
-        self, registry: str, change: Callable[[RegistryState | None], tuple[list[Tool], Any]]
-    ) -> RegistryInfo:
+    def _apply(self, registry: str, change: Change) -> RegistryInfo:
         """:meth:`_write` for a change that always writes."""
         info = self._write(registry, change)
         assert info is not None
@@ -166,7 +166,7 @@ class CommitPath:
                 draft, outcomes = apply_group(current, group)
                 info = None
                 if draft is not None:
-                    info = self._commit(registry, version, list(draft.tools), draft.equivalents)
+                    info = self._commit(registry, version, list(draft.tools), draft.equivalents, draft.edits)
             except VersionConflict as exc:
                 log.info("registry %r: %s", registry, exc.message)
                 conflict = exc
@@ -202,7 +202,9 @@ class CommitPath:
         if current is not None and current.version == record.version:
             return None
         tools = stored_tools(record.tools, current, self.limits)
-        snap = self._build(registry, record.version, tools, record.equivalents)
+        snap = self._build(
+            registry, record.version, tools, record.equivalents, EdgeEdits.from_json(record.edges)
+        )
         self._install(replace(snap, written_at=record.written_at))
         self._unloadable.pop(registry, None)
         return self._notify(

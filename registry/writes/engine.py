@@ -14,9 +14,11 @@ from registry.errors import (
     ShortlistError,
     StoreUnavailable,
     ToolNotFound,
+    ValidationFailed,
 )
 from registry.feedback import validate_equivalents
 from registry.index.embed import Embedder
+from registry.index.graph import EdgeEdits, edge_list_problems
 from registry.index.snapshot import Snapshot
 from registry.names import validate_registry_name
 from registry.request import ShortlistRequest
@@ -105,7 +107,7 @@ class ShortlistEngine(CommitPath):
             if record is None:
                 continue
             tools = parse_tools(record.tools, self.limits.for_stored())
-            snap = self._build(name, record.version, tools, record.equivalents)
+            snap = self._build(name, record.version, tools, record.equivalents, EdgeEdits.from_json(record.edges))
             self._install(replace(snap, written_at=record.written_at))
         return len(self._snapshots)
 
@@ -291,6 +293,30 @@ class ShortlistEngine(CommitPath):
                 if len(kept := tuple(n for n in group if n != name)) > 1
             )
             return tools, equivalents
+
+        return self._apply(registry, change)
+
+    def edit_graph(self, registry: str, add: Any = None, remove: Any = None) -> RegistryInfo:
+        """Add or remove prerequisite edges (``[[provider, consumer], ...]``): a write, so the
+        version increases and the edits travel with it (kept by later writes, dropped with a
+        deleted tool). An unknown tool name refuses the whole edit, naming it (nothing changes).
+        """
+        problems = edge_list_problems("add", add) + edge_list_problems("remove", remove)
+        if problems:
+            raise ValidationFailed("invalid graph edit: " + "; ".join(p["message"] for p in problems), problems)
+        added = [(str(a), str(b)) for a, b in add or ()]
+        removed = [(str(a), str(b)) for a, b in remove or ()]
+
+        def change(current: RegistryState | None) -> tuple[list[Tool], Any, EdgeEdits]:
+            if current is None:
+                raise RegistryNotFound(registry)
+            unknown = sorted({n for edge in (*added, *removed) for n in edge if n not in current.by_name})
+            if unknown:
+                raise ValidationFailed(
+                    f"graph edit names tools registry {registry!r} does not hold: {unknown[:10]}",
+                    [{"field": "edges", "message": f"unknown tool {name!r}"} for name in unknown],
+                )
+            return list(current.tools), current.equivalents, current.edits.changed(added, removed)
 
         return self._apply(registry, change)
 

@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol
 
 from registry.errors import ShortlistError
 from registry.index.embed import Embedder
+from registry.index.graph import NO_EDITS, EdgeEdits
 from registry.index.snapshot import Snapshot, embed_tools
 from registry.store.base import Store
 from registry.tools import Tool, ToolLimits, parse_tools
@@ -139,6 +140,9 @@ class RegistryState(Protocol):
     @property
     def equivalents(self) -> tuple[tuple[str, ...], ...]: ...
 
+    @property
+    def edits(self) -> EdgeEdits: ...
+
 
 @dataclass(frozen=True)
 class Draft:
@@ -147,17 +151,22 @@ class Draft:
     tools: tuple[Tool, ...]
     by_name: dict[str, int]
     equivalents: tuple[tuple[str, ...], ...]
+    edits: EdgeEdits = NO_EDITS
 
     @classmethod
-    def of(cls, tools: Sequence[Tool], equivalents: Any) -> Draft:
+    def of(cls, tools: Sequence[Tool], equivalents: Any, edits: EdgeEdits = NO_EDITS) -> Draft:
+        by_name = {tool.name: i for i, tool in enumerate(tools)}
         return cls(
             tuple(tools),
-            {tool.name: i for i, tool in enumerate(tools)},
+            by_name,
             tuple(tuple(group) for group in equivalents),
+            edits.kept(by_name) if edits else edits,
         )
 
 
-Change = Callable[[RegistryState | None], tuple[list[Tool], Any] | None]
+Change = Callable[[RegistryState | None], tuple[list[Tool], Any] | tuple[list[Tool], Any, EdgeEdits] | None]
+"""A write: ``(tools, equivalents)``, or with the graph's admin edits as a third item (else
+the edits of the version it applies to are kept, less those naming a removed tool)."""
 
 
 class PendingWrite:
@@ -235,7 +244,8 @@ def apply_group(
         if changed is None:
             outcomes.append((pending, None))
             continue
-        draft = Draft.of(*changed)
+        edits = changed[2] if len(changed) == 3 else state.edits if state is not None else NO_EDITS
+        draft = Draft.of(changed[0], changed[1], edits)
         state = draft
         outcomes.append((pending, True))
     return draft, outcomes

@@ -57,6 +57,7 @@ def held_records(engine: ShortlistEngine) -> list[RegistryRecord]:
                 version=snap.version,
                 tools=[t.definition for t in snap.tools],
                 equivalents=[list(g) for g in snap.equivalents],
+                edges=snap.edits.to_json() if snap.edits else {},
                 **extra,
             )
         )

@@ -24,6 +24,8 @@ from service.deps import CoreDep, require_json
 from service.errors import invalid_body
 from service.schemas import (
     ErrorDetail,
+    GraphEditRequest,
+    RegistryGraph,
     RegistryInfoOut,
     RegistryList,
     RegistryOut,
@@ -219,6 +221,21 @@ def get_registry(registry: RegistryPath, core: CoreDep) -> RegistryOut:
         equivalents=[list(group) for group in snap.equivalents],
         embedder=snap.embedder or None,
     )
+
+
+@router.get("/{registry}/graph", response_model=RegistryGraph, responses=error_responses(404, 422, 503))
+def get_graph(registry: RegistryPath, core: CoreDep) -> RegistryGraph:
+    """The registry's prerequisite graph: which tool to call before which, each edge with its evidence."""
+    snap = core.snapshot(registry)
+    return RegistryGraph.model_validate({"registry": snap.registry, "version": snap.version, **snap.graph.to_json()})
+
+
+@admin_router.post(
+    "/{registry}/graph", response_model=RegistryInfoOut, responses=error_responses(404, 409, 415, 422, 503)
+)
+def edit_graph(registry: RegistryPath, body: GraphEditRequest, core: CoreDep) -> RegistryInfoOut:
+    """Add or remove prerequisite edges; the version increases. Unknown tools: 422, nothing changed."""
+    return _out(core.edit_graph(registry, body.add, body.remove))
 
 
 @router.get(

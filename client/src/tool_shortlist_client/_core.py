@@ -174,6 +174,7 @@ def shortlist_body(
     explain: bool = False,
     queries: Iterable[str] | None = None,
     allowed_tools: Iterable[str] | None = None,
+    called: Sequence[str] = (),
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"registry": registry}
     optional = {
@@ -191,6 +192,8 @@ def shortlist_body(
         body["allow_empty"] = True
     if explain:
         body["explain"] = True
+    if called:
+        body["called"] = list(called)
     return body
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Self
 
 import httpx
@@ -97,11 +97,12 @@ class AsyncShortlistClient(_Base):
         depth_bias: float | None = None,
         allow_empty: bool = False,
         explain: bool = False,
+        called: Sequence[str] = (),
     ) -> Shortlist:
         call = self._shortlist_call(
             query, registry, k=k, max_k=max_k, policy=policy, scorer=scorer,
             depth_bias=depth_bias, allow_empty=allow_empty, explain=explain,
-            queries=queries, allowed_tools=allowed_tools,
+            queries=queries, allowed_tools=allowed_tools, called=called,
         )  # fmt: skip
         return Shortlist.model_validate(await self._json(call))
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Self
 
 import httpx
@@ -108,17 +108,20 @@ class ShortlistClient(_Base):
         depth_bias: float | None = None,
         allow_empty: bool = False,
         explain: bool = False,
+        called: Sequence[str] = (),
     ) -> Shortlist:
         """The tools to show for ``query`` (``POST /shortlist``); see the README for each option.
 
         ``queries``: up to 16 requests instead of ``query``, answered as one shortlist whose
         tools say which requests brought them (``tool.queries``); ``allowed_tools``: only these
-        tool names or glob patterns (``"github/*"``) are ranked, cut and shown.
+        tool names or glob patterns (``"github/*"``) are ranked, cut and shown. ``called``: the
+        tools the agent already called in this task, oldest first (the list is then for what
+        comes next).
         """
         call = self._shortlist_call(
             query, registry, k=k, max_k=max_k, policy=policy, scorer=scorer,
             depth_bias=depth_bias, allow_empty=allow_empty, explain=explain,
-            queries=queries, allowed_tools=allowed_tools,
+            queries=queries, allowed_tools=allowed_tools, called=called,
         )  # fmt: skip
         return Shortlist.model_validate(self._json(call))
 

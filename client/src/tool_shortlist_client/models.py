@@ -27,6 +27,7 @@ class ShortlistTool(_Model):
     named: bool = False
     queries: list[int] | None = None
     """With several ``queries``: the indices of the requests whose lists hold this tool."""
+    reason: str | None = None  # why a tool the ranking did not place is here (a prerequisite, a next step)
 
 
 class DepthExplanation(_Model):

@@ -5,7 +5,10 @@ model call the middleware asks ``POST /shortlist`` for the latest user turn (onc
 calls after tool results reuse it) and replaces the request's tools with the shortlisted ones,
 in shortlist order, plus the ``always_include`` pins and any provider tool dicts. It is the
 service-backed twin of LangChain's ``LLMToolSelectorMiddleware``: the same hook
-(``wrap_model_call``), the same pins, no extra model call. When the agent run ends
+(``wrap_model_call``), the same pins, no extra model call. After the model has called tools,
+the next model call asks again with ``called`` (the turn's calls so far, oldest first) and adds
+the tools that are new to the bound ones, at most ``reasks`` times a turn: the next step of a
+chain (``search_films`` -> ``get_film_cast``) is offered once its lookup ran. When the agent run ends
 (``after_agent``) the tools the model actually called from the shortlist are reported with
 ``POST /feedback``, each call marked useful unless its tool answered with an error.
 
@@ -45,6 +48,9 @@ _SCOPE_ATTEMPTS = 20  # requests that drop names the registry lacks (at most 50 
 REMEMBERED_TURNS = 256
 """User turns whose shortlist is kept for the calls and the feedback that follow."""
 
+REASKS = 4
+"""Default re-asks per user turn after tool calls (each one a ``POST /shortlist``)."""
+
 
 @dataclass
 class _Turn:
@@ -54,6 +60,8 @@ class _Turn:
     registry_name: dict[str, str]  # agent tool name -> registry tool name
     reported: bool = False
     tool_names: list[str] = field(default_factory=list)
+    asked_with: tuple[str, ...] = ()  # the calls the latest ask for this turn knew of
+    reasks: int = 0
 
 
 class ShortlistMiddleware(AgentMiddleware[AgentState[Any], Any]):
@@ -69,11 +77,15 @@ class ShortlistMiddleware(AgentMiddleware[AgentState[Any], Any]):
         feedback: Report the called shortlisted tools when the run ends (default on).
         scope_to_agent_tools: Send the agent's tools (registry or readable provider-safe names)
             as ``allowed_tools`` (default on); off, the service ranks the whole registry.
+        reasks: Asks per user turn after tool calls, with the calls so far (default
+            :data:`REASKS`; 0: the first shortlist is kept for the whole turn).
         options: Passed to :meth:`ShortlistClient.shortlist`: ``k``, ``max_k``, ``depth_bias``,
             ``policy``, ``scorer``, ``allow_empty``.
 
     Attributes:
-        shortlists: every shortlist served, oldest first.
+        shortlists: every user turn's shortlist, oldest first.
+        reasked: every shortlist a re-ask after tool calls served, oldest first.
+        reask_errors: every re-ask the service or the network refused (the run went on).
         feedback_results: every feedback acknowledgement, oldest first.
         feedback_errors: every report the service or the network refused (also logged).
     """
@@ -87,6 +99,7 @@ class ShortlistMiddleware(AgentMiddleware[AgentState[Any], Any]):
         always_include: Sequence[str] = (),
         feedback: bool = True,
         scope_to_agent_tools: bool = True,
+        reasks: int = REASKS,
         **options: Any,
     ) -> None:
         super().__init__()
@@ -99,10 +112,13 @@ class ShortlistMiddleware(AgentMiddleware[AgentState[Any], Any]):
         self.report_feedback = feedback
         self.scope_to_agent_tools = scope_to_agent_tools
         self._not_in_registry: set[str] = set()  # allowed_tools names the service refused
+        self.reasks = max(0, reasks)
         self.options = options
         self.shortlists: list[Shortlist] = []
         self.feedback_results: list[FeedbackResult] = []
         self.feedback_errors: list[ShortlistClientError] = []
+        self.reasked: list[Shortlist] = []
+        self.reask_errors: list[ShortlistClientError] = []
         self._turns: OrderedDict[str, _Turn] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -134,6 +150,15 @@ class ShortlistMiddleware(AgentMiddleware[AgentState[Any], Any]):
             else:
                 shortlist = client.shortlist(query, **self._ask(allowed))
             known = self._remember(key, request, shortlist)
+        elif (called := self._reask(request.messages, known)) is not None:
+            try:
+                shortlist = self._sync_client().shortlist(
+                    query, called=called, **self._ask(self._allowed(request))
+                )
+            except ShortlistClientError as error:
+                self._reask_failed(error)
+            else:
+                self._extend(known, request, shortlist)
         return handler(self._narrowed(request, known))
 
     async def awrap_model_call(
@@ -158,6 +183,21 @@ class ShortlistMiddleware(AgentMiddleware[AgentState[Any], Any]):
             else:
                 shortlist = await self._ashortlist(query, allowed)
             known = self._remember(key, request, shortlist)
+        elif (called := self._reask(request.messages, known)) is not None:
+            try:
+                if self.async_client is not None:
+                    shortlist = await self.async_client.shortlist(
+                        query, called=called, **self._ask(self._allowed(request))
+                    )
+                else:
+                    shortlist = await asyncio.to_thread(
+                        self._sync_client().shortlist, query, called=called,
+                        **self._ask(self._allowed(request)),
+                    )
+            except ShortlistClientError as error:
+                self._reask_failed(error)
+            else:
+                self._extend(known, request, shortlist)
         return await handler(self._narrowed(request, known))
 
     # -- feedback at the end of the run -----------------------------------------------------------
@@ -286,6 +326,39 @@ class ShortlistMiddleware(AgentMiddleware[AgentState[Any], Any]):
             while len(self._turns) > REMEMBERED_TURNS:
                 self._turns.popitem(last=False)
         return turn
+
+    def _reask(self, messages: Sequence[AnyMessage], turn: _Turn) -> list[str] | None:
+        """The turn's called registry tools (oldest first) when they are new since the last ask
+        and re-asks are left; None: keep the tools bound now."""
+        start = max(i for i, m in enumerate(messages) if isinstance(m, HumanMessage))
+        names = [
+            turn.registry_name[call["name"]]
+            for call in _tool_calls(messages[start:])
+            if call["name"] in turn.registry_name
+        ]
+        called = tuple(dict.fromkeys(names))
+        with self._lock:
+            if not called or called == turn.asked_with or turn.reasks >= self.reasks:
+                return None
+            turn.asked_with = called
+            turn.reasks += 1
+        return list(called)
+
+    def _reask_failed(self, error: ShortlistClientError) -> None:
+        """A re-ask the service or the network refused: the bound tools stay, the run goes on."""
+        logger.warning("re-ask after tool calls failed; keeping the bound tools: %s", error)
+        self.reask_errors.append(error)
+
+    def _extend(self, turn: _Turn, request: ModelRequest, shortlist: Shortlist) -> None:
+        """Add the tools of a re-ask the turn does not offer yet (the bound ones stay)."""
+        agent_names = {tool.name for tool in request.tools if not isinstance(tool, dict)}
+        with self._lock:
+            self.reasked.append(shortlist)
+            for name in shortlist.names:
+                match = next((a for a in (name, provider_name(name)) if a in agent_names), None)
+                if match is not None and match not in turn.registry_name:
+                    turn.registry_name[match] = name
+                    turn.tool_names.append(match)
 
     def _narrowed(self, request: ModelRequest, turn: _Turn) -> ModelRequest:
         """The request with the turn's tools (shortlist order), the pins, then provider dicts."""
