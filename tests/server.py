@@ -22,10 +22,17 @@ FIRST_PORT = 20000  # below Linux's ephemeral range (32768+), so no outgoing con
 
 
 def _worker_ports() -> Iterator[int]:
-    """This pytest worker's own block of ports, each handed out at most once per cycle."""
+    """This pytest worker's own block of ports, each handed out at most once per cycle.
+
+    The cycle starts at an offset taken from the process id: two pytest runs on one machine (a CI
+    run beside a developer's) have the same worker names, and starting both at the block's first
+    port made them race for the same ports, test for test.
+    """
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
     start = FIRST_PORT + (int(worker) if worker.isdigit() else 0) * PORTS_PER_WORKER
-    return itertools.cycle(range(start, start + PORTS_PER_WORKER))
+    block = range(start, start + PORTS_PER_WORKER)
+    offset = os.getpid() % PORTS_PER_WORKER
+    return itertools.cycle([*block[offset:], *block[:offset]])
 
 
 _PORTS = _worker_ports()
@@ -47,6 +54,26 @@ def free_port() -> int:
                 continue
             return port
     raise RuntimeError(f"no free port in this worker's block of {PORTS_PER_WORKER}")
+
+
+def _listener_pids(port: int) -> set[int]:
+    """The pids holding a socket listening on ``port`` on any IPv4 address (Linux ``/proc``;
+    empty where it cannot be told). A set: a forked child may hold its parent's socket too."""
+    try:
+        rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return set()
+    suffix = f":{port:04X}"
+    inodes = {f"socket:[{cols[9]}]" for cols in (row.split() for row in rows)
+              if cols[1].endswith(suffix) and cols[3] == "0A"}  # 0A: LISTEN
+    pids = set()
+    for fd_dir in Path("/proc").glob("[0-9]*/fd") if inodes else ():
+        try:
+            if any(os.readlink(fd) in inodes for fd in fd_dir.iterdir()):
+                pids.add(int(fd_dir.parent.name))
+        except OSError:  # a process that ended, or one we may not look into
+            continue
+    return pids
 
 
 class Server:
@@ -82,11 +109,25 @@ class Server:
                 raise RuntimeError(f"server exited: {self.log_path.read_text()[-2000:]}")
             try:
                 if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    self._check_ours()
                     return
             except httpx.TransportError:
                 pass
             time.sleep(0.2)
         raise TimeoutError("server not ready")
+
+    def _check_ours(self) -> None:
+        """Refuse a ready answer from a server that is not this process.
+
+        Between :func:`free_port` and the child's bind, another pytest run on the machine can take
+        the port; our child then fails to bind only after loading its model, and meanwhile the other
+        run's server answers ``/readyz``: the test would go on against a stranger holding its own
+        registries and learning (seen as rankings that moved before any feedback was sent).
+        """
+        holders = _listener_pids(self.port)
+        if holders and self.proc.pid not in holders:
+            self.proc.kill()
+            raise RuntimeError(f"port {self.port} answers for pids {sorted(holders)}, not our server {self.proc.pid}")
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc.poll() is None:
