@@ -297,7 +297,7 @@ def refit_from_settings(settings: Settings, registry: str) -> RefitJob:
     their next policy poll; local: at restart).
 
     Raises:
-        RegistryNotFound: The store holds no registry of that name.
+        RegistryNotFound: Neither the store, the feedback log nor the policy book knows that name.
     """
     from registry.feedback import LocalFeedbackLog
 
@@ -315,11 +315,18 @@ def refit_from_settings(settings: Settings, registry: str) -> RefitJob:
 
         known = LocalStore(settings.data_dir).list_registries()
         feedback_log = LocalFeedbackLog.in_data_dir(settings.data_dir, archive=settings.feedback_archive)
-    if registry not in known:
-        # A refit of a registry nobody created would find no feedback and report "refused".
-        raise RegistryNotFound(registry)
     manager = PolicyManager.for_settings(settings, feedback_log, shared=shared)
     try:
+        # A refit of a name nobody created (a typo) would find no feedback and report "refused":
+        # say so instead. A name the store lacks but the feedback log or the policy book knows
+        # is real (its shortlists were served; the refit runs before any server uploads it), so
+        # it refits. The events read here are cached: the refit does not read the log again.
+        if (
+            registry not in known
+            and not manager.events.of(registry)
+            and not manager.book.history(registry).versions
+        ):
+            raise RegistryNotFound(registry)
         return manager.refit(registry)
     finally:
         manager.close()
