@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import os
 import signal
@@ -36,10 +37,32 @@ def _worker_ports() -> Iterator[int]:
 
 
 _PORTS = _worker_ports()
+_LOCKS = Path(os.environ.get("TMPDIR", "/tmp")) / "tool-shortlist-test-ports"
+_HELD: dict[int, int] = {}  # port -> the open lock file that reserves it for this process
+
+
+def _reserve(port: int) -> bool:
+    """Hold ``port``'s lock file for the rest of this process (True), unless another pytest
+    session on this machine holds it. Sessions share a block (a single ``pytest`` is worker
+    gw0); the pid offset only spreads their starts, so their cycles still meet, and then one
+    server fails to bind while the other session's answers its readiness poll (an acknowledged
+    job "disappears" with a 404; :meth:`Server._check_ours` turns that into an error, this
+    prevents it). The kernel drops the lock when the process dies, however it dies."""
+    if port in _HELD:
+        return True
+    _LOCKS.mkdir(exist_ok=True)
+    fd = os.open(_LOCKS / f"{port}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False
+    _HELD[port] = fd
+    return True
 
 
 def free_port() -> int:
-    """A free loopback port from this worker's block.
+    """A free loopback port from this worker's block, reserved against other test sessions.
 
     Not ``bind(0)``: under ``pytest -n`` a port one worker's test has just freed (a Redis stopped
     to simulate an outage, to be restarted on the same port) could be handed to the other
@@ -47,6 +70,8 @@ def free_port() -> int:
     """
     for _ in range(PORTS_PER_WORKER):
         port = next(_PORTS)
+        if not _reserve(port):
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
