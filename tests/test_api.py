@@ -48,7 +48,8 @@ def test_shortlist_response(client, tools_payload):
         "bor_max_bits", "depth_bias", "intents", "confidence", "policy_version", "tools",
     }
     assert body["intents"] == [] and body["confidence"] is None  # one intent, allow_empty unset
-    assert set(body["tools"][0]) == {"name", "rank", "score", "definition", "alternates", "intent", "named"}
+    assert set(body["tools"][0]) == {"name", "rank", "score", "definition", "alternates", "intent", "named", "reason"}
+    assert body["tools"][0]["reason"] is None  # ranked, not added by a chain
     assert body["depth_bias"] == 0.0
     assert body["policy"] == "bor" and body["scorer"] == "hybrid" and body["n_tools"] == 4
     assert body["k"] == len(body["tools"]) >= 1
