@@ -82,8 +82,8 @@ def caller_hash(
     The token part is what the rate and share limits count (rotating ids under one token does
     not escape them); the id part only splits the decay of repeated claims, so agents sharing a
     token do not dampen each other. A token holder can claim any id under its own token, never
-    another token's. Without tokens the header alone names the caller (self-declared: see the
-    README's learning security). ``None``: nothing identifies it. Keyed, so a holder of a query
+    another token's. Without tokens the header alone names the caller (self-declared: see
+    docs/security.md, "Poisoned feedback"). ``None``: nothing identifies it. Keyed, so a holder of a query
     token who reads the hashes (``caller_shares``) cannot test guesses of other tokens offline;
     ids longer than :data:`MAX_CALLER_ID_CHARS` are cut there."""
     given = (caller_id or "").strip(_OWS)[:MAX_CALLER_ID_CHARS]

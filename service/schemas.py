@@ -181,7 +181,7 @@ class ToolProfile(BaseModel):
 
 
 class LearningReport(BaseModel):
-    """What the usage memory learned for a registry (README "Learning from feedback")."""
+    """What the usage memory learned for a registry (docs/learning.md)."""
 
     enabled: bool = Field(description="Feedback lifts rankings now: on globally and for this registry.")
     global_enabled: bool = Field(description="SHORTLIST_LEARNING.")

@@ -22,7 +22,7 @@ outweigh 10 wrong ones. A caller is the token's hash, or with an ``X-Caller-Id``
 ``<token hash>.<id hash>`` (service.auth.caller_hash): the rate and the share count per token
 (:func:`principal`), so one token rotating ids gets no more than one token; the decay counts
 per id, so agents sharing a token do not dampen each other's claims. Without tokens, callers
-are self-declared (see the README's learning security).
+are self-declared (see docs/security.md, "Poisoned feedback").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Learning from feedback, per registry: read, switch on/off, wipe (README "Learning from feedback")."""
+"""Learning from feedback, per registry: read, switch on/off, wipe (docs/learning.md)."""
 
 from __future__ import annotations
 

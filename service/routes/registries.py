@@ -104,7 +104,7 @@ def _out(info: RegistryInfo) -> RegistryInfoOut:
 
 
 class WriteJobOut(BaseModel):
-    """A large upload being applied in the background (see README "Large uploads")."""
+    """A large upload being applied in the background (docs/api.md, "Writes are incremental and large uploads answer 202")."""
 
     job: str = Field(description="Job id; poll GET /registries/{registry}/jobs/{job}.")
     registry: str
