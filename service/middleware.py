@@ -15,6 +15,7 @@ from registry.settings import Settings
 from service.auth import authenticate
 from service.errors import Unauthorized, error_body, error_response
 from service.logging_setup import REQUEST_ID, REQUEST_ID_HEADER, accept_request_id
+from service.mcp_http import replay
 from service.metrics import Metrics
 
 
@@ -191,17 +192,7 @@ class BodyLimitMiddleware:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        body = b"".join(chunks)
-        sent = False
-
-        async def replay() -> Message:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replay(b"".join(chunks), receive), send)
 
     async def _reject(self, send: Send, size: int, limit: int, setting: str) -> None:
         payload = error_body(

@@ -18,13 +18,15 @@ JSON = {"content-type": "application/json"}  # refits are writes: JSON only
 
 
 class GatedEmbedder:
-    """The fast fake embedder, whose document embedding waits for ``gate`` (a slow upload)."""
+    """The fast fake embedder, whose document embedding of ``min_texts`` or more texts waits for
+    ``gate`` (a slow upload; smaller synchronous PUTs pass when ``min_texts`` is above them)."""
 
-    def __init__(self, gate: threading.Event) -> None:
+    def __init__(self, gate: threading.Event, min_texts: int = 0) -> None:
         from registry.index.embed import HashingEmbedder
 
         self.inner = HashingEmbedder()
         self.gate = gate
+        self.min_texts = min_texts
         self.model_id = self.inner.model_id
         self.dim = self.inner.dim
 
@@ -32,7 +34,8 @@ class GatedEmbedder:
         return self.inner.embed_query(text)
 
     def embed_documents(self, texts, batch_size: int = 32):
-        self.gate.wait(30)
+        if len(texts) >= self.min_texts:
+            self.gate.wait(30)
         return self.inner.embed_documents(texts, batch_size)
 
 

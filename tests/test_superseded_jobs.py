@@ -9,28 +9,12 @@ import threading
 import pytest
 from pydantic import SecretStr
 
-from tests.test_jobs import _app, _poll, _tools
+from tests.test_jobs import GatedEmbedder, _app, _poll, _tools
 
 
-class BigBatchGate:
-    """The fast fake embedder whose embedding of 4+ texts (the large upload, not the small
-    synchronous PUTs) waits for ``gate``."""
-
-    def __init__(self, gate: threading.Event) -> None:
-        from registry.index.embed import HashingEmbedder
-
-        self.inner = HashingEmbedder()
-        self.gate = gate
-        self.model_id = self.inner.model_id
-        self.dim = self.inner.dim
-
-    def embed_query(self, text):
-        return self.inner.embed_query(text)
-
-    def embed_documents(self, texts, batch_size: int = 32):
-        if len(texts) >= 4:
-            self.gate.wait(30)
-        return self.inner.embed_documents(texts, batch_size)
+def big_batch_gate(gate: threading.Event) -> GatedEmbedder:
+    """The gated fake embedder that holds only the large upload (4+ texts), not small PUTs."""
+    return GatedEmbedder(gate, min_texts=4)
 
 
 def _names(client, registry: str) -> list[str]:
@@ -47,7 +31,7 @@ def redis_overrides(redis_server, redis_prefix) -> dict:
 def test_put_202_then_delete_then_put_200_ends_with_the_last_put(mode, settings, bor_policy, request):
     overrides = request.getfixturevalue("redis_overrides") if mode == "redis" else {}
     gate = threading.Event()
-    with _app(settings, bor_policy, BigBatchGate(gate), async_write_min_texts=2, **overrides) as client:
+    with _app(settings, bor_policy, big_batch_gate(gate), async_write_min_texts=2, **overrides) as client:
         big = client.put("/registries/r", json=_tools("big", 40))
         assert big.status_code == 202
         deleted = client.delete("/registries/r")  # exists only as a queued job: cancelled
@@ -67,7 +51,7 @@ def test_put_202_then_delete_then_put_200_ends_with_the_last_put(mode, settings,
 def test_a_later_synchronous_put_supersedes_a_running_upload(mode, settings, bor_policy, request):
     overrides = request.getfixturevalue("redis_overrides") if mode == "redis" else {}
     gate = threading.Event()
-    with _app(settings, bor_policy, BigBatchGate(gate), async_write_min_texts=2, **overrides) as client:
+    with _app(settings, bor_policy, big_batch_gate(gate), async_write_min_texts=2, **overrides) as client:
         assert client.put("/registries/r", json=_tools("first", 2)).status_code == 200
         big = client.put("/registries/r", json=_tools("big", 40))
         assert big.status_code == 202
@@ -96,11 +80,11 @@ def test_a_resumed_upload_checks_for_later_writes_after_a_restart(mode, settings
     # Redis: the dead process's lease on the job runs out, then the new one claims it
     overrides = {**request.getfixturevalue("redis_overrides"), "job_lease_seconds": 0.5} if mode == "redis" else {}
     stuck = threading.Event()  # the first process never embeds: it "dies" with the job queued
-    with _app(settings, bor_policy, BigBatchGate(stuck), async_write_min_texts=2, **overrides) as client:
+    with _app(settings, bor_policy, big_batch_gate(stuck), async_write_min_texts=2, **overrides) as client:
         big = client.put("/registries/r", json=_tools("big", 40))
         assert big.status_code == 202
     gate = threading.Event()
-    with _app(settings, bor_policy, BigBatchGate(gate), async_write_min_texts=2, **overrides) as client:
+    with _app(settings, bor_policy, big_batch_gate(gate), async_write_min_texts=2, **overrides) as client:
         assert _poll_state(client, big.headers["location"], "running")  # resumed
         after = client.put("/registries/r", json=_tools("after", 2))  # sent after the restart
         assert after.status_code == 200
@@ -115,7 +99,7 @@ def test_a_resumed_upload_checks_for_later_writes_after_a_restart(mode, settings
 def test_a_delete_before_a_crash_still_cancels_the_resumed_upload(mode, settings, bor_policy, request):
     overrides = {**request.getfixturevalue("redis_overrides"), "job_lease_seconds": 0.5} if mode == "redis" else {}
     stuck = threading.Event()
-    with _app(settings, bor_policy, BigBatchGate(stuck), async_write_min_texts=2, **overrides) as client:
+    with _app(settings, bor_policy, big_batch_gate(stuck), async_write_min_texts=2, **overrides) as client:
         big = client.put("/registries/r", json=_tools("big", 40))
         assert big.status_code == 202
         assert client.delete("/registries/r").status_code == 204
@@ -143,7 +127,7 @@ def test_the_python_client_raises_a_conflict_for_a_superseded_upload(settings, b
     from tool_shortlist_client.errors import ConflictError
 
     gate = threading.Event()
-    with _app(settings, bor_policy, BigBatchGate(gate), async_write_min_texts=2) as http:
+    with _app(settings, bor_policy, big_batch_gate(gate), async_write_min_texts=2) as http:
         client = ShortlistClient("http://testserver", http_client=http)
         outcome: dict = {}
 
