@@ -159,3 +159,31 @@ def _first_job_url(client, timeout: float = 30) -> str:
             return f"/registries/{held[0]['registry']}/jobs/{held[0]['id']}"
         time.sleep(0.02)
     raise AssertionError("no job accepted")
+
+
+@pytest.mark.e2e
+def test_on_a_real_server_a_delete_and_a_later_put_outlive_an_earlier_upload(server_factory):
+    """The README's way (a real server, the real MiniLM): PUT of 600 new tools -> 202, DELETE ->
+    204, PUT of 3 tools -> 200; the upload ends superseded and the 3-tool registry stays, also
+    after a restart on the same data dir."""
+    import httpx
+
+    server = server_factory(async_write_min_texts="50")
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        big = client.put("/registries/r", json=_tools("bulk", 600))
+        assert big.status_code == 202, big.text
+        assert client.delete("/registries/r").status_code == 204
+        small = client.put("/registries/r", json=_tools("kept", 3))
+        assert small.status_code == 200, small.text
+        version = small.json()["version"]
+        job = _poll(client, big.headers["location"], timeout=120)
+        assert job["state"] == "superseded", job
+        registry = client.get("/registries/r").json()
+        assert registry["version"] == version
+        assert sorted(t["name"] for t in registry["tools"]) == ["kept0", "kept1", "kept2"]
+    server.stop()
+    again = server_factory()
+    with httpx.Client(base_url=again.url, timeout=60) as client:
+        assert sorted(t["name"] for t in client.get("/registries/r").json()["tools"]) == [
+            "kept0", "kept1", "kept2",
+        ]
