@@ -111,3 +111,26 @@ def test_damaged_cached_vectors_are_refused_and_embedded_again(make_client, sett
 def test_hand_written_bodies_are_strict_json():
     assert dumps({"score": float("nan"), "s": [1.0, float("inf")]}) == '{"score":null,"s":[1.0,null]}'
     assert dumps({"a": 0.5}) == '{"a":0.5}'
+
+
+@pytest.mark.e2e
+def test_on_a_real_server_damaged_cached_vectors_are_embedded_again(server_factory, tmp_path):
+    """A real server with the real MiniLM: NaN written over every cached vector between two
+    starts is refused at load, embedded again, and the answers stay the undamaged ones."""
+    import httpx
+
+    data_dir = tmp_path / "real-data"
+    query = {"registry": "w", "query": "book a flight", "k": 3}
+    server = server_factory(data_dir=data_dir)
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        assert client.put("/registries/w", json=TOOLS).status_code == 200
+        before = [t["name"] for t in client.post("/shortlist", json=query).json()["tools"]]
+    server.stop()
+    assert list((data_dir / "embeddings").glob("*.bin")), "the real server cached no vectors"
+    _damage_embeddings(data_dir, float("nan"))
+    again = server_factory(data_dir=data_dir)
+    with httpx.Client(base_url=again.url, timeout=60) as client:
+        r = client.post("/shortlist", json=query)
+        body = json.loads(r.text, parse_constant=lambda c: pytest.fail(f"literal {c} in the body"))
+        assert [t["name"] for t in body["tools"]] == before
+        assert all(math.isfinite(t["score"]) and abs(t["score"]) < 10 for t in body["tools"])
