@@ -50,6 +50,14 @@ def poisoned_uses(
     return wrong[:1] or [rng.choice(tools)]
 
 
+def reported_uses(
+    rng: random.Random, gold: Sequence[str], shown: Sequence[str], tools: Sequence[str], *, attack: bool
+) -> list[str] | None:
+    """What a simulated caller reports: :func:`poisoned_uses` for an attacker, else
+    :func:`agent_uses` (None: an honest agent that reports nothing)."""
+    return poisoned_uses(rng, gold, shown, tools) if attack else agent_uses(rng, gold, shown)
+
+
 def agent_uses(rng: random.Random, gold: Sequence[str], shown: Sequence[str]) -> list[str] | None:
     """What the issue's simulated agent reports for a shortlist: a random shown tool
     (``NOISE_SHARE`` of events), else the gold tools shown, else with ``FOUND_ELSEWHERE`` the gold

@@ -49,7 +49,7 @@ import numpy as np
 from registry.request import ShortlistRequest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.common import DEFAULT_EMBEDDER_CACHE, agent_uses, poisoned_uses, raw_dataset
+from bench.common import DEFAULT_EMBEDDER_CACHE, raw_dataset, reported_uses
 from registry.core import Shortlister
 from registry.offline.metrics import k_equivalent
 from registry.serving.explore import Explorer
@@ -179,15 +179,12 @@ def stream(
             extra.append(remembered.k - remembered.depth_chosen)
         shown = [t.name for t in result.tools]
         gold = list(q["gold"])
-        if attack:
-            used = poisoned_uses(rng, gold, shown, names)
-        else:
-            reported = agent_uses(rng, gold, shown)
-            if reported is None:
-                continue
-            used = reported
-            if seen_tools is not None:
-                seen_tools.update(used)
+        reported = reported_uses(rng, gold, shown, names, attack=attack)
+        if reported is None:
+            continue
+        used = reported
+        if seen_tools is not None and not attack:  # what honest agents reported
+            seen_tools.update(used)
         core.feedback(result.shortlist_id, used, success=True, caller=caller)
         sent += 1
 

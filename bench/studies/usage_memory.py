@@ -39,7 +39,7 @@ import numpy as np
 from registry.request import ShortlistRequest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.common import DEFAULT_EMBEDDER_CACHE, agent_uses, poisoned_uses, raw_dataset
+from bench.common import DEFAULT_EMBEDDER_CACHE, raw_dataset, reported_uses
 from registry.core import Shortlister
 from registry.feedback import FeedbackEvent
 from registry.settings import Settings
@@ -98,13 +98,10 @@ def stream(
         result = core.shortlist(ShortlistRequest(registry, q["query"]), caller=caller)
         shown = [t.name for t in result.tools]
         gold = list(q["gold"])
-        if attack:
-            used = poisoned_uses(rng, gold, shown, names)
-        else:
-            reported = agent_uses(rng, gold, shown)
-            if reported is None:
-                continue
-            used = reported
+        reported = reported_uses(rng, gold, shown, names, attack=attack)
+        if reported is None:
+            continue
+        used = reported
         event: FeedbackEvent = core.feedback(result.shortlist_id, used, success=True, caller=caller).event
         sent += 1
         counted += event is not None
