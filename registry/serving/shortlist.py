@@ -342,9 +342,11 @@ class QueryRunner:
         graph = snap.graph
         if not picks or not graph.edges:
             return picks
-        known = {int(t): float(v) for t, v in zip(*ranking)}
+        known: dict[int, float] = {}  # filled from the ranking only when a chain step asks
 
         def score_of(tools: Sequence[int]) -> dict[int, float]:
+            if not known:
+                known.update((int(t), float(v)) for t, v in zip(*ranking))
             missing = [t for t in tools if t not in known]
             if missing:
                 extra = best_scores(request.scorer, query, snap.dense, snap.lexical, np.asarray(missing))
