@@ -3,38 +3,39 @@
 The HTTP route, the MCP tool, in-process callers and the benches build a :class:`ShortlistRequest`;
 :meth:`ShortlistRequest.resolve` checks every field at once against the settings and fills the
 defaults, giving the :class:`ResolvedRequest` the query path runs. The ranges the request is
-bounded by (``MAX_K``, ``MAX_DEPTH_BIAS``) and the policy names are defined here and nowhere else.
+bounded by (``MAX_K``, ``MAX_DEPTH_BIAS``) are defined here and nowhere else. The scorer and
+depth-policy names a request may give are the ones the query runner offers (:class:`Choices`:
+each implementation names itself, :data:`registry.index.hybrid.SCORERS`,
+:data:`registry.serving.depth_policies.POLICIES`); the request's own rules speak of two of
+them, :data:`LEARNED_POLICY` and :data:`FIXED_POLICY`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, get_args
+from typing import Any, Protocol
 
 from registry.errors import ValidationFailed
 
 __all__ = [
+    "FIXED_POLICY",
+    "LEARNED_POLICY",
     "MAX_ALLOWED_TOOLS",
     "MAX_CALLED",
     "MAX_DEPTH_BIAS",
     "MAX_K",
     "MAX_QUERIES",
-    "POLICIES",
-    "SCORERS",
-    "PolicyName",
+    "Choices",
     "RequestDefaults",
     "ResolvedRequest",
-    "ScorerName",
     "ShortlistRequest",
     "depth_bias_problem",
 ]
 
-PolicyName = Literal["bor", "fixed", "gap", "threshold"]
-POLICIES: tuple[str, ...] = get_args(PolicyName)  # the one list of policy names
-ScorerName = Literal["dense", "bm25", "hybrid"]
-SCORERS: tuple[str, ...] = get_args(ScorerName)  # the one list of scorer names
+LEARNED_POLICY = "bor"  # the learned policy: the one ``depth_bias`` tunes
+FIXED_POLICY = "fixed"  # the policy ``k`` implies
 MAX_K = 1000  # the deepest shortlist (k or max_k) a request may ask for
 MAX_DEPTH_BIAS = 10.0  # bits; beyond this every list is 1 tool or the cap
 MAX_QUERIES = 16  # requests in one call (``queries``)
@@ -52,7 +53,7 @@ def depth_bias_problem(depth_bias: Any, k: int | None, policy: str) -> str | Non
         return f"must be a number between {-MAX_DEPTH_BIAS:g} and {MAX_DEPTH_BIAS:g} bits, got {depth_bias!r}"
     if k is not None:
         return "tunes the 'bor' policy; it has no effect with k (a fixed depth)"
-    if policy != "bor":
+    if policy != LEARNED_POLICY:
         return f"tunes the 'bor' policy only; this request uses {policy!r}"
     return None
 
@@ -70,6 +71,16 @@ class RequestDefaults(Protocol):
     def default_max_k(self) -> int: ...
     @property
     def depth_bias(self) -> float: ...
+
+
+class Choices(Protocol):
+    """The scorer and depth-policy names a request may give: what the query runner offers
+    (:class:`registry.serving.shortlist.QueryRunner` is one)."""
+
+    @property
+    def scorers(self) -> Collection[str]: ...
+    @property
+    def policies(self) -> Collection[str]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +118,8 @@ class ShortlistRequest:
             Exactly one of ``query`` and ``queries``.
         k: A fixed depth (policy ``fixed``); ``None`` lets the policy choose.
         max_k: Cap on the policy's depth (default: ``SHORTLIST_DEFAULT_MAX_K``).
-        policy: One of :data:`POLICIES` (default: ``SHORTLIST_DEFAULT_POLICY``).
-        scorer: One of :data:`SCORERS` (default: ``SHORTLIST_DEFAULT_SCORER``).
+        policy: A depth policy the runner offers (default: ``SHORTLIST_DEFAULT_POLICY``).
+        scorer: A scorer the runner offers (default: ``SHORTLIST_DEFAULT_SCORER``).
         depth_bias: Bits that tune the ``bor`` policy for this request (``|bias| <=
             MAX_DEPTH_BIAS``): it stops only where STOP beats CONTINUE by at least that much.
             Refused with ``k`` or another policy.
@@ -137,12 +148,13 @@ class ShortlistRequest:
     called: tuple[str, ...] = ()
 
     def resolve(
-        self, settings: RequestDefaults, token_scope: Sequence[str] | None = None
+        self, settings: RequestDefaults, choices: Choices, token_scope: Sequence[str] | None = None
     ) -> ResolvedRequest:
         """Check every field at once and fill the defaults from ``settings``.
 
         Args:
             settings: Where the defaults and the query length limit come from.
+            choices: The scorer and policy names the runner offers.
             token_scope: The patterns an admin bound to the caller's token (None: unbound); the
                 request's ``allowed_tools`` can only narrow them.
 
@@ -168,15 +180,15 @@ class ShortlistRequest:
                 )
         policy_name = policy or settings.default_policy
         scorer_name = self.scorer or settings.default_scorer
-        if policy_name not in POLICIES:
+        if policy_name not in choices.policies:
             problems.append(
-                {"field": "policy", "message": f"unknown policy {policy_name!r}; use one of {list(POLICIES)}"}
+                {"field": "policy", "message": f"unknown policy {policy_name!r}; use one of {list(choices.policies)}"}
             )
-        if scorer_name not in SCORERS:
+        if scorer_name not in choices.scorers:
             problems.append(
-                {"field": "scorer", "message": f"unknown scorer {scorer_name!r}; use one of {list(SCORERS)}"}
+                {"field": "scorer", "message": f"unknown scorer {scorer_name!r}; use one of {list(choices.scorers)}"}
             )
-        if k is not None and policy not in (None, "fixed"):
+        if k is not None and policy not in (None, FIXED_POLICY):
             problems.append(
                 {
                     "field": "k",
@@ -198,12 +210,12 @@ class ShortlistRequest:
             summary = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
             raise ValidationFailed(f"invalid shortlist request: {summary}", problems)
         bias = None
-        if policy_name == "bor" and k is None:
+        if policy_name == LEARNED_POLICY and k is None:
             bias = settings.depth_bias if self.depth_bias is None else float(self.depth_bias)
         return ResolvedRequest(
             registry=self.registry,
             query=query or "",
-            policy="fixed" if k is not None else policy_name,
+            policy=FIXED_POLICY if k is not None else policy_name,
             scorer=scorer_name,
             cap=max_k or settings.default_max_k,
             k=k,

@@ -31,7 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import ranker_for
-from registry.index.hybrid import Query, rank
+from registry.index.hybrid import SCORERS, Query
 from registry.index.lexical import tokenize
 from registry.index.minilm_export import default_embedder
 from registry.offline.datasets import index_dataset, load_dataset
@@ -93,7 +93,7 @@ def main() -> int:
             vectors = vectors_of[key]
             for i, q in enumerate(qs):
                 prepared = Query(vector=vectors[i], tokens=tokenize(q.query))
-                _, scores = rank("hybrid", prepared, snapshot.dense, snapshot.lexical, RELEVANCE_WINDOW)
+                _, scores = SCORERS["hybrid"].rank(prepared, snapshot.dense, snapshot.lexical, RELEVANCE_WINDOW)
                 fit = rng.random() < 0.7
                 rows.append((relevance_features(scores), float(source == registry), registry, fit))
     x = np.array([[*f, 1.0] for f, *_ in rows])
@@ -143,8 +143,8 @@ def check_source(directory: Path, embedder: Any, model: RelevanceModel, rng: ran
     vectors = embedder.embed_documents([q.query for q in qs])
     kept = 0
     for q, vector in zip(qs, vectors, strict=True):
-        _, scores = rank("hybrid", Query(vector=vector, tokens=tokenize(q.query)), snapshot.dense,
-                         snapshot.lexical, RELEVANCE_WINDOW)
+        prepared = Query(vector=vector, tokens=tokenize(q.query))
+        _, scores = SCORERS["hybrid"].rank(prepared, snapshot.dense, snapshot.lexical, RELEVANCE_WINDOW)
         kept += model.confidence(scores) >= model.threshold
     return kept / max(1, len(qs))
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -10,6 +10,7 @@ from registry import request
 from registry.core import FeedbackResult
 from registry.feedback import MAX_CALLS
 from registry.index.graph import EdgeSource
+from registry.index.hybrid import SCORERS
 from registry.names import MAX_REGISTRY_NAME_CHARS, REGISTRY_NAME_PATTERN
 from registry.request import (
     MAX_ALLOWED_TOOLS,
@@ -18,9 +19,8 @@ from registry.request import (
     MAX_K,
     MAX_PATTERN_CHARS,
     MAX_QUERIES,
-    PolicyName,
-    ScorerName,
 )
+from registry.serving.depth_policies import POLICIES
 from service.schemas_openapi import (
     MAX_TOOL_NAME_CHARS,
     NOT_BLANK_PATTERN,
@@ -42,9 +42,14 @@ AllowedTool = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATT
 # blank and too long are refused by registry.request (naming the entry); documented here
 QueryText = Annotated[str, Field(min_length=1, json_schema_extra={"pattern": NOT_BLANK_PATTERN})]
 
-# Written out for the OpenAPI enum; a test keeps them equal to the engine's lists.
-# The OpenAPI enums are the engine's own lists (registry.serving.shortlist / registry.index.hybrid).
-__all__ = ["PolicyName", "ScorerName"]
+# The OpenAPI enums: the names the implementations give themselves (registry.index.hybrid,
+# registry.serving.depth_policies); a name the runner does not offer is refused here, by pydantic.
+if TYPE_CHECKING:
+    PolicyName = str
+    ScorerName = str
+else:
+    PolicyName = Literal[POLICIES]
+    ScorerName = Literal[tuple(SCORERS)]
 
 
 class ErrorDetail(BaseModel):

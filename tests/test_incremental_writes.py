@@ -10,7 +10,7 @@ import pytest
 
 from registry.errors import InvalidToolDefinition, PayloadTooLarge
 from registry.index.dense import DenseIndex
-from registry.index.hybrid import Query, rank
+from registry.index.hybrid import SCORERS, Query
 from registry.index.lexical import LexicalIndex, tokenize
 from registry.index.snapshot import build_snapshot
 from registry.jobs import LocalJobRecords
@@ -87,9 +87,9 @@ def test_derived_snapshot_ranks_like_a_rebuilt_one_and_embeds_only_new_text(tmp_
     assert np.array_equal(derived.dense.embeddings, rebuilt.dense.embeddings)
     for text in QUERIES:
         query = Query(hashing_embedder.embed_query(text), tokenize(text))
-        for scorer in ("dense", "bm25", "hybrid"):
-            got = rank(scorer, query, derived.dense, derived.lexical, 10)
-            want = rank(scorer, query, rebuilt.dense, rebuilt.lexical, 10)
+        for scorer in SCORERS.values():
+            got = scorer.rank(query, derived.dense, derived.lexical, 10)
+            want = scorer.rank(query, rebuilt.dense, rebuilt.lexical, 10)
             assert np.array_equal(got[0], want[0]) and np.allclose(got[1], want[1]), (text, scorer)
     assert derived.by_name == rebuilt.by_name and derived.names.find("`added`") == [len(changed) - 1]
     assert first.n_tools == 80 and first.lexical.scores(["zebra"]).shape == (80,)  # untouched

@@ -14,7 +14,9 @@ import pytest
 
 from registry.errors import InvalidRegistryName
 from registry.feedback import MAX_CALLS
-from registry.request import MAX_K, POLICIES, SCORERS
+from registry.index.hybrid import SCORERS
+from registry.request import MAX_K
+from registry.serving.depth_policies import POLICIES
 from registry.store.base import RegistryRecord
 from registry.store.local import LocalStore
 from registry.tools import MAX_JSON_DEPTH

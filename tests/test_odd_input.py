@@ -220,7 +220,7 @@ def test_the_schema_accepts_every_tool_format(client, tools_payload):
 
 
 def test_the_schemas_knob_rules_name_real_policies():
-    from registry.request import POLICIES
+    from registry.serving.depth_policies import POLICIES
     from service.schemas_openapi import SHORTLIST_KNOB_RULES
 
     for rule in SHORTLIST_KNOB_RULES:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import pytest
 
 from registry.errors import ValidationFailed
-from registry.request import MAX_DEPTH_BIAS, MAX_K, POLICIES, SCORERS, ShortlistRequest
+from registry.index.hybrid import SCORERS
+from registry.request import MAX_DEPTH_BIAS, MAX_K, ShortlistRequest
+from registry.serving.depth_policies import POLICIES, depth_policies
 from registry.settings import Settings
 from service.mcp import FindToolsArgs
 from service.schemas import ShortlistRequest as ShortlistBody
@@ -15,6 +18,7 @@ from service.schemas import ShortlistRequest as ShortlistBody
 FIELDS = {f.name: f for f in dataclasses.fields(ShortlistRequest)}
 HTTP_ONLY = {"explain"}  # shapes the HTTP response, not the shortlist
 MCP_ALIASES = {"limit"}  # langgraph-bigtool's name for a cap; the MCP face folds it into max_k
+CHOICES = SimpleNamespace(scorers=tuple(SCORERS), policies=POLICIES)  # what a runner offers
 
 
 def test_the_http_body_declares_exactly_the_request_fields_with_the_same_defaults():
@@ -46,7 +50,7 @@ def test_the_schemas_share_the_request_ranges_and_names():
     bias = schema["depth_bias"]["anyOf"][0]
     assert (bias["minimum"], bias["maximum"]) == (-MAX_DEPTH_BIAS, MAX_DEPTH_BIAS)
     assert tuple(schema["policy"]["anyOf"][0]["enum"]) == POLICIES
-    assert tuple(schema["scorer"]["anyOf"][0]["enum"]) == SCORERS
+    assert tuple(schema["scorer"]["anyOf"][0]["enum"]) == tuple(SCORERS)
 
 
 def test_the_http_body_converts_to_the_request_whole():
@@ -61,17 +65,36 @@ def test_the_http_body_converts_to_the_request_whole():
 
 def test_resolve_fills_the_settings_defaults():
     settings = Settings(default_max_k=9, depth_bias=0.5)
-    resolved = ShortlistRequest("r", "weather").resolve(settings)
+    resolved = ShortlistRequest("r", "weather").resolve(settings, CHOICES)
     assert (resolved.policy, resolved.scorer, resolved.cap, resolved.k, resolved.bias) == (
         "bor", "hybrid", 9, None, 0.5
     )
-    fixed = ShortlistRequest("r", "weather", k=3).resolve(settings)
+    fixed = ShortlistRequest("r", "weather", k=3).resolve(settings, CHOICES)
     assert (fixed.policy, fixed.k, fixed.bias) == ("fixed", 3, None)
 
 
 def test_resolve_names_every_invalid_field_at_once():
     request = ShortlistRequest("r", " ", k=0, max_k=MAX_K + 1, policy="nope", scorer="x", depth_bias=99.0)
     with pytest.raises(ValidationFailed) as caught:
-        request.resolve(Settings())
+        request.resolve(Settings(), CHOICES)
     fields = [p["field"] for p in caught.value.details]
     assert fields == ["query", "k", "max_k", "policy", "scorer", "k", "depth_bias"]
+
+
+def test_the_names_a_request_may_give_are_the_ones_the_runner_offers():
+    narrow = SimpleNamespace(scorers=("bm25",), policies=("gap", "bor"))
+    with pytest.raises(ValidationFailed) as caught:
+        ShortlistRequest("r", "q", scorer="hybrid", policy="gap").resolve(Settings(), narrow)
+    assert caught.value.details == [{"field": "scorer", "message": "unknown scorer 'hybrid'; use one of ['bm25']"}]
+    resolved = ShortlistRequest("r", "q", scorer="bm25", policy="gap").resolve(Settings(), narrow)
+    assert (resolved.scorer, resolved.policy) == ("bm25", "gap")
+
+
+def test_scorers_and_depth_policies_are_registered_under_the_names_they_give_themselves(bor_policy):
+    assert list(SCORERS) == ["dense", "bm25", "hybrid"]  # the API's order
+    assert all(scorer.name == name for name, scorer in SCORERS.items())
+    policies = depth_policies(Settings(fixed_k=3, threshold=0.5), bor_policy)
+    assert tuple(policies) == POLICIES == ("bor", "fixed", "gap", "threshold")
+    assert policies["bor"] is bor_policy
+    assert all(policy.name == name for name, policy in policies.items())
+    assert (policies["fixed"].k, policies["threshold"].threshold) == (3, 0.5)

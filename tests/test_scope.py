@@ -4,11 +4,15 @@ input is refused naming the field, and merged lists keep each request's tools.""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 from registry.errors import ScopeForbidden, ValidationFailed
+from registry.index.hybrid import SCORERS
 from registry.request import MAX_QUERIES, ShortlistRequest
+from registry.serving.depth_policies import POLICIES
 from registry.settings import Settings
 from registry.store.local import LocalStore
 from registry.writes.engine import ShortlistEngine
@@ -165,7 +169,7 @@ def test_queries_and_allowed_tools_combine(scoped):
 )
 def test_bad_queries_are_refused_naming_the_field(fields, field):
     with pytest.raises(ValidationFailed) as caught:
-        ShortlistRequest("r", **fields).resolve(Settings())
+        ShortlistRequest("r", **fields).resolve(Settings(), SimpleNamespace(scorers=SCORERS, policies=POLICIES))
     assert [p["field"] for p in caught.value.details] == [field]
 
 

@@ -1,6 +1,8 @@
 """Scorers over one registry snapshot: ``dense`` (MiniLM cosine), ``bm25`` and ``hybrid``.
 
-``hybrid`` adds query-calibrated BM25 to the cosine::
+Each scorer is a class that names itself (:class:`Scorer`); :data:`SCORERS` maps the names a
+request may ask for to them, in the order the API lists them. ``hybrid`` adds query-calibrated
+BM25 to the cosine::
 
     hybrid(q, t) = cos(q, t) + alpha * bm25(q, t) / sum_{w in q} idf(w)
 
@@ -15,13 +17,28 @@ margins away and loses found@1 on registries where BM25 is weak (MetaTool); see 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import ClassVar, Protocol
 
 import numpy as np
 
 from registry.index.dense import DenseIndex
-from registry.index.lexical import LexicalIndex, top_k
+from registry.index.lexical import LexicalIndex, tokenize, top_k
+
+__all__ = [
+    "HYBRID_ALPHA",
+    "SCORERS",
+    "Bm25Scorer",
+    "DenseScorer",
+    "HybridScorer",
+    "Query",
+    "Scorer",
+    "best_scores",
+    "fuse",
+    "rank_windows",
+    "rank_within",
+]
 
 HYBRID_ALPHA = 0.8
 # With an approximate (HNSW) dense index, fuse over the union of both candidate lists.
@@ -45,104 +62,153 @@ def fuse(
     return (dense + (alpha / ceiling) * lexical).astype(np.float32, copy=False)
 
 
-def rank(
-    scorer: str,
-    query: Query,
-    dense: DenseIndex,
-    lexical: LexicalIndex,
-    depth: int,
-    alpha: float = HYBRID_ALPHA,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Return ``(ids, scores)`` of the ``depth`` best tools under ``scorer``, best first."""
-    if scorer == "bm25":
-        return lexical.search(query.tokens, depth)
-    assert query.vector is not None, "dense and hybrid scorers need the query embedding"
-    if scorer == "dense":
+class Scorer(Protocol):
+    """Ranks a snapshot's tools for a prepared :class:`Query`; ``name`` is what requests call it."""
+
+    name: ClassVar[str]
+    reads_vector: ClassVar[bool]  # needs the query's embedding (the embedder runs)
+    reads_tokens: ClassVar[bool]  # needs the query's BM25 tokens
+
+    def rank(self, query: Query, dense: DenseIndex, lexical: LexicalIndex, depth: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, scores)`` of the ``depth`` best tools, best first."""
+        ...
+
+    def score_ids(self, query: Query, dense: DenseIndex, lexical: LexicalIndex, ids: np.ndarray) -> np.ndarray:
+        """The scores :meth:`rank` gives the tools ``ids`` (any of them, ranked deep or not)."""
+        ...
+
+    def scores_all(self, dense: DenseIndex) -> bool:
+        """Scoring every tool is exact and cheap here (no approximate index to draw candidates from)."""
+        ...
+
+    def tuned(self, alpha: float) -> Scorer:
+        """This scorer with lexical weight ``alpha`` (one without a lexical part is unchanged)."""
+        ...
+
+
+def prepare(scorer: Scorer, text: str, embed: Callable[[str], np.ndarray]) -> Query:
+    """``text`` as ``scorer`` reads it: embedded and tokenised only when the scorer needs each."""
+    return Query(
+        vector=embed(text) if scorer.reads_vector else None,
+        tokens=tokenize(text) if scorer.reads_tokens else [],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DenseScorer:
+    """MiniLM cosine between the query and each tool's text."""
+
+    name: ClassVar[str] = "dense"
+    reads_vector: ClassVar[bool] = True
+    reads_tokens: ClassVar[bool] = False
+
+    def rank(self, query: Query, dense: DenseIndex, lexical: LexicalIndex, depth: int) -> tuple[np.ndarray, np.ndarray]:
+        assert query.vector is not None, "the dense scorer needs the query embedding"
         return dense.search(query.vector, depth)
-    lexical_all = lexical.scores(query.tokens)
-    ceiling = lexical.ceiling(query.tokens)
-    if dense.kind == "flat":
-        cosine = dense.embeddings @ query.vector
-        return top_k(fuse(cosine, lexical_all, ceiling, alpha), depth)
-    pool = max(depth, HYBRID_CANDIDATES)
-    dense_ids, _ = dense.search(query.vector, pool)
-    lexical_ids, _ = top_k(lexical_all, pool)
-    ids = np.union1d(dense_ids, lexical_ids)
-    fused = fuse(dense.scores_for(query.vector, ids), lexical_all[ids], ceiling, alpha)
-    order, scores = top_k(fused, depth)
-    return ids[order], scores
+
+    def score_ids(self, query: Query, dense: DenseIndex, lexical: LexicalIndex, ids: np.ndarray) -> np.ndarray:
+        assert query.vector is not None, "the dense scorer needs the query embedding"
+        return dense.scores_for(query.vector, ids).astype(np.float32, copy=False)
+
+    def scores_all(self, dense: DenseIndex) -> bool:
+        return dense.kind == "flat"
+
+    def tuned(self, alpha: float) -> Scorer:
+        return self
 
 
-def score_ids(
-    scorer: str,
-    query: Query,
-    dense: DenseIndex,
-    lexical: LexicalIndex,
-    ids: np.ndarray,
-    alpha: float = HYBRID_ALPHA,
-) -> np.ndarray:
-    """The scores :func:`rank` gives the tools ``ids`` (any of them, ranked deep or not)."""
-    ids = np.asarray(ids, dtype=np.int64)
-    if scorer == "bm25":
+@dataclass(frozen=True, slots=True)
+class Bm25Scorer:
+    """BM25 over the tools' names and descriptions (:mod:`registry.index.lexical`)."""
+
+    name: ClassVar[str] = "bm25"
+    reads_vector: ClassVar[bool] = False
+    reads_tokens: ClassVar[bool] = True
+
+    def rank(self, query: Query, dense: DenseIndex, lexical: LexicalIndex, depth: int) -> tuple[np.ndarray, np.ndarray]:
+        return lexical.search(query.tokens, depth)
+
+    def score_ids(self, query: Query, dense: DenseIndex, lexical: LexicalIndex, ids: np.ndarray) -> np.ndarray:
         return lexical.scores(query.tokens)[ids].astype(np.float32, copy=False)
-    assert query.vector is not None, "dense and hybrid scorers need the query embedding"
-    cosine = dense.scores_for(query.vector, ids)
-    if scorer == "dense":
-        return cosine.astype(np.float32, copy=False)
-    lexical_all = lexical.scores(query.tokens)
-    return fuse(cosine, lexical_all[ids], lexical.ceiling(query.tokens), alpha)
+
+    def scores_all(self, dense: DenseIndex) -> bool:
+        return True  # BM25 scores every tool at once
+
+    def tuned(self, alpha: float) -> Scorer:
+        return self
 
 
-def best_scores(
-    scorer: str,
-    windows: Sequence[Query],
-    dense: DenseIndex,
-    lexical: LexicalIndex,
-    ids: np.ndarray,
-    alpha: float = HYBRID_ALPHA,
-) -> np.ndarray:
+@dataclass(frozen=True, slots=True)
+class HybridScorer:
+    """Cosine plus ``alpha`` times the query-calibrated BM25 (:func:`fuse`; the module docstring)."""
+
+    name: ClassVar[str] = "hybrid"
+    reads_vector: ClassVar[bool] = True
+    reads_tokens: ClassVar[bool] = True
+    alpha: float = HYBRID_ALPHA
+
+    def rank(self, query: Query, dense: DenseIndex, lexical: LexicalIndex, depth: int) -> tuple[np.ndarray, np.ndarray]:
+        assert query.vector is not None, "the hybrid scorer needs the query embedding"
+        lexical_all = lexical.scores(query.tokens)
+        ceiling = lexical.ceiling(query.tokens)
+        if dense.kind == "flat":
+            cosine = dense.embeddings @ query.vector
+            return top_k(fuse(cosine, lexical_all, ceiling, self.alpha), depth)
+        pool = max(depth, HYBRID_CANDIDATES)
+        dense_ids, _ = dense.search(query.vector, pool)
+        lexical_ids, _ = top_k(lexical_all, pool)
+        ids = np.union1d(dense_ids, lexical_ids)
+        fused = fuse(dense.scores_for(query.vector, ids), lexical_all[ids], ceiling, self.alpha)
+        order, scores = top_k(fused, depth)
+        return ids[order], scores
+
+    def score_ids(self, query: Query, dense: DenseIndex, lexical: LexicalIndex, ids: np.ndarray) -> np.ndarray:
+        assert query.vector is not None, "the hybrid scorer needs the query embedding"
+        cosine = dense.scores_for(query.vector, ids)
+        return fuse(cosine, lexical.scores(query.tokens)[ids], lexical.ceiling(query.tokens), self.alpha)
+
+    def scores_all(self, dense: DenseIndex) -> bool:
+        return dense.kind == "flat"
+
+    def tuned(self, alpha: float) -> Scorer:
+        return HybridScorer(alpha)
+
+
+SCORERS: Mapping[str, Scorer] = {s.name: s for s in (DenseScorer(), Bm25Scorer(), HybridScorer())}
+"""Every scorer by the name a request gives (the API lists them in this order)."""
+
+
+def best_scores(scorer: Scorer, windows: Sequence[Query], dense: DenseIndex, lexical: LexicalIndex, ids: np.ndarray) -> np.ndarray:
     """Each tool's best score over the windows of a long query (see :func:`rank_windows`)."""
-    scores = [score_ids(scorer, w, dense, lexical, ids, alpha) for w in windows]
+    ids = np.asarray(ids, dtype=np.int64)
+    scores = [scorer.score_ids(w, dense, lexical, ids) for w in windows]
     return np.max(np.stack(scores), axis=0) if len(scores) > 1 else scores[0]
 
 
 def rank_windows(
-    scorer: str,
-    windows: Sequence[Query],
-    dense: DenseIndex,
-    lexical: LexicalIndex,
-    depth: int,
-    alpha: float = HYBRID_ALPHA,
+    scorer: Scorer, windows: Sequence[Query], dense: DenseIndex, lexical: LexicalIndex, depth: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`rank` for a long query read as windows: a tool scores its best window.
+    """:meth:`Scorer.rank` for a long query read as windows: a tool scores its best window.
 
     Each window is a query of its own (embedding and BM25 terms), so a request stated in one
     paragraph of a long message is not drowned by the words repeated around it.
     """
     if len(windows) == 1:
-        return rank(scorer, windows[0], dense, lexical, depth, alpha)
-    if dense.kind == "flat" or scorer == "bm25":
+        return scorer.rank(windows[0], dense, lexical, depth)
+    if scorer.scores_all(dense):
         candidates = np.arange(len(dense), dtype=np.int64)
     else:
         pool = max(depth, HYBRID_CANDIDATES)
-        candidates = np.unique(
-            np.concatenate([rank(scorer, w, dense, lexical, pool, alpha)[0] for w in windows])
-        )
-    order, scores = top_k(best_scores(scorer, windows, dense, lexical, candidates, alpha), depth)
+        candidates = np.unique(np.concatenate([scorer.rank(w, dense, lexical, pool)[0] for w in windows]))
+    order, scores = top_k(best_scores(scorer, windows, dense, lexical, candidates), depth)
     return candidates[order], scores
 
 
 def rank_within(
-    scorer: str,
-    windows: Sequence[Query],
-    dense: DenseIndex,
-    lexical: LexicalIndex,
-    ids: np.ndarray,
-    depth: int,
-    alpha: float = HYBRID_ALPHA,
+    scorer: Scorer, windows: Sequence[Query], dense: DenseIndex, lexical: LexicalIndex, ids: np.ndarray, depth: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`rank_windows` over the tools ``ids`` alone (ascending positions): a scoped request
     (:mod:`registry.serving.scope`). Each of them is scored exactly, so no other tool can take a
     place in the ranking, and ties break by position as in the whole registry's ranking."""
-    order, scores = top_k(best_scores(scorer, windows, dense, lexical, ids, alpha), depth)
+    order, scores = top_k(best_scores(scorer, windows, dense, lexical, ids), depth)
     return ids[order], scores

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from registry.index.embed import Embedder
-from registry.index.hybrid import HYBRID_ALPHA, Query, rank
+from registry.index.hybrid import HYBRID_ALPHA, SCORERS, Query
 from registry.index.lexical import tokenize
 from registry.index.snapshot import Snapshot, build_snapshot
 from registry.offline.episodes import Episode
@@ -95,17 +95,18 @@ def rank_queries(
 ) -> list[Episode]:
     """Rank every query and return one Episode each: top scores and the full ranks of its gold."""
     vectors: np.ndarray | None = None
-    if scorer != "bm25":
+    ranker = SCORERS[scorer].tuned(alpha)
+    if ranker.reads_vector:
         assert embedder is not None
         vectors = embedder.embed_documents([q.query for q in queries], batch_size=batch_size)
     n = snapshot.n_tools
     episodes = []
     for i, labelled in enumerate(queries):
-        prepared = Query(
+        prepared = Query(  # embedded in one batch above
             vector=None if vectors is None else vectors[i],
-            tokens=tokenize(labelled.query) if scorer != "dense" else [],
+            tokens=tokenize(labelled.query) if ranker.reads_tokens else [],
         )
-        ids, scores = rank(scorer, prepared, snapshot.dense, snapshot.lexical, n, alpha)
+        ids, scores = ranker.rank(prepared, snapshot.dense, snapshot.lexical, n)
         position = np.empty(n, dtype=np.int64)
         position[ids] = np.arange(ids.shape[0])
         gold_ranks = np.array(

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from registry.index.hybrid import SCORERS
 from registry.offline.evaluation_report import (
     format_value,
     markdown_tables,
@@ -66,7 +67,6 @@ from registry.offline.metrics import (
 )
 from registry.offline.score_tables import ScoreTable, score_table
 from registry.offline.tables import RankedSet, candidate_episodes, load_or_build_table, rank_table
-from registry.request import SCORERS
 
 __all__ = [
     "DEFAULT_BUCKETS",

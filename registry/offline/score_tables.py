@@ -19,10 +19,9 @@ from typing import Any
 import numpy as np
 
 from registry.index.embed import Embedder
-from registry.index.hybrid import HYBRID_ALPHA, fuse
+from registry.index.hybrid import HYBRID_ALPHA, SCORERS, fuse
 from registry.index.lexical import LexicalIndex, tokenize
 from registry.offline.datasets import LabelledQuery, load_dataset, needed_groups
-from registry.request import SCORERS
 
 __all__ = ["TABLE_FORMAT_VERSION", "ScoreTable", "score_table"]
 

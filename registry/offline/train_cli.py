@@ -19,6 +19,7 @@ import torch
 
 from registry.fsio import json_safe
 from registry.index.embed import sha256_file
+from registry.index.hybrid import SCORERS
 from registry.offline.carve import ANCHOR_SIZES, FILL_KINDS, SIZE_RANGE, carve_training, load_source
 from registry.offline.cli_support import HelpFormatter, ProgressEmbedder, plain, progress_step
 from registry.offline.env import (
@@ -32,7 +33,6 @@ from registry.offline.metrics import DEFAULT_SCORER, compare_with_fixed
 from registry.offline.model import SizeGatedQ, TrainedPolicy
 from registry.offline.tables import load_or_build_table, rank_table
 from registry.offline.train import data_episodes, holdout_rows, split_episodes, train_ensemble
-from registry.request import SCORERS
 from registry.settings import EMBEDDERS
 
 log = logging.getLogger(__name__)

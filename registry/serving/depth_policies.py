@@ -3,7 +3,8 @@
 Every policy takes the candidates' scores (descending), the registry size and a cap, and
 returns a depth ``k`` with ``1 <= k <= min(max_k, n_tools, len(scores))`` (0 only when there
 is nothing to show). The learned ``bor`` policy runs as ONNX through onnxruntime; this module
-never imports torch.
+never imports torch. Each rule names itself (``name``); :data:`POLICIES` lists every name a
+request may ask for and :func:`depth_policies` builds them by name.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 
 from registry.errors import ArtifactError, PolicySchemaMismatch
 from registry.onnx import make_session
+from registry.request import FIXED_POLICY, LEARNED_POLICY
 from registry.serving.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, depth_features
 from registry.serving.needs import (
     NEEDS_FEATURE_NAMES,
@@ -30,12 +32,15 @@ __all__ = [
     "INPUT_NAME",
     "MANIFEST_NAME",
     "OUTPUT_NAME",
+    "POLICIES",
     "WHOLE_REGISTRY_MIN",
     "DepthPolicy",
     "FixedPolicy",
     "GapPolicy",
     "OnnxDepthPolicy",
     "ThresholdPolicy",
+    "TunableDepthPolicy",
+    "depth_policies",
     "first_stop",
     "policy_depth_limit",
 ]
@@ -61,12 +66,33 @@ class DepthPolicy(Protocol):
         ...
 
 
-@runtime_checkable
 class TunableDepthPolicy(DepthPolicy, Protocol):
-    """A depth policy with an operating knob (``bias``, bits; 0 is the trained behaviour)."""
+    """The learned policy: Q-values per depth, and an operating knob (``bias``, bits; 0 is the
+    trained behaviour). ``needs_model`` set: feature schema 2, the request's signals are inputs."""
 
-    def choose_depth(self, scores: np.ndarray, n_tools: int, max_k: int, bias: float = 0.0) -> int:
+    @property
+    def needs_model(self) -> NeedsModel | None: ...
+
+    def q_values(
+        self, scores: np.ndarray, n_tools: int, max_k: int, signals: np.ndarray | None = None
+    ) -> np.ndarray:
+        """``(D, 2)`` ``[Q_stop, Q_continue]`` per depth ``1..D``."""
         ...
+
+    def choose_depth(
+        self, scores: np.ndarray, n_tools: int, max_k: int, bias: float = 0.0,
+        signals: np.ndarray | None = None,
+    ) -> int:
+        ...
+
+
+class RuleSettings(Protocol):
+    """What the fixed-rule policies are built from (:class:`registry.settings.Settings` has it)."""
+
+    @property
+    def fixed_k(self) -> int: ...
+    @property
+    def threshold(self) -> float: ...
 
 
 WHOLE_REGISTRY_MIN = 8  # from this registry size on, a learned policy never shows it whole
@@ -95,7 +121,11 @@ def _upper(scores: np.ndarray, n_tools: int, max_k: int) -> int:
 class FixedPolicy:
     """Always ``k`` tools (capped): the classic top-K."""
 
-    name = "fixed"
+    name = FIXED_POLICY
+
+    @classmethod
+    def from_settings(cls, settings: RuleSettings) -> FixedPolicy:
+        return cls(settings.fixed_k)
 
     def __init__(self, k: int) -> None:
         if k < 1:
@@ -119,6 +149,10 @@ class GapPolicy:
 
     name = "gap"
 
+    @classmethod
+    def from_settings(cls, settings: RuleSettings) -> GapPolicy:
+        return cls()
+
     def choose_depth(self, scores: np.ndarray, n_tools: int, max_k: int) -> int:
         u = _upper(scores, n_tools, max_k)
         if u <= 1:
@@ -138,6 +172,10 @@ class ThresholdPolicy:
 
     name = "threshold"
 
+    @classmethod
+    def from_settings(cls, settings: RuleSettings) -> ThresholdPolicy:
+        return cls(settings.threshold)
+
     def __init__(self, threshold: float) -> None:
         if not math.isfinite(threshold):
             raise ValueError(f"threshold must be finite, got {threshold}")
@@ -153,6 +191,18 @@ class ThresholdPolicy:
 
     def __repr__(self) -> str:
         return f"ThresholdPolicy(threshold={self.threshold})"
+
+
+RULES = (FixedPolicy, GapPolicy, ThresholdPolicy)  # the policies that need no artifact
+POLICIES: tuple[str, ...] = (LEARNED_POLICY, *(rule.name for rule in RULES))
+"""Every depth policy a request may name (the API lists them in this order)."""
+
+
+def depth_policies(settings: RuleSettings, learned: TunableDepthPolicy) -> dict[str, DepthPolicy]:
+    """Every policy of :data:`POLICIES` by its name: ``learned`` (the ONNX policy) and the rules
+    built from ``settings``."""
+    rules = {rule.name: rule.from_settings(settings) for rule in RULES}
+    return {LEARNED_POLICY: learned, **rules}
 
 
 def _load_manifest(directory: Path) -> dict[str, Any]:
@@ -208,7 +258,7 @@ class OnnxDepthPolicy:
     """
 
     def __init__(
-        self, session: Any, manifest: dict[str, Any], name: str = "bor", needs_model: NeedsModel | None = None
+        self, session: Any, manifest: dict[str, Any], name: str = LEARNED_POLICY, needs_model: NeedsModel | None = None
     ) -> None:
         self._session = session
         self.manifest = manifest
@@ -267,7 +317,7 @@ class OnnxDepthPolicy:
                 {"path": str(onnx_path), "expected": manifest["sha256"], "actual": digest},
             )
         session = _make_session(blob, threads, onnx_path, len(names))
-        return cls(session, manifest, name=str(manifest.get("name", "bor")), needs_model=needs_model)
+        return cls(session, manifest, name=str(manifest.get("name", LEARNED_POLICY)), needs_model=needs_model)
 
     def q_values(
         self, scores: np.ndarray, n_tools: int, max_k: int, signals: np.ndarray | None = None

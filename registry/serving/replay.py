@@ -16,14 +16,14 @@ on rankings that recall their own feedback would stop at 1 on requests that are 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from registry.index.embed import Embedder
-from registry.index.hybrid import Query, rank_windows
-from registry.index.lexical import tokenize
+from registry.index.hybrid import SCORERS, Query, Scorer, prepare, rank_windows
 from registry.index.snapshot import Snapshot
+from registry.serving.depth_policies import TunableDepthPolicy
 from registry.serving.features import FEATURE_WINDOW, depth_features
 from registry.serving.needs import needs_features, request_signals
 from registry.serving.shorthand import expand_shorthand
@@ -55,30 +55,26 @@ class ReplayedRanking:
     schema: str
 
 
-def policy_schema(policy: Any) -> str:
+def policy_schema(policy: TunableDepthPolicy) -> str:
     """The feature schema ``policy`` reads: ``"2"`` with a needs model, else ``"1"``."""
-    return "1" if getattr(policy, "needs_model", None) is None else "2"
+    return "1" if policy.needs_model is None else "2"
 
 
 def feature_rows(
-    policy: Any, scores: np.ndarray, n_tools: int, depth: int, signals: np.ndarray | None
+    policy: TunableDepthPolicy, scores: np.ndarray, n_tools: int, depth: int, signals: np.ndarray | None
 ) -> np.ndarray:
     """The feature rows a calibrated stop rule reads under ``policy`` (its schema: the score
     features, plus the request's needs for a schema-2 policy), depths ``1..depth``."""
-    model = getattr(policy, "needs_model", None)
+    model = policy.needs_model
     if model is None:
         return depth_features(scores, n_tools, depth)
     return needs_features(scores, n_tools, depth, signals, model)
 
 
-def _windows(text: str, scorer: str, embedder: Embedder) -> list[Query]:
-    return [
-        Query(
-            vector=embedder.embed_query(w) if scorer != "bm25" else None,
-            tokens=tokenize(w) if scorer != "dense" else [],
-        )
-        for w in query_windows(expand_shorthand(text))
-    ]
+def query_windows_for(text: str, scorer: Scorer, embedder: Embedder) -> list[Query]:
+    """``text`` (its shorthand spelled out) as one prepared query per window, as ``scorer``
+    reads it: the query path and a replay prepare a request the same way."""
+    return [prepare(scorer, w, embedder.embed_query) for w in query_windows(expand_shorthand(text))]
 
 
 def base_ranking(
@@ -87,8 +83,9 @@ def base_ranking(
     """``text``'s ranking on ``snap`` before the usage profiles (base scorer and the usage
     memory without the request's own repeats): what a profile-weight fit lifts, as a new
     phrasing would meet it (the logged ranking recalled the request's earlier feedback)."""
-    windows = _windows(text, scorer, embedder)
-    ids, scores = rank_windows(scorer, windows, snap.dense, snap.lexical, min(depth, snap.n_tools))
+    ranker = SCORERS[scorer]
+    windows = query_windows_for(text, ranker, embedder)
+    ids, scores = rank_windows(ranker, windows, snap.dense, snap.lexical, min(depth, snap.n_tools))
     if usage is not None and windows[0].vector is not None and len(ids):
         ids, scores = usage.rerank(snap, windows[0].vector, ids, scores, exclude_repeats=True, with_profiles=False)
     return tuple(snap.tools[int(t)].name for t in ids), np.asarray(scores, np.float32)
@@ -101,24 +98,24 @@ def replay_ranking(
     *,
     scorer: str,
     embedder: Embedder,
-    policy: Any,
+    policy: TunableDepthPolicy,
     usage: UsageRerank | None,
 ) -> ReplayedRanking | None:
     """``text`` ranked on ``snap`` as served now, with ``depth`` policy states (the logged
-    request's cap); None when the policy has no Q-values or nothing can be ranked."""
-    q_values = getattr(policy, "q_values", None)
+    request's cap); None when nothing can be ranked."""
     n = snap.n_tools
-    if q_values is None or n == 0 or depth < 1 or not text.strip():
+    if n == 0 or depth < 1 or not text.strip():
         return None
-    windows = _windows(text, scorer, embedder)
-    ids, scores = rank_windows(scorer, windows, snap.dense, snap.lexical, min(max(depth, FEATURE_WINDOW), n))
+    ranker = SCORERS[scorer]
+    windows = query_windows_for(text, ranker, embedder)
+    ids, scores = rank_windows(ranker, windows, snap.dense, snap.lexical, min(max(depth, FEATURE_WINDOW), n))
     if usage is not None and windows[0].vector is not None:
         ids, scores = usage.rerank(snap, windows[0].vector, ids, scores, exclude_repeats=True)
     if len(ids) == 0:
         return None
     schema = policy_schema(policy)
     signals = request_signals(text) if schema == "2" else None
-    q = np.asarray(q_values(scores, n, depth, **({"signals": signals} if signals is not None else {})))
+    q = np.asarray(policy.q_values(scores, n, depth, signals))
     if q.shape[0] == 0:
         return None
     return ReplayedRanking(

@@ -30,10 +30,9 @@ from registry.feedback import ShownShortlist
 from registry.feedback.events import MAX_LOGGED_QUERY_CHARS, RANKING_TAIL
 from registry.feedback.served import new_shortlist_id
 from registry.index.embed import Embedder
-from registry.index.hybrid import Query, best_scores, rank_windows, rank_within
-from registry.index.lexical import tokenize
+from registry.index.hybrid import SCORERS, Query, Scorer, best_scores, rank_windows, rank_within
 from registry.index.snapshot import Snapshot
-from registry.request import ResolvedRequest
+from registry.request import FIXED_POLICY, LEARNED_POLICY, ResolvedRequest
 from registry.serving.batch import merge_shortlists
 from registry.serving.chains import (
     after_called,
@@ -44,10 +43,8 @@ from registry.serving.compose import Pick, fold_duplicates, interleave
 from registry.serving.coverage import CoverageModel, cover
 from registry.serving.depth_policies import (
     DepthPolicy,
-    FixedPolicy,
-    GapPolicy,
-    ThresholdPolicy,
     TunableDepthPolicy,
+    depth_policies,
     first_stop,
     policy_depth_limit,
 )
@@ -61,12 +58,11 @@ from registry.serving.replay import (
     UsageRerank,
     feature_rows,
     policy_schema,
+    query_windows_for,
     replay_ranking,
 )
 from registry.serving.scope import ScopeCache, allows
-from registry.serving.shorthand import expand_shorthand
 from registry.serving.stop_rules import PolicyBook
-from registry.serving.windows import query_windows
 from registry.settings import Settings
 
 __all__ = ["QueryRunner", "Shortlist", "ShortlistItem", "UsageRerank"]
@@ -166,7 +162,8 @@ def _tool_json(t: ShortlistItem) -> dict[str, Any]:
 
 
 class QueryRunner:
-    """Answers shortlist requests on snapshots; holds the embedder and the depth policies."""
+    """Answers shortlist requests on snapshots; holds the embedder, the scorers and the depth
+    policies by name (the names a request may give: :class:`registry.request.Choices`)."""
 
     def __init__(
         self,
@@ -183,9 +180,8 @@ class QueryRunner:
         self.bor_policy = bor_policy
         self.relevance = relevance or RelevanceModel.load(settings.resolved_relevance_model())
         self.coverage = CoverageModel.load(settings.coverage_model) if settings.coverage_model else None
-        self._gap = GapPolicy()
-        self._threshold = ThresholdPolicy(settings.threshold)
-        self._fixed = FixedPolicy(settings.fixed_k)
+        self.scorers: dict[str, Scorer] = dict(SCORERS)
+        self.policies: dict[str, DepthPolicy] = depth_policies(settings, bor_policy)
         self.usage = usage  # the usage memory's lift (learning), when the core has one
         self.policy_book = policy_book or PolicyBook()  # per-registry stop rules
         self.explorer = Explorer(settings.explore_share)
@@ -222,14 +218,15 @@ class QueryRunner:
         trace = DepthTrace(self.policy_book.active(snap.registry), explore=explore) if adaptive else None
         intents = self._intents(query, request)
         called = self._called(snap, request)
+        scorer = self.scorers[request.scorer]
 
         t0 = time.perf_counter()
-        prepared = [self._prepare(text, request.scorer) for text in (query, *(i.text for i in intents))]
+        prepared = [query_windows_for(text, scorer, self.embedder) for text in (query, *(i.text for i in intents))]
         t1 = time.perf_counter()
         timings["embed"] = t1 - t0
 
         wanted = self._wanted(request)
-        rankings = [self._rank(snap, request.scorer, q, min(wanted, n), scope) for q in prepared]
+        rankings = [self._rank(snap, scorer, q, min(wanted, n), scope) for q in prepared]
         if self.usage is not None and prepared[0][0].vector is not None:  # usage lift (learning)
             rankings[0] = self.usage.rerank(snap, prepared[0][0].vector, *rankings[0])
         t2 = time.perf_counter()
@@ -238,7 +235,7 @@ class QueryRunner:
         named_ids = snap.names.find(query)
         if scope is not None and named_ids:
             named_ids = [t for t in named_ids if allows(scope, t)]
-        named = self._named_scores(snap, prepared[0], request.scorer, named_ids, rankings[0])
+        named = self._named_scores(snap, prepared[0], scorer, named_ids, rankings[0])
         confidence = None
         if request.allow_empty:
             confidence = self.relevance.confidence(rankings[0][1])
@@ -252,7 +249,7 @@ class QueryRunner:
                 picks = self._compose(snap, n, rankings, [i.step for i in intents], named, request, trace, texts)
             if called:  # the agent holds the tools it called: the list is for what comes next
                 picks = after_called(rankings[0], named, called, len(picks))
-            picks = self._chains(snap, picks, called, prepared[0], request, rankings[0])
+            picks = self._chains(snap, picks, called, prepared[0], scorer, request, rankings[0])
         if scope is not None:  # the last guard: no step may show a tool outside the scope
             picks = [
                 replace(p, alternates=tuple(a for a in p.alternates if allows(scope, a)))
@@ -293,7 +290,7 @@ class QueryRunner:
             depth_bias=request.bias,
             intents=tuple(i.text for i in intents),
             confidence=confidence,
-            policy_version=trace.rule.version if request.policy == "bor" and trace else request.policy,
+            policy_version=trace.rule.version if request.policy == LEARNED_POLICY and trace else request.policy,
             trace=trace,
             ranking=ranking,
         )
@@ -310,7 +307,7 @@ class QueryRunner:
 
     @staticmethod
     def _rank(
-        snap: Snapshot, scorer: str, query: list[Query], depth: int, scope: np.ndarray | None
+        snap: Snapshot, scorer: Scorer, query: list[Query], depth: int, scope: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray]:
         if scope is None:
             return rank_windows(scorer, query, snap.dense, snap.lexical, depth)
@@ -333,6 +330,7 @@ class QueryRunner:
         picks: list[Pick],
         called: list[int],
         query: list[Query],
+        scorer: Scorer,
         request: ResolvedRequest,
         ranking: tuple[np.ndarray, np.ndarray],
     ) -> list[Pick]:
@@ -349,7 +347,7 @@ class QueryRunner:
                 known.update((int(t), float(v)) for t, v in zip(*ranking))
             missing = [t for t in tools if t not in known]
             if missing:
-                extra = best_scores(request.scorer, query, snap.dense, snap.lexical, np.asarray(missing))
+                extra = best_scores(scorer, query, snap.dense, snap.lexical, np.asarray(missing))
                 known.update({t: float(v) for t, v in zip(missing, extra)})
             return {t: known[t] for t in tools}
 
@@ -371,20 +369,10 @@ class QueryRunner:
         intents = split_request(query)
         return intents if len(intents) > 1 else ()
 
-    def _prepare(self, text: str, scorer: str) -> list[Query]:
-        """The text as one query per window (one window unless it is long)."""
-        return [
-            Query(
-                vector=self.embedder.embed_query(window) if scorer != "bm25" else None,
-                tokens=tokenize(window) if scorer != "dense" else [],
-            )
-            for window in query_windows(expand_shorthand(text))
-        ]
-
     def _wanted(self, request: ResolvedRequest) -> int:
         if request.k is not None:  # a called tool's slot passes to the next one
             return request.k + len(request.called)
-        if request.policy == "bor":  # the features read a window of FEATURE_WINDOW scores
+        if request.policy == LEARNED_POLICY:  # the features read a window of FEATURE_WINDOW scores
             return max(request.cap, FEATURE_WINDOW)
         return request.cap + 1  # gap also looks at the score just past the cap
 
@@ -392,7 +380,7 @@ class QueryRunner:
         self,
         snap: Snapshot,
         query: list[Query],
-        scorer: str,
+        scorer: Scorer,
         named_ids: list[int],
         ranking: tuple[np.ndarray, np.ndarray],
     ) -> list[tuple[int, float]]:
@@ -440,7 +428,7 @@ class QueryRunner:
         cap = min(request.cap, policy_depth_limit(n))  # only k may ask for the whole registry
 
         # a needs-aware (schema 2) policy reads each ranking's own text
-        reads_text = request.policy == "bor" and getattr(self.bor_policy, "needs_model", None) is not None
+        reads_text = request.policy == LEARNED_POLICY and self.bor_policy.needs_model is not None
         signals = [request_signals(t) for t in texts] if reads_text else []
 
         def choose(scores: np.ndarray) -> int:
@@ -453,7 +441,7 @@ class QueryRunner:
         intents = list(zip(folded[1:], steps, strict=True))
         picks = interleave(folded[0], intents, choose, cap=cap, named=named, intent_depth=choose_intent)
         explored = trace is not None and trace.shown != trace.chosen
-        if self.coverage is None or request.policy != "bor" or explored or not picks:
+        if self.coverage is None or request.policy != LEARNED_POLICY or explored or not picks:
             return picks
         return cover(self.coverage, picks, rankings[0], folded[0], n, request_signals(texts[0] if texts else ""),
                      one_intent=not steps, cap=cap)
@@ -474,19 +462,12 @@ class QueryRunner:
         available = int(scores.shape[0])
         if available == 0:
             return 0
-        chosen: DepthPolicy
-        if request.policy == "bor":
+        if request.policy == LEARNED_POLICY:  # traced, under the registry's stop rule
             depth = self._bor_depth(request, scores, n, cap, trace, signals)
         else:
-            if request.policy == "gap":
-                chosen = self._gap
-            elif request.policy == "threshold":
-                chosen = self._threshold
-            else:
-                chosen = self._fixed
-            depth = chosen.choose_depth(scores, n, cap)
+            depth = self.policies[request.policy].choose_depth(scores, n, cap)
         depth = min(depth, cap, available)
-        if trace is None or trace.done or request.policy == "fixed":
+        if trace is None or trace.done or request.policy == FIXED_POLICY:
             return depth  # intents' rankings, and a fixed depth, are never explored
         explorer = self.explorer if trace.explore else self._no_explore
         shown, trace.propensity = explorer.draw(depth, min(cap, available))
@@ -502,11 +483,10 @@ class QueryRunner:
         rule = trace.rule if trace is not None else self.policy_book.active("")
         bias = request.bias or 0.0
         limit = min(cap, rule.max_depth or cap)
-        q_values = getattr(self.bor_policy, "q_values", None)
-        extra = {"signals": signals} if signals is not None else {}  # only a schema-2 policy reads it
-        if q_values is None or (rule.kind == "bias" and (trace is None or trace.done)):
-            return int(self.bor_policy.choose_depth(scores, n, limit, bias=bias + rule.bias_offset, **extra))
-        q = np.asarray(q_values(scores, n, cap, **extra))
+        policy = self.bor_policy  # only a schema-2 policy reads the signals
+        if rule.kind == "bias" and (trace is None or trace.done):
+            return int(policy.choose_depth(scores, n, limit, bias=bias + rule.bias_offset, signals=signals))
+        q = np.asarray(policy.q_values(scores, n, cap, signals))
         if trace is not None and not trace.done:
             margins = q[:, 0] - q[:, 1]
             trace.margins = tuple(round(float(m), 4) if math.isfinite(m) else 0.0 for m in margins)

@@ -334,7 +334,7 @@ class ShortlistEngine(CommitPath):
         ``token_scope``: the tool patterns an admin bound to the caller's token, which
         ``allowed_tools`` can only narrow (:mod:`registry.serving.scope`).
         """
-        resolved = request.resolve(self.settings, token_scope)
+        resolved = request.resolve(self.settings, self.queries, token_scope)
         return self.queries.run(self.snapshot(request.registry), resolved)
 
     # -- internals ------------------------------------------------------------------------------
