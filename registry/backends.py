@@ -184,21 +184,23 @@ def refit_hooks(settings: Settings, learner: UsageLearner, engine_ref: EngineRef
     requests as they are served now."""
 
     def fit_profiles(registry: str, events: list[FeedbackEvent]) -> dict[str, Any] | None:
-        """A refit's first step: the registry's usage-profile weight (None: learning is off)."""
+        """A refit's first step: the registry's learned companions and usage-profile weight
+        (None: learning is off)."""
         engine = engine_ref()
         snap = engine.current(registry) if engine is not None else None
         if engine is None or snap is None or not learner.enabled(registry):
             return None
+        companions = learner.fit_companions(snap, events)
         runner = engine.queries
         if runner is None:
-            return learner.fit_profile_weight(snap, events)
+            return {**learner.fit_profile_weight(snap, events), "companions": companions}
 
         def ranked(text: str, usage: Any = runner.usage) -> tuple[tuple[str, ...], Any]:
             return base_ranking(snap, text, FEATURE_WINDOW, scorer=settings.default_scorer,
                                 embedder=runner.embedder, usage=usage)
 
         plain = partial(ranked, usage=None)  # the memory's neighbourhood is fitted on the base scorer
-        return learner.fit_profile_weight(snap, events, ranked, plain_ranking=plain)
+        return {**learner.fit_profile_weight(snap, events, ranked, plain_ranking=plain), "companions": companions}
 
     def replay(registry: str) -> Replay | None:
         """A refit's events ranked again as ``registry`` is served now (None: not loaded)."""

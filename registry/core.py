@@ -426,6 +426,17 @@ class Shortlister:
         sharing the Redis); None: unknown or expired (finished jobs are kept a day)."""
         return self.write_jobs.get(registry, job_id)
 
+    def graph(self, registry: str) -> dict[str, Any]:
+        """The registry's prerequisite graph (its edges and the admins' edits) and the companions
+        learned from feedback (``learned``, each with its evidence).
+
+        Raises:
+            RegistryNotFound: unknown registry.
+        """
+        snap = self.snapshot(registry)
+        return {"registry": snap.registry, "version": snap.version, **snap.graph.to_json(),
+                "learned": self.learning.learned_edges(snap)}
+
     def edit_graph(self, registry: str, add: Any = None, remove: Any = None) -> RegistryInfo:
         """Add or remove prerequisite edges ``[[provider, consumer], ...]``; the version
         increases (unknown tool names: ``ValidationFailed`` naming them, nothing changed)."""

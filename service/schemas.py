@@ -143,6 +143,20 @@ class GraphEdits(BaseModel):
     removed: list[list[str]] = Field(default_factory=list, description="[provider, consumer] pairs.")
 
 
+class LearnedCompanion(BaseModel):
+    """A companion edge learned from agents' feedback: ``then`` followed ``first``."""
+
+    first: str = Field(description="The tool used first.")
+    then: str = Field(description="The tool used right after it.")
+    uses: float = Field(description="Weighted uses of the pair that no single caller carries alone.")
+    callers: int = Field(description="Distinct callers who reported the pair.")
+    share: float = Field(description="Share of the uses of 'first' followed by 'then'.")
+    back: float = Field(description="Share of the uses of 'then' preceded by 'first'.")
+    held_out_tries: int = Field(0, description="Held-out requests that tested the edge at the refit.")
+    held_out_share: float | None = Field(None, description="How often the pair recurred on them.")
+    active: bool = Field(description="Used by shortlists (false: an admin removed it, or learning is off).")
+
+
 class RegistryGraph(BaseModel):
     """A registry version's prerequisite graph (read from its tools at upload, plus edits)."""
 
@@ -150,6 +164,10 @@ class RegistryGraph(BaseModel):
     version: int
     edges: list[GraphEdge]
     edits: GraphEdits = Field(description="The admins' edits this version carries.")
+    learned: list[LearnedCompanion] = Field(
+        default_factory=list,
+        description="Companions learned from feedback and shipped by the last refit (docs/chains.md).",
+    )
 
 
 class GraphEditRequest(BaseModel):
@@ -212,6 +230,11 @@ class LearningReport(BaseModel):
     similarity_fit: dict[str, Any] | None = Field(
         description="How it was chosen (held-out new phrasings, reciprocal rank per cosine, gain)."
     )
+    companions: int = Field(0, description="Learned companion edges the last refit shipped (GET .../graph).")
+    companions_fit: dict[str, Any] | None = Field(
+        None, description="How they were chosen (pairs counted, proposed, refused on held-out requests)."
+    )
+    companion_pairs: int = Field(0, description="Ordered tool pairs counted from feedback.")
     tools_with_profile: int
     profiles: list[ToolProfile] = Field(description="Each tool's evidence (the 1000 with most).")
     tools_with_memory: int

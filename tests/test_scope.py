@@ -86,6 +86,9 @@ def test_a_named_or_usage_lifted_tool_outside_the_scope_is_never_shown(
                 np.float32
             )
 
+        def companions(self, snap):
+            return None
+
     engine = ShortlistEngine(
         settings, LocalStore(settings.data_dir), hashing_embedder, bor_policy, usage=Intruder()
     )

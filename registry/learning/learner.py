@@ -10,7 +10,9 @@
 * saves each changed registry's memory every ``save_interval`` seconds and at close, restores
   it at start and then folds the logged events received after it;
 * forgets a deleted tool's memory, wipes a deleted registry's, and applies switches and
-  wipes made on other replicas (their control records, read every tick).
+  wipes made on other replicas (their control records, read every tick);
+* ships the registry's learned companions at a refit (:meth:`fit_companions`, in the control
+  record every replica reads) and hands them to the query path by position (:meth:`companions`).
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ import numpy as np
 from registry.errors import ShortlistError
 from registry.feedback import FeedbackEvent
 from registry.index.snapshot import Snapshot
+from registry.learning.companions import CompanionConfig, fit_companions
 from registry.learning.configs import profile_config, usage_config
 from registry.learning.neighbourhood import Ranked, event_rankings, fit_similarity
 from registry.learning.persist import Control, LearningStore
 from registry.learning.profiles import ProfileConfig, fit_weight
 from registry.learning.usage import UsageEvent, UsageMemory
+from registry.serving.chains import Companions, LearnedEdge
 from registry.settings import Settings
 
 __all__ = ["UsageLearner"]
@@ -76,6 +80,8 @@ class UsageLearner:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_save = time.monotonic()
+        self._companions: dict[str, tuple[tuple[int, int, int], Companions]] = {}  # per snapshot
+        self.companion_config = CompanionConfig()
         self.attached = False
 
     @staticmethod
@@ -324,6 +330,59 @@ class UsageLearner:
             self.set_similarity(snap.registry, tau, fit)
         return {**fit, "similarity": self.memory.similarity(snap.registry)}
 
+    def fit_companions(self, snap: Snapshot, events: Iterable[FeedbackEvent]) -> dict[str, Any]:
+        """Fit ``snap``'s registry's learned companions on its counts and logged events
+        (:func:`registry.learning.companions.fit_companions`) and ship them on every replica;
+        the fit report."""
+        registry = snap.registry
+        rows = [e for e in events if e.registry == registry]
+        counts = self.memory.companion_counts(registry)
+        edges, fit = fit_companions(counts, rows, self.companion_config, snap.by_name)
+        self.set_companions(registry, edges, fit)
+        return fit
+
+    def set_companions(self, registry: str, edges: list[dict[str, Any]], fit: dict[str, Any]) -> None:
+        """Ship learned companion edges for ``registry`` (a refit), on every replica."""
+        control = replace(self._control(registry), companions=tuple(edges), companions_fit=fit)
+        self.store.set_control(registry, control)
+        self._controls = {**self._controls, registry: control}
+
+    def companions(self, snap: Snapshot) -> Companions | None:
+        """The registry's shipped companions by ``snap``'s positions (None: none, or learning is
+        off for it); an edge of a deleted tool, or one an admin removed from the graph, is left
+        out. Built once per snapshot and shipped set."""
+        control = self._controls.get(snap.registry)
+        if control is None or not control.companions or not self.enabled(snap.registry):
+            return None
+        key = (id(snap), snap.version, id(control.companions))
+        cached = self._companions.get(snap.registry)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        removed = set(snap.graph.edits.removed)
+        at = snap.by_name
+        built = Companions.of(
+            LearnedEdge(at[e["first"]], at[e["then"]], float(e["uses"]), int(e["callers"]),
+                        float(e["share"]), float(e["back"]))
+            for e in control.companions
+            if e.get("first") in at and e.get("then") in at and (e["first"], e["then"]) not in removed
+        )
+        self._companions = {**self._companions, snap.registry: (key, built)}
+        return built
+
+    def learned_edges(self, snap: Snapshot) -> list[dict[str, Any]]:
+        """The shipped companion edges of ``snap``'s registry with their evidence (the graph
+        route): ``active`` is false for an edge an admin removed or while learning is off."""
+        control = self._controls.get(snap.registry)
+        if control is None:
+            return []
+        removed = set(snap.graph.edits.removed)
+        on = self.enabled(snap.registry)
+        return [
+            {**e, "active": on and (e["first"], e["then"]) not in removed}
+            for e in control.companions
+            if e.get("first") in snap.by_name and e.get("then") in snap.by_name
+        ]
+
     def _apply_controls(self) -> None:
         for registry, control in self._controls.items():
             if control.wiped_at > self._wiped_at(registry):
@@ -359,6 +418,8 @@ class UsageLearner:
         return {
             "profile_fit": self._control(registry).profile_fit,
             "similarity_fit": self._control(registry).similarity_fit,
+            "companions": len(self._control(registry).companions),
+            "companions_fit": self._control(registry).companions_fit,
             "enabled": self.enabled(registry),
             "global_enabled": bool(self.settings.learning),
             "registry_enabled": self._control(registry).enabled,

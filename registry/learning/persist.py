@@ -5,9 +5,10 @@ Two things per registry:
 * the usage-memory state, one blob (``UsageMemory.state_bytes``): written by every replica now
   and then (they fold the same events, so the blobs agree up to the order events arrived in);
 * its control record ``{"enabled": bool, "wiped_at": epoch seconds, "profile_weight": float,
-  "profile_fit": {...}, "similarity": float | null, "similarity_fit": {...}}``: small, read by
-  every replica on each sync tick, so a switch-off, a wipe or a newly fitted profile weight or
-  memory neighbourhood reaches all of them.
+  "profile_fit": {...}, "similarity": float | null, "similarity_fit": {...}, "companions": [...],
+  "companions_fit": {...}}``: small, read by every replica on each sync tick, so a switch-off, a
+  wipe or a newly fitted profile weight, memory neighbourhood or set of learned companions
+  reaches all of them.
 
 Local layout: ``<data_dir>/learning/<registry>.usage.npz`` and ``<data_dir>/learning/control.json``.
 Redis: ``<prefix>usage:<registry>`` (string) and ``<prefix>learning:control`` (hash registry -> JSON).
@@ -39,11 +40,14 @@ class Control:
     profile_fit: dict[str, Any] | None = None  # how that weight was chosen
     similarity: float | None = None  # the usage memory's fitted neighbourhood (None: the setting)
     similarity_fit: dict[str, Any] | None = None  # how it was chosen
+    companions: tuple[dict[str, Any], ...] = ()  # the learned companion edges a refit shipped
+    companions_fit: dict[str, Any] | None = None  # how they were chosen
 
     def to_json(self) -> str:
         return json.dumps({"enabled": self.enabled, "wiped_at": self.wiped_at,
                            "profile_weight": self.profile_weight, "profile_fit": self.profile_fit,
-                           "similarity": self.similarity, "similarity_fit": self.similarity_fit})
+                           "similarity": self.similarity, "similarity_fit": self.similarity_fit,
+                           "companions": list(self.companions), "companions_fit": self.companions_fit})
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Control:
@@ -56,6 +60,8 @@ class Control:
             profile_fit=fit if isinstance(fit, dict) else None,
             similarity=float(sim) if isinstance(sim, (int, float)) else None,
             similarity_fit=sim_fit if isinstance(sim_fit, dict) else None,
+            companions=tuple(e for e in doc.get("companions") or () if isinstance(e, dict)),
+            companions_fit=doc.get("companions_fit") if isinstance(doc.get("companions_fit"), dict) else None,
         )
 
 

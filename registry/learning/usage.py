@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from registry.learning import usage_state as state
+from registry.learning.companions import CompanionCounts, event_sequence
 from registry.learning.evidence import EvidenceCounter, principal
 from registry.learning.profiles import capped_lift
 from registry.learning.usage_events import UsageConfig, UsageEvent, tool_evidence
@@ -125,6 +126,9 @@ class UsageMemory:
                 self._add(reg, tool, q, float(sign) * weights[tool])
                 if sign > 0:
                     reg.add_profile(tool, q, weights[tool])
+            sequence = event_sequence(event, known_tools)
+            if sequence:  # which tools go together, in which order (companions)
+                reg.companions.add(sequence, weights, principal(caller))
             for tool in getattr(event, "shown", ()):  # shown, and the agent used another
                 if tool not in evidence and (known_tools is None or tool in known_tools):
                     reg.passed_over.add(tool, q)
@@ -214,7 +218,7 @@ class UsageMemory:
                 reg.drop_profile(tool)
             for tool in [t for t in reg.passed_over.sums if t not in keep]:
                 reg.passed_over.drop(tool)
-            return len({*gone, *profiles})
+            return len({*gone, *profiles, *reg.companions.drop(keep)})
 
     def wipe(self, registry: str, at: float) -> None:
         """Forget everything learned for ``registry``; events received before ``at`` never count."""
@@ -382,6 +386,7 @@ class UsageMemory:
                 "events": counted,
                 "skipped": dict(sorted(reg.skipped.items())),
                 "tools_with_memory": len(reg.tools),
+                "companion_pairs": len(reg.companions.pairs),
                 "entries": reg.entries,
                 "wiped_at": reg.wiped_at or None,
                 "caller_shares": [
@@ -400,6 +405,12 @@ class UsageMemory:
                 return reg.entries
             mem = reg.tools.get(tool)
             return 0 if mem is None else len(mem.counts)
+
+    def companion_counts(self, registry: str) -> CompanionCounts:
+        """A copy of the registry's pair and order counts (:mod:`registry.learning.companions`)."""
+        with self._lock:
+            reg = self._registries.get(registry)
+            return CompanionCounts() if reg is None else reg.companions.without(())
 
     # -- persistence ----------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from registry.learning.companions import CompanionCounts
 from registry.learning.evidence import EvidenceConfig, EvidenceCounter
 from registry.learning.profiles import PassedOver
 
@@ -53,6 +54,7 @@ class RegistryMemory:
     profile_mass: dict[str, float] = field(default_factory=dict)  # tool -> sum of w
     profile_seq: int = 0  # bumped on every profile change (readers cache by it)
     passed_over: PassedOver = field(default_factory=PassedOver)  # shown while another was used
+    companions: CompanionCounts = field(default_factory=CompanionCounts)  # which tools go together
     _mean: tuple[int, np.ndarray | None] = (-1, None)  # (profile_seq, mean request) cache
 
     def profile_mean(self) -> np.ndarray | None:
@@ -108,6 +110,7 @@ def encode_state(reg: RegistryMemory) -> bytes:
         "profile_mass": [reg.profile_mass[t] for t in reg.profile_sums],
         "passed_tools": list(reg.passed_over.sums),
         "passed_mass": [reg.passed_over.mass[t] for t in reg.passed_over.sums],
+        "companions": reg.companions.to_json(),
     }
     passed = [reg.passed_over.sums[t] for t in reg.passed_over.sums]
     sums = [reg.profile_sums[t] for t in reg.profile_sums]
@@ -151,6 +154,7 @@ def decode_state(raw: bytes, config: EvidenceConfig | None = None) -> RegistryMe
         wiped_at=float(meta["wiped_at"]),
         seen_ids=OrderedDict((str(i), float(t)) for i, t in meta["seen_ids"]),
         counter=EvidenceCounter.from_json(meta.get("counter"), config or EvidenceConfig()),
+        companions=CompanionCounts.from_json(meta.get("companions")),  # absent before companions
     )
     if passed is not None:
         for row, (tool, mass) in enumerate(zip(meta["passed_tools"], meta["passed_mass"], strict=True)):

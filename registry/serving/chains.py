@@ -17,13 +17,24 @@ Two uses of the registry's prerequisite graph (:class:`registry.index.graph.Tool
   average: tooltalk 0.873 vs 0.836, star 0.860 vs 0.830, nestools 0.807 vs 0.831), and more
   simply; letting the policy cut the ranking without them made lists about one tool longer.
 
-Each tool either step adds carries its reason (``Pick.reason``), shown by ``explain``.
+* **Learned companions** (:class:`Companions`, :func:`append_companions`): pairs of tools
+  agents used one after the other, learned from feedback (:mod:`registry.learning.companions`)
+  and shipped by a refit. They add to the read graph and override it: a shown tool's learned
+  companion is appended before any prerequisite (a need it provides is then met), a learned
+  predecessor is the provider chosen for a need it can fill, and the learned next steps of a
+  called tool come before its read successors. An edge an admin removed is never learned back.
+  Their budget is tighter than the read graph's (:data:`MAX_COMPANIONS` per list, only for the
+  first :data:`COMPANION_ANCHORS` shown tools, only pairs whose share clears
+  :data:`APPEND_SHARE`): appended as freely as prerequisites they cost 0.6-2.5 tools per list.
+
+Each tool either step adds carries its reason (``Pick.reason``), shown by ``explain``. A scoped
+request (``allowed``) only ever adds tools of its scope.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -31,10 +42,17 @@ from registry.index.graph import ToolGraph
 from registry.serving.compose import Pick
 
 __all__ = [
+    "APPEND_SHARE",
+    "COMPANION_ANCHORS",
+    "MAX_COMPANIONS",
     "MAX_NEXT_STEPS",
     "MAX_PREREQUISITES",
+    "NO_COMPANIONS",
     "PREREQUISITE_LEVELS",
+    "Companions",
+    "LearnedEdge",
     "after_called",
+    "append_companions",
     "append_prerequisites",
     "next_steps_first",
 ]
@@ -43,8 +61,100 @@ MAX_PREREQUISITES = 3  # tools appended to one list
 PREREQUISITE_LEVELS = 2  # a prerequisite's own prerequisite, and no further
 MAX_NEXT_STEPS = 3  # successors of the called tools moved to the front
 
+MAX_COMPANIONS = 1  # learned companions appended to one list
+COMPANION_ANCHORS = 2  # the shown tools (from the top) whose companions may be appended
+APPEND_SHARE = 0.5  # a companion is appended when it came with its anchor this often
+
 ScoreFn = Callable[[Sequence[int]], dict[int, float]]
 """First-stage scores of the given tool positions for this request."""
+Allowed = Callable[[int], bool]
+"""Whether a tool may be added (a scoped request's scope)."""
+
+
+def _anything(tool: int) -> bool:
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class LearnedEdge:
+    """``first`` -> ``then``: agents used ``then`` right after ``first`` (learned from feedback).
+
+    ``share`` is the fraction of the uses of ``first`` followed by ``then`` (``back``: of the
+    uses of ``then`` preceded by ``first``); ``callers`` distinct callers reported it."""
+
+    first: int
+    then: int
+    uses: float
+    callers: int
+    share: float
+    back: float
+
+    def why(self, anchor: str) -> str:
+        return f"learned companion of {anchor} ({self.callers} callers, {round(self.uses)} uses)"
+
+
+@dataclass(frozen=True, slots=True)
+class Companions:
+    """A registry's learned edges by position (built per snapshot from the shipped edges)."""
+
+    after: Mapping[int, tuple[LearnedEdge, ...]] = field(default_factory=dict)  # first -> edges
+    before: Mapping[int, tuple[LearnedEdge, ...]] = field(default_factory=dict)  # then -> edges
+
+    def __bool__(self) -> bool:
+        return bool(self.after)
+
+    @classmethod
+    def of(cls, edges: Iterable[LearnedEdge]) -> Companions:
+        after: dict[int, list[LearnedEdge]] = {}
+        before: dict[int, list[LearnedEdge]] = {}
+        for edge in edges:
+            after.setdefault(edge.first, []).append(edge)
+            before.setdefault(edge.then, []).append(edge)
+        return cls(
+            {t: tuple(sorted(es, key=lambda e: (-e.share, -e.uses, e.then))) for t, es in after.items()},
+            {t: tuple(sorted(es, key=lambda e: (-e.back, -e.uses, e.first))) for t, es in before.items()},
+        )
+
+    def precedes(self, first: int, then: int) -> bool:
+        return any(e.then == then for e in self.after.get(first, ()))
+
+
+NO_COMPANIONS = Companions()
+
+
+def append_companions(
+    picks: list[Pick],
+    companions: Companions,
+    score_of: ScoreFn,
+    name_of: Callable[[int], str],
+    *,
+    cap: int,
+    called: Sequence[int] = (),
+    allowed: Allowed = _anything,
+) -> list[Pick]:
+    """``picks`` with the strongest learned companion of its first shown tools appended: the
+    tool that followed one of them (or preceded it) in at least :data:`APPEND_SHARE` of its
+    uses; at most :data:`MAX_COMPANIONS`, never past ``cap``, never a tool shown or called."""
+    if not companions or len(picks) >= cap:
+        return picks
+    shown = {p.tool for p in picks} | set(called)
+    best: list[tuple[float, float, int, int, str]] = []  # (-share, -uses, order, tool, reason)
+    for order, pick in enumerate(picks[:COMPANION_ANCHORS]):
+        anchor = name_of(pick.tool)
+        for e in companions.after.get(pick.tool, ()):
+            if e.share >= APPEND_SHARE and e.then not in shown and allowed(e.then):
+                best.append((-e.share, -e.uses, order, e.then, e.why(anchor)))
+        for e in companions.before.get(pick.tool, ()):
+            if e.back >= APPEND_SHARE and e.first not in shown and allowed(e.first):
+                best.append((-e.back, -e.uses, order, e.first, e.why(anchor)))
+    out = list(picks)
+    for _, _, _, tool, why in sorted(best):
+        if len(out) >= cap or len(out) - len(picks) >= MAX_COMPANIONS:
+            break
+        if tool not in shown:
+            out.append(Pick(tool, score_of([tool]).get(tool, 0.0), reason=why))
+            shown.add(tool)
+    return out
 
 
 def append_prerequisites(
@@ -55,9 +165,12 @@ def append_prerequisites(
     *,
     cap: int,
     called: Sequence[int] = (),
+    allowed: Allowed = _anything,
+    companions: Companions = NO_COMPANIONS,
 ) -> list[Pick]:
     """``picks`` with the missing prerequisites of its tools appended (see the module doc);
-    a need a ``called`` tool provides is met."""
+    a need a ``called`` tool provides is met; a provider agents were seen to use before the
+    tool (``companions``) is chosen first; only ``allowed`` tools are added."""
     if not graph.needs or len(picks) >= cap:
         return picks
     out = list(picks)
@@ -69,10 +182,16 @@ def append_prerequisites(
             for param, providers in graph.needs.get(pick.tool, ()):
                 if any(p in shown for p in providers):
                     continue
+                providers = tuple(p for p in providers if allowed(p))
+                if not providers:
+                    continue
                 if len(out) >= cap or len(out) - len(picks) >= MAX_PREREQUISITES:
                     return out
                 scores = score_of(providers)
-                best = max(providers, key=lambda p: (scores.get(p, -np.inf), -p))
+                best = max(
+                    providers,
+                    key=lambda p: (companions.precedes(p, pick.tool), scores.get(p, -np.inf), -p),
+                )
                 reason = f"prerequisite of {name_of(pick.tool)}: fills {param!r}"
                 new = Pick(best, scores.get(best, 0.0), reason=reason)
                 out.append(new)
@@ -108,16 +227,22 @@ def next_steps_first(
     name_of: Callable[[int], str],
     *,
     cap: int,
+    allowed: Allowed = _anything,
+    companions: Companions = NO_COMPANIONS,
 ) -> list[Pick]:
     """The successors of the ``called`` tools (oldest call first) at the front of ``picks``.
 
     Named tools stay first; a successor already shown moves up; the list keeps its length
-    unless it was shorter than the successors added, and never passes ``cap``.
+    unless it was shorter than the successors added, and never passes ``cap``. The learned
+    next steps of a called tool (``companions``) come before its read successors.
     """
     done = set(called)
     wanted: list[tuple[int, str]] = []
     for tool in reversed(called):  # the latest call's next steps first
-        nexts = [t for t in graph.successors.get(tool, ()) if t not in done]
+        for e in companions.after.get(tool, ()):
+            if e.then not in done and allowed(e.then) and all(e.then != w for w, _ in wanted):
+                wanted.append((e.then, f"next step after {name_of(tool)} (called): {e.why(name_of(tool))}"))
+        nexts = [t for t in graph.successors.get(tool, ()) if t not in done and allowed(t)]
         scores = score_of(nexts) if nexts else {}
         for t in sorted(nexts, key=lambda t: (-scores.get(t, -np.inf), t)):
             if all(t != w for w, _ in wanted):

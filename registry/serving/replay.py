@@ -23,6 +23,7 @@ import numpy as np
 from registry.index.embed import Embedder
 from registry.index.hybrid import SCORERS, Query, Scorer, prepare, rank_windows
 from registry.index.snapshot import Snapshot
+from registry.serving.chains import Companions
 from registry.serving.depth_policies import TunableDepthPolicy
 from registry.serving.features import FEATURE_WINDOW, depth_features
 from registry.serving.needs import needs_features, request_signals
@@ -41,6 +42,10 @@ class UsageRerank(Protocol):
         self, snap: Snapshot, query: np.ndarray, ids: np.ndarray, scores: np.ndarray,
         *, exclude_repeats: bool = False, with_profiles: bool = True,
     ) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def companions(self, snap: Snapshot) -> Companions | None:
+        """The registry's learned companions by ``snap``'s positions (None: none, or learning
+        is off for it)."""
 
 
 @dataclass(frozen=True, slots=True)

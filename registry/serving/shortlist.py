@@ -35,7 +35,9 @@ from registry.index.snapshot import Snapshot
 from registry.request import FIXED_POLICY, LEARNED_POLICY, ResolvedRequest
 from registry.serving.batch import merge_shortlists
 from registry.serving.chains import (
+    NO_COMPANIONS,
     after_called,
+    append_companions,
     append_prerequisites,
     next_steps_first,
 )
@@ -249,7 +251,7 @@ class QueryRunner:
                 picks = self._compose(snap, n, rankings, [i.step for i in intents], named, request, trace, texts)
             if called:  # the agent holds the tools it called: the list is for what comes next
                 picks = after_called(rankings[0], named, called, len(picks))
-            picks = self._chains(snap, picks, called, prepared[0], scorer, request, rankings[0])
+            picks = self._chains(snap, picks, called, prepared[0], scorer, request, rankings[0], scope)
         if scope is not None:  # the last guard: no step may show a tool outside the scope
             picks = [
                 replace(p, alternates=tuple(a for a in p.alternates if allows(scope, a)))
@@ -333,12 +335,16 @@ class QueryRunner:
         scorer: Scorer,
         request: ResolvedRequest,
         ranking: tuple[np.ndarray, np.ndarray],
+        scope: np.ndarray | None,
     ) -> list[Pick]:
-        """The next steps after ``called`` first, then the missing prerequisites appended
-        (:mod:`registry.serving.chains`; never to a fixed ``k``: it means exactly ``k`` tools);
-        a no-op on a registry without chains."""
+        """The next steps after ``called`` first, then the learned companions and the missing
+        prerequisites appended (:mod:`registry.serving.chains`; never to a fixed ``k``: it
+        means exactly ``k`` tools); a no-op on a registry without chains. A scoped request's
+        steps only add tools of its scope, capped at the depth limit of the scoped count."""
         graph = snap.graph
-        if not picks or not graph.edges:
+        learned = self.usage.companions(snap) if self.usage is not None else None
+        companions = learned or NO_COMPANIONS
+        if not picks or not (graph.edges or companions):
             return picks
         known: dict[int, float] = {}  # filled from the ranking only when a chain step asks
 
@@ -356,12 +362,21 @@ class QueryRunner:
         def name_of(tool: int) -> str:
             return tools[tool].name
 
-        cap = request.k if request.k is not None else min(request.cap, policy_depth_limit(snap.n_tools))
+        def allowed(tool: int) -> bool:
+            return scope is None or allows(scope, tool)
+
+        n = snap.n_tools if scope is None else int(scope.shape[0])
+        cap = request.k if request.k is not None else min(request.cap, policy_depth_limit(n))
         if called:
-            picks = next_steps_first(picks, graph, called, score_of, name_of, cap=cap)
+            picks = next_steps_first(
+                picks, graph, called, score_of, name_of, cap=cap, allowed=allowed, companions=companions
+            )
         if request.k is not None:
             return picks
-        return append_prerequisites(picks, graph, score_of, name_of, cap=cap, called=called)
+        picks = append_companions(picks, companions, score_of, name_of, cap=cap, called=called, allowed=allowed)
+        return append_prerequisites(
+            picks, graph, score_of, name_of, cap=cap, called=called, allowed=allowed, companions=companions
+        )
 
     def _intents(self, query: str, request: ResolvedRequest) -> tuple[Intent, ...]:
         if request.k is not None or not self.settings.multi_intent:

@@ -226,8 +226,7 @@ def get_registry(registry: RegistryPath, core: CoreDep) -> RegistryOut:
 @router.get("/{registry}/graph", response_model=RegistryGraph, responses=error_responses(404, 422, 503))
 def get_graph(registry: RegistryPath, core: CoreDep) -> RegistryGraph:
     """The registry's prerequisite graph: which tool to call before which, each edge with its evidence."""
-    snap = core.snapshot(registry)
-    return RegistryGraph.model_validate({"registry": snap.registry, "version": snap.version, **snap.graph.to_json()})
+    return RegistryGraph.model_validate(core.graph(registry))
 
 
 @admin_router.post(

@@ -1,0 +1,243 @@
+"""Companions learned from feedback: which tools agents use together, and in which order.
+
+A schema-only graph explains about half of the chains agents follow; the rest (``get_order``
+before ``cancel_order``; a payment method found in the customer's record) shows in their
+feedback. Every event the usage memory counts (the same admission: deduplicated, stale events
+and rate-limited callers out, callers required when configured) gives the *sequence* of tools
+it used: its useful calls in call order, then the ``used`` names no call reported, each tool
+with positive evidence (:func:`registry.learning.usage_events.tool_evidence`) once. Per
+registry :class:`CompanionCounts` adds, weighted by the evidence rule (decay and shares per
+caller)::
+
+    uses[a]            += w_a                   every tool of the sequence
+    pair[a, b].uses    += min(w_a, w_b)          b right after a in the sequence
+    pair[a, b].callers[c] += min(w_a, w_b)       per caller (the token: ``principal``)
+
+An edge ``a -> b`` ("b follows a") is a candidate when its *supported* uses (a caller counts at
+most as much as all the other callers together, so one caller alone supports nothing) reach
+``min_uses`` from at least ``min_callers`` callers, and ``b`` followed ``a`` in at least
+``min_share`` of ``a``'s uses (``share``) or ``a`` preceded ``b`` in that share of ``b``'s
+(``back``).
+
+A refit (:func:`fit_companions`) ships the edges: the counts without the held-out requests'
+events (30% of request texts, the split every fit uses) give the candidates; each is kept only
+when, on the held-out events whose sequence holds its first tool, the second followed at least
+``min_share`` of the time (an edge no held-out event tests is kept on its support alone). The
+shipped edges travel in the registry's learning control record (every replica reads it on its
+sync tick; it survives a restart and is written back after a store wipe); a wipe or a deleted
+registry empties them; learning switched off stops their use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Any
+
+from registry.learning.evidence import principal
+from registry.learning.profiles import held_out
+from registry.learning.usage_events import UsageEvent, tool_evidence
+
+__all__ = [
+    "CompanionConfig",
+    "CompanionCounts",
+    "PairStat",
+    "candidate_edges",
+    "event_sequence",
+    "fit_companions",
+]
+
+MAX_SEQUENCE = 8  # tools of one event's sequence counted (its first ones)
+MAX_PAIRS = 20_000  # pairs kept per registry (the weakest go first)
+MAX_PAIR_CALLERS = 32  # callers kept per pair (the weakest go first)
+MAX_EDGES = 1000  # edges one refit ships
+
+
+@dataclass(frozen=True, slots=True)
+class CompanionConfig:
+    """When a counted pair becomes an edge (see the module docstring)."""
+
+    min_uses: float = 2.0
+    min_callers: int = 2
+    min_share: float = 0.3
+
+
+@dataclass
+class PairStat:
+    """One ordered pair's weighted uses, in all and per caller."""
+
+    uses: float = 0.0
+    callers: dict[str, float] = field(default_factory=dict)
+
+    def supported(self) -> float:
+        """The uses no single caller carries alone: the busiest caller counts at most as much
+        as all the others together."""
+        if not self.callers:
+            return 0.0
+        top = max(self.callers.values())
+        rest = sum(self.callers.values()) - top
+        return min(self.uses, 2.0 * rest)
+
+
+@dataclass
+class CompanionCounts:
+    """The pair and order counts of one registry (held in its usage memory's state)."""
+
+    uses: dict[str, float] = field(default_factory=dict)
+    pairs: dict[tuple[str, str], PairStat] = field(default_factory=dict)
+
+    def add(self, sequence: Sequence[str], weights: dict[str, float], caller: str) -> None:
+        """Count one event's sequence (``weights``: the evidence rule's weight per tool)."""
+        sequence = list(sequence)[:MAX_SEQUENCE]
+        for tool in sequence:
+            self.uses[tool] = self.uses.get(tool, 0.0) + weights.get(tool, 1.0)
+        for a, b in pairwise(sequence):
+            w = min(weights.get(a, 1.0), weights.get(b, 1.0))
+            stat = self.pairs.get((a, b))
+            if stat is None:
+                stat = self.pairs[(a, b)] = PairStat()
+            stat.uses += w
+            stat.callers[caller] = stat.callers.get(caller, 0.0) + w
+            if len(stat.callers) > MAX_PAIR_CALLERS:
+                del stat.callers[min(stat.callers, key=lambda c: (stat.callers[c], c))]
+        if len(self.pairs) > MAX_PAIRS:
+            for key in sorted(self.pairs, key=lambda k: (self.pairs[k].uses, k))[: len(self.pairs) - MAX_PAIRS]:
+                del self.pairs[key]
+
+    def without(self, sequences: Iterable[tuple[Sequence[str], str]]) -> CompanionCounts:
+        """A copy with ``(sequence, caller)`` events taken out at full weight (a refit's held-out
+        events: no event both proposes an edge and tests it; a weight below 1 was counted, so
+        this removes at least what the event added, and counts stop at 0)."""
+        out = CompanionCounts(dict(self.uses), {k: PairStat(v.uses, dict(v.callers)) for k, v in self.pairs.items()})
+        for sequence, caller in sequences:
+            sequence = list(sequence)[:MAX_SEQUENCE]
+            for tool in sequence:
+                if tool in out.uses:
+                    out.uses[tool] = max(0.0, out.uses[tool] - 1.0)
+            for pair in pairwise(sequence):
+                stat = out.pairs.get(pair)
+                if stat is None:
+                    continue
+                stat.uses = max(0.0, stat.uses - 1.0)
+                if caller in stat.callers:
+                    stat.callers[caller] = max(0.0, stat.callers[caller] - 1.0)
+        return out
+
+    def drop(self, keep: Collection[str]) -> set[str]:
+        """Forget the tools not in ``keep`` (deleted tools) and their pairs; the tools gone."""
+        gone = {t for t in self.uses if t not in keep}
+        for tool in gone:
+            del self.uses[tool]
+        for key in [k for k in self.pairs if k[0] not in keep or k[1] not in keep]:
+            del self.pairs[key]
+        return gone
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "uses": self.uses,
+            "pairs": [[a, b, s.uses, s.callers] for (a, b), s in self.pairs.items()],
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> CompanionCounts:
+        if not isinstance(doc, dict):
+            return cls()
+        return cls(
+            {str(t): float(u) for t, u in doc.get("uses", {}).items()},
+            {
+                (str(a), str(b)): PairStat(float(u), {str(c): float(w) for c, w in callers.items()})
+                for a, b, u, callers in doc.get("pairs", ())
+            },
+        )
+
+
+def event_sequence(event: UsageEvent, known: Collection[str] | None = None) -> list[str]:
+    """The tools ``event`` used, in order: its useful calls as called, then its ``used`` names
+    no call reported; only tools with positive evidence (and in ``known``), each once."""
+    evidence = tool_evidence(event)
+    order = [c.tool for c in event.calls if c.useful] + list(event.used)
+    return [
+        t for t in dict.fromkeys(order) if evidence.get(t, 0) > 0 and (known is None or t in known)
+    ]
+
+
+def candidate_edges(counts: CompanionCounts, config: CompanionConfig) -> list[dict[str, Any]]:
+    """The pairs that clear the support, caller and share bars (strongest first)."""
+    out: list[dict[str, Any]] = []
+    for (a, b), stat in counts.pairs.items():
+        callers = sum(1 for w in stat.callers.values() if w > 0)
+        supported = stat.supported()
+        if callers < config.min_callers or supported < config.min_uses:
+            continue
+        share = stat.uses / counts.uses[a] if counts.uses.get(a) else 0.0
+        back = stat.uses / counts.uses[b] if counts.uses.get(b) else 0.0
+        if max(share, back) < config.min_share:
+            continue
+        out.append({"first": a, "then": b, "uses": round(supported, 3), "callers": callers,
+                    "share": round(min(share, 1.0), 3), "back": round(min(back, 1.0), 3)})
+    out.sort(key=lambda e: (-max(e["share"], e["back"]), -e["uses"], e["first"], e["then"]))
+    return out[:MAX_EDGES]
+
+
+def fit_companions(
+    counts: CompanionCounts,
+    events: Sequence[UsageEvent],
+    config: CompanionConfig,
+    known: Collection[str] | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The edges a refit ships and how they were chosen (see the module docstring).
+
+    Args:
+        counts: the registry's counts (every event the memory counted).
+        events: the registry's logged feedback events (their ``query`` splits them).
+        config: the bars an edge must clear.
+        known: the registry's current tools (edges of other tools are not shipped).
+    """
+    test: list[list[str]] = []
+    taken_out: list[tuple[list[str], str]] = []
+    for e in events:
+        query = str(getattr(e, "query", "") or "")
+        if not query or not held_out(query):
+            continue
+        sequence = event_sequence(e, known)
+        if sequence:
+            test.append(sequence)
+            taken_out.append((sequence, principal(getattr(e, "caller", None))))
+    fit_counts = counts.without(taken_out)
+    proposed = [
+        e for e in candidate_edges(fit_counts, config)
+        if known is None or (e["first"] in known and e["then"] in known)
+    ]
+    kept: list[dict[str, Any]] = []
+    refused = 0
+    for edge in proposed:
+        tries, confirmed = _held_out_test(edge, test)
+        share = confirmed / tries if tries else None
+        if share is not None and share < config.min_share:
+            refused += 1
+            continue
+        kept.append({**edge, "held_out_tries": tries, "held_out_share": None if share is None else round(share, 3)})
+    fit = {
+        "pairs": len(counts.pairs),
+        "held_out_events": len(test),
+        "proposed": len(proposed),
+        "refused_on_held_out": refused,
+        "shipped": len(kept),
+        "min_uses": config.min_uses,
+        "min_callers": config.min_callers,
+        "min_share": config.min_share,
+    }
+    return kept, fit
+
+
+def _held_out_test(edge: dict[str, Any], test: Sequence[Sequence[str]]) -> tuple[int, int]:
+    """``(tries, confirmed)`` of an edge on held-out sequences, in the direction it was learned
+    in: the sequences holding its first tool and how many used the second after it (``share``),
+    or those holding its second tool and how many used the first before it (``back``)."""
+    a, b = edge["first"], edge["then"]
+    if edge["share"] >= edge["back"]:
+        tried = [s for s in test if a in s]
+        return len(tried), sum(1 for s in tried if b in s[list(s).index(a) + 1 :])
+    tried = [s for s in test if b in s]
+    return len(tried), sum(1 for s in tried if a in s[: list(s).index(b)])
