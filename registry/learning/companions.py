@@ -20,9 +20,12 @@ most as much as all the other callers together, so one caller alone supports not
 (``back``).
 
 A refit (:func:`fit_companions`) ships the edges: the counts without the held-out requests'
-events (30% of request texts, the split every fit uses) give the candidates; each is kept only
-when, on the held-out events whose sequence holds its first tool, the second followed at least
-``min_share`` of the time (an edge no held-out event tests is kept on its support alone). The
+events (30% of request texts, the split every fit uses; each count scaled by the share of its
+logged events outside that part) give the candidates; each is kept only
+unless the held-out events contradict it: in each direction it was proposed on, the second tool
+followed the first in under ``min_share`` of the held-out events holding the first (``share``),
+or the first preceded the second in under that share of those holding the second (``back``).
+An edge no held-out event tests is kept on its support alone. The
 shipped edges travel in the registry's learning control record (every replica reads it on its
 sync tick; it survives a restart and is written back after a store wipe); a wipe or a deleted
 registry empties them; learning switched off stops their use.
@@ -105,24 +108,34 @@ class CompanionCounts:
             for key in sorted(self.pairs, key=lambda k: (self.pairs[k].uses, k))[: len(self.pairs) - MAX_PAIRS]:
                 del self.pairs[key]
 
-    def without(self, sequences: Iterable[tuple[Sequence[str], str]]) -> CompanionCounts:
-        """A copy with ``(sequence, caller)`` events taken out at full weight (a refit's held-out
-        events: no event both proposes an edge and tests it; a weight below 1 was counted, so
-        this removes at least what the event added, and counts stop at 0)."""
-        out = CompanionCounts(dict(self.uses), {k: PairStat(v.uses, dict(v.callers)) for k, v in self.pairs.items()})
-        for sequence, caller in sequences:
+    def fit_part(self, logged: Iterable[tuple[Sequence[str], str, bool]]) -> CompanionCounts:
+        """A copy without the held-out events of ``logged`` (``(sequence, caller, held_out)``
+        per logged event): each count scaled by the share of its logged events that are not
+        held out, so no event both proposes an edge and tests it. Exact when the events weighed
+        alike; a count whose events the log no longer holds (compacted) is kept whole."""
+        total: dict[Any, int] = {}
+        held: dict[Any, int] = {}
+        for sequence, caller, is_held in logged:
             sequence = list(sequence)[:MAX_SEQUENCE]
-            for tool in sequence:
-                if tool in out.uses:
-                    out.uses[tool] = max(0.0, out.uses[tool] - 1.0)
-            for pair in pairwise(sequence):
-                stat = out.pairs.get(pair)
-                if stat is None:
-                    continue
-                stat.uses = max(0.0, stat.uses - 1.0)
-                if caller in stat.callers:
-                    stat.callers[caller] = max(0.0, stat.callers[caller] - 1.0)
-        return out
+            keys: list[Any] = [*sequence, *pairwise(sequence), *((p, caller) for p in pairwise(sequence))]
+            for key in keys:
+                total[key] = total.get(key, 0) + 1
+                if is_held:
+                    held[key] = held.get(key, 0) + 1
+
+        def kept(key: Any) -> float:
+            return 1.0 - held.get(key, 0) / total[key] if key in total else 1.0
+
+        return CompanionCounts(
+            {t: u * kept(t) for t, u in self.uses.items()},
+            {
+                pair: PairStat(s.uses * kept(pair), {c: w * kept((pair, c)) for c, w in s.callers.items()})
+                for pair, s in self.pairs.items()
+            },
+        )
+
+    def copy(self) -> CompanionCounts:
+        return CompanionCounts(dict(self.uses), {k: PairStat(v.uses, dict(v.callers)) for k, v in self.pairs.items()})
 
     def drop(self, keep: Collection[str]) -> set[str]:
         """Forget the tools not in ``keep`` (deleted tools) and their pairs; the tools gone."""
@@ -195,16 +208,17 @@ def fit_companions(
         known: the registry's current tools (edges of other tools are not shipped).
     """
     test: list[list[str]] = []
-    taken_out: list[tuple[list[str], str]] = []
+    logged: list[tuple[list[str], str, bool]] = []
     for e in events:
-        query = str(getattr(e, "query", "") or "")
-        if not query or not held_out(query):
-            continue
         sequence = event_sequence(e, known)
-        if sequence:
+        if not sequence:
+            continue
+        query = str(getattr(e, "query", "") or "")
+        is_held = bool(query) and held_out(query)
+        logged.append((sequence, principal(getattr(e, "caller", None)), is_held))
+        if is_held:
             test.append(sequence)
-            taken_out.append((sequence, principal(getattr(e, "caller", None))))
-    fit_counts = counts.without(taken_out)
+    fit_counts = counts.fit_part(logged)
     proposed = [
         e for e in candidate_edges(fit_counts, config)
         if known is None or (e["first"] in known and e["then"] in known)
@@ -212,11 +226,13 @@ def fit_companions(
     kept: list[dict[str, Any]] = []
     refused = 0
     for edge in proposed:
-        tries, confirmed = _held_out_test(edge, test)
-        share = confirmed / tries if tries else None
-        if share is not None and share < config.min_share:
+        tests = [_held_out_test(edge, test, d) for d in ("share", "back") if edge[d] >= config.min_share]
+        tried = [(tries, confirmed) for tries, confirmed in tests if tries]
+        if tried and all(confirmed / tries < config.min_share for tries, confirmed in tried):
             refused += 1
             continue
+        tries = sum(t for t, _ in tried)
+        share = sum(c for _, c in tried) / tries if tries else None
         kept.append({**edge, "held_out_tries": tries, "held_out_share": None if share is None else round(share, 3)})
     fit = {
         "pairs": len(counts.pairs),
@@ -231,13 +247,13 @@ def fit_companions(
     return kept, fit
 
 
-def _held_out_test(edge: dict[str, Any], test: Sequence[Sequence[str]]) -> tuple[int, int]:
-    """``(tries, confirmed)`` of an edge on held-out sequences, in the direction it was learned
-    in: the sequences holding its first tool and how many used the second after it (``share``),
-    or those holding its second tool and how many used the first before it (``back``)."""
+def _held_out_test(edge: dict[str, Any], test: Sequence[Sequence[str]], direction: str) -> tuple[int, int]:
+    """``(tries, confirmed)`` of an edge on held-out sequences in one direction: ``share``, the
+    sequences holding its first tool and how many used the second after it; ``back``, those
+    holding its second tool and how many used the first before it."""
     a, b = edge["first"], edge["then"]
-    if edge["share"] >= edge["back"]:
-        tried = [s for s in test if a in s]
-        return len(tried), sum(1 for s in tried if b in s[list(s).index(a) + 1 :])
-    tried = [s for s in test if b in s]
-    return len(tried), sum(1 for s in tried if a in s[: list(s).index(b)])
+    if direction == "share":
+        tried = [list(s) for s in test if a in s]
+        return len(tried), sum(1 for s in tried if b in s[s.index(a) + 1 :])
+    tried = [list(s) for s in test if b in s]
+    return len(tried), sum(1 for s in tried if a in s[: s.index(b)])

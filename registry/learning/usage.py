@@ -410,7 +410,7 @@ class UsageMemory:
         """A copy of the registry's pair and order counts (:mod:`registry.learning.companions`)."""
         with self._lock:
             reg = self._registries.get(registry)
-            return CompanionCounts() if reg is None else reg.companions.without(())
+            return CompanionCounts() if reg is None else reg.companions.copy()
 
     # -- persistence ----------------------------------------------------------------------------
 

@@ -19,10 +19,10 @@ Two uses of the registry's prerequisite graph (:class:`registry.index.graph.Tool
 
 * **Learned companions** (:class:`Companions`, :func:`append_companions`): pairs of tools
   agents used one after the other, learned from feedback (:mod:`registry.learning.companions`)
-  and shipped by a refit. They add to the read graph and override it: a shown tool's learned
-  companion is appended before any prerequisite (a need it provides is then met), a learned
-  predecessor is the provider chosen for a need it can fill, and the learned next steps of a
-  called tool come before its read successors. An edge an admin removed is never learned back.
+  and shipped by a refit. They add to the read graph and override it: a learned predecessor is
+  the provider chosen for a need it can fill, the learned next steps of a called tool come
+  before its read successors, and after the prerequisites a shown tool's learned companion is
+  appended (after them, so the companion's slot never goes to a tool the read graph adds). An edge an admin removed is never learned back.
   Their budget is tighter than the read graph's (:data:`MAX_COMPANIONS` per list, only for the
   first :data:`COMPANION_ANCHORS` shown tools, only pairs whose share clears
   :data:`APPEND_SHARE`): appended as freely as prerequisites they cost 0.6-2.5 tools per list.

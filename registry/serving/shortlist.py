@@ -337,8 +337,8 @@ class QueryRunner:
         ranking: tuple[np.ndarray, np.ndarray],
         scope: np.ndarray | None,
     ) -> list[Pick]:
-        """The next steps after ``called`` first, then the learned companions and the missing
-        prerequisites appended (:mod:`registry.serving.chains`; never to a fixed ``k``: it
+        """The next steps after ``called`` first, then the missing prerequisites and the learned
+        companions appended (:mod:`registry.serving.chains`; never to a fixed ``k``: it
         means exactly ``k`` tools); a no-op on a registry without chains. A scoped request's
         steps only add tools of its scope, capped at the depth limit of the scoped count."""
         graph = snap.graph
@@ -373,10 +373,10 @@ class QueryRunner:
             )
         if request.k is not None:
             return picks
-        picks = append_companions(picks, companions, score_of, name_of, cap=cap, called=called, allowed=allowed)
-        return append_prerequisites(
+        picks = append_prerequisites(
             picks, graph, score_of, name_of, cap=cap, called=called, allowed=allowed, companions=companions
         )
+        return append_companions(picks, companions, score_of, name_of, cap=cap, called=called, allowed=allowed)
 
     def _intents(self, query: str, request: ResolvedRequest) -> tuple[Intent, ...]:
         if request.k is not None or not self.settings.multi_intent:

@@ -1,0 +1,233 @@
+"""Companions learned from feedback (registry.learning.companions): the order counted from
+calls and ``used``, the guards (one caller alone creates nothing, held-out requests can refuse
+an edge, counts bounded, deleted tools forgotten, kept in the memory's state), and their use
+in shortlists through the in-process core (fake embedder): a refit ships them, composition
+appends them with their reason, ``called`` puts the learned next step first, an admin removal
+wins, the learning switch and a wipe reset them, a restart keeps them. And the chain step of a
+scoped request adds only allowed tools."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from registry.core import Shortlister
+from registry.feedback import ToolCall
+from registry.index.embed import HashingEmbedder
+from registry.learning.companions import (
+    CompanionConfig,
+    CompanionCounts,
+    candidate_edges,
+    event_sequence,
+    fit_companions,
+)
+from registry.learning.profiles import held_out
+from registry.learning.usage import UsageConfig, UsageMemory
+from registry.request import ShortlistRequest
+from tests.test_graph import REST
+
+EMBED = HashingEmbedder()
+
+
+@dataclass(frozen=True)
+class Event:
+    query: str
+    used: tuple[str, ...]
+    shortlist_id: str
+    registry: str = "r"
+    success: bool | None = True
+    calls: tuple[ToolCall, ...] = ()
+    received: float = 1000.0
+    caller: str | None = None
+
+
+_ids = iter(range(10**9))
+
+
+def event(query: str, *used: str, calls: tuple[str, ...] = (), **kw) -> Event:
+    return Event(query=query, used=tuple(used), shortlist_id=f"s{next(_ids)}",
+                 calls=tuple(ToolCall(t, True) for t in calls), **kw)  # fmt: skip
+
+
+def test_the_sequence_is_the_useful_calls_in_order_then_the_other_used_tools():
+    e = Event("q", ("c", "a"), "s", calls=(ToolCall("a", True), ToolCall("x", False), ToolCall("b", True)))
+    assert event_sequence(e) == ["a", "b", "c"]  # a useless call is no use; each tool once
+    assert event_sequence(e, known={"a", "c"}) == ["a", "c"]
+    assert event_sequence(Event("q", ("a", "b"), "s", success=False)) == []  # failed, no useful call
+
+
+def test_one_caller_alone_creates_no_edge_and_two_do():
+    memory = UsageMemory(EMBED.embed_query, UsageConfig())
+    for i in range(6):
+        memory.observe(event(f"find flights {i}", calls=("search", "book"), caller="alice"))
+    counts = memory.companion_counts("r")
+    assert counts.pairs[("search", "book")].uses > 3 and counts.uses["search"] > 3  # decayed repeats
+    assert candidate_edges(counts, CompanionConfig()) == []  # one caller supports nothing
+    for i in range(3):
+        memory.observe(event(f"find a flight {i}", calls=("search", "book"), caller="bob"))
+    [edge] = candidate_edges(memory.companion_counts("r"), CompanionConfig())
+    assert (edge["first"], edge["then"], edge["callers"]) == ("search", "book", 2)
+    assert edge["share"] == edge["back"] == 1.0
+    assert 2.0 <= edge["uses"] < 9  # alice counts at most as much as bob
+
+
+def test_a_rare_follower_is_no_companion():
+    counts = CompanionCounts()
+    for i in range(20):
+        counts.add(["search", "book"] if i % 10 == 0 else ["search"], {}, f"c{i}")
+        counts.add(["book"], {}, f"c{i}")  # a book is mostly booked alone, too
+    assert candidate_edges(counts, CompanionConfig()) == []  # 2 of 20 searches, 2 of 22 books
+    assert [e["then"] for e in candidate_edges(counts, CompanionConfig(min_share=0.05))] == ["book"]
+
+
+def queries(template: str, n: int, held: bool) -> list[str]:
+    """``n`` request texts in (``held``) or out of the held-out part every fit uses."""
+    return [q for q in (template.format(i) for i in range(400)) if held_out(q) == held][:n]
+
+
+def test_held_out_requests_refuse_an_edge_they_contradict_and_keep_one_they_confirm():
+    memory = UsageMemory(EMBED.embed_query, UsageConfig())
+    logged = []
+    for i in range(8):  # the fit part: search -> book, login -> pay
+        logged.append(event(queries("find a hotel {}", 8, False)[i], calls=("search", "book"), caller=f"c{i % 4}"))
+        logged.append(event(queries("pay the bill {}", 8, False)[i], calls=("login", "pay"), caller=f"c{i % 4}"))
+    for i in range(6):  # held out: search, then pay (not book); login, then pay
+        logged.append(event(queries("find a hotel {}", 6, True)[i], calls=("search", "pay"), caller=f"c{i % 3}"))
+        logged.append(event(queries("pay the bill {}", 6, True)[i], calls=("login", "pay"), caller=f"c{i % 3}"))
+    for e in logged:
+        assert memory.observe(e) == "counted"
+    edges, fit = fit_companions(memory.companion_counts("r"), logged, CompanionConfig(min_share=0.3))
+    assert [(e["first"], e["then"]) for e in edges] == [("login", "pay")]
+    # login then pay in all 6 held-out logins; login before pay in 6 of the 12 held-out payments
+    assert edges[0]["held_out_tries"] == 18 and edges[0]["held_out_share"] == 0.667
+    assert fit["proposed"] == 2 and fit["refused_on_held_out"] == 1 and fit["held_out_events"] == 12
+    # the held-out events propose nothing themselves: search -> pay is no candidate
+    alone = [e for e in logged if held_out(e.query)]
+    only_held = UsageMemory(EMBED.embed_query, UsageConfig())
+    for e in alone:
+        only_held.observe(e)
+    assert fit_companions(only_held.companion_counts("r"), alone, CompanionConfig())[0] == []
+
+
+def test_counts_are_kept_in_the_state_forgotten_with_a_tool_and_by_a_wipe():
+    memory = UsageMemory(EMBED.embed_query, UsageConfig())
+    for i in range(4):
+        memory.observe(event(f"q{i}", calls=("search", "book", "pay"), caller=f"c{i}"))
+    raw = memory.state_bytes("r")
+    assert raw is not None
+    restored = UsageMemory(EMBED.embed_query, UsageConfig())
+    restored.load_state("r", raw)
+    assert restored.companion_counts("r") == memory.companion_counts("r")
+    assert restored.report("r")["companion_pairs"] == 2
+    assert restored.drop_tools("r", keep={"search", "book"}) == 1
+    assert set(restored.companion_counts("r").pairs) == {("search", "book")}
+    restored.wipe("r", at=2000.0)
+    assert restored.companion_counts("r") == CompanionCounts()
+
+
+LEARN = {"learning_save_interval_seconds": 0.0}
+PAIR = ("get_flight_offers", "get_weather")  # no schema edge: what agents' traces show
+CITIES = ["paris", "rome", "berlin", "madrid", "lisbon", "vienna", "prague", "oslo", "dublin", "athens",
+          "porto", "milan", "munich", "zurich", "krakow", "riga"]  # fmt: skip
+
+
+def core_for(settings, bor_policy) -> Shortlister:
+    return Shortlister.from_settings(
+        settings.model_copy(update=LEARN), embedder_factory=lambda _: HashingEmbedder(), bor_policy=bor_policy,
+        start=True,
+    )
+
+
+def teach(core: Shortlister, n: int = 16) -> None:
+    """Agents (three callers) that find flights, then check the weather at the destination."""
+    for i in range(n):
+        query = f"flights from {CITIES[i % len(CITIES)]} to {CITIES[(i + 3) % len(CITIES)]} next week"
+        result = core.shortlist(ShortlistRequest("shop", query), caller=f"agent-{i % 3}")
+        calls = [{"tool": "search_airport", "useful": True}, {"tool": PAIR[0], "useful": True},
+                 {"tool": PAIR[1], "useful": True}]  # fmt: skip
+        core.feedback(result.shortlist_id, [PAIR[0], PAIR[1]], calls, True, caller=f"agent-{i % 3}")
+
+
+QUERY = "cheap flights from london to boston"
+
+
+def names(core: Shortlister, **kw) -> list[tuple[str, str | None]]:
+    return [(t.name, t.reason) for t in core.shortlist(ShortlistRequest("shop", QUERY, **kw)).tools]
+
+
+def test_a_refit_ships_companions_that_composition_and_called_use(settings, bor_policy):
+    core = core_for(settings, bor_policy)
+    try:
+        core.put_registry("shop", REST)
+        before = names(core)
+        assert PAIR[0] in [n for n, _ in before] and PAIR[1] not in [n for n, _ in before]
+        teach(core)
+        assert names(core) == before  # counted, not shipped: nothing changes before a refit
+        job = core.policies.refit("shop")
+        fit = job.estimate["profile"]["companions"]
+        assert fit["shipped"] >= 1, job.estimate
+        learned = {(e["first"], e["then"]): e for e in core.graph("shop")["learned"]}
+        edge = learned[PAIR]
+        assert edge["callers"] == 3 and edge["active"] and edge["share"] == 1.0
+        after = names(core)
+        why = f"learned companion of {PAIR[0]} (3 callers, {round(edge['uses'])} uses)"
+        assert after[: len(before)] == before and after[len(before)] == (PAIR[1], why)  # appended, last
+        step = names(core, called=(PAIR[0],))
+        assert step[0] == (PAIR[1], f"next step after {PAIR[0]} (called): {why}")
+        assert core.learning_report("shop")["companions"] == len(learned)
+    finally:
+        core.close()
+    # a restart keeps them (the control record); an admin removal wins over learning
+    core = core_for(settings, bor_policy)
+    try:
+        assert names(core)[len(before)] == (PAIR[1], why)
+        core.edit_graph("shop", remove=[list(PAIR)])
+        assert PAIR[1] not in [n for n, _ in names(core)]
+        assert {(e["first"], e["then"]): e["active"] for e in core.graph("shop")["learned"]}[PAIR] is False
+    finally:
+        core.close()
+
+
+def test_the_switch_and_a_wipe_reset_companions(settings, bor_policy):
+    core = core_for(settings, bor_policy)
+    try:
+        core.put_registry("shop", REST)
+        before = names(core)
+        teach(core)
+        core.policies.refit("shop")
+        assert len(names(core)) == len(before) + 1
+        core.set_learning("shop", False)
+        assert names(core) == before
+        assert not core.graph("shop")["learned"][0]["active"]
+        core.set_learning("shop", True)
+        assert len(names(core)) == len(before) + 1
+        wiped = core.wipe_learning("shop")
+        assert wiped["companions"] == 0 and wiped["companion_pairs"] == 0
+        assert names(core) == before and core.graph("shop")["learned"] == []
+        core.policies.refit("shop")  # the wiped counts ship nothing
+        assert names(core) == before
+    finally:
+        core.close()
+
+
+def test_a_scoped_request_adds_only_allowed_tools_in_its_chain_step(engine):
+    engine.put_registry("shop", REST)
+    query = "return the items of order 17"
+    whole = [t.name for t in engine.shortlist(ShortlistRequest("shop", query, max_k=5)).tools]
+    assert whole == ["return_order_items", "list_orders", "whoami"]  # whoami fills list_orders' need
+    allowed = ("return_order_items", "list_orders", "find_customer_by_email")
+    scoped = engine.shortlist(ShortlistRequest("shop", query, max_k=5, allowed_tools=allowed))
+    assert [(t.name, t.reason) for t in scoped.tools] == [
+        ("return_order_items", None),
+        ("list_orders", "prerequisite of return_order_items: fills 'order_id'"),
+        ("find_customer_by_email", "prerequisite of list_orders: fills 'customer_id'"),
+    ]
+
+
+@pytest.fixture
+def settings(tmp_path: Path):
+    from registry.settings import Settings
+
+    return Settings(data_dir=tmp_path / "data", demo_registry=None, explore_share=0.0)
