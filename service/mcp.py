@@ -26,6 +26,8 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.json_schema import JsonSchemaMode
+from starlette.datastructures import Headers
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match, Route
 from starlette.types import Message, Receive, Scope, Send
@@ -425,11 +427,8 @@ class McpFace:
         return _structured(data, text)
 
 
-def _caller_headers(ctx: ServerRequestContext[Any]) -> Any:
-    """The HTTP request headers behind a tool call: the request the handshake-era transport
-    attaches, or the headers the 2026-era transport carries."""
-    headers = getattr(ctx.request, "headers", None)
-    if headers is None:
-        transport = getattr(ctx.request, "transport", None) or getattr(ctx, "transport", None)
-        headers = getattr(transport, "headers", None)
-    return headers
+def _caller_headers(ctx: ServerRequestContext[Any]) -> Headers | None:
+    """The HTTP request headers behind a tool call: every HTTP transport of the SDK attaches
+    its starlette request (``ServerMessageMetadata.request_context``); None without one."""
+    request = ctx.request
+    return request.headers if isinstance(request, Request) else None

@@ -184,7 +184,8 @@ class Metrics:
 def remove_registry_series(metric: MetricWrapperBase, registry: str) -> None:
     """Remove ``metric``'s children whose ``registry`` label is ``registry`` (whatever their
     other labels); a metric without a ``registry`` label is left alone."""
-    labelnames: tuple[str, ...] = tuple(getattr(metric, "_labelnames", ()))  # remove() takes this order
+    # prometheus_client keeps a metric's label names private; remove() takes them in this order
+    labelnames: tuple[str, ...] = tuple(getattr(metric, "_labelnames", ()))
     if "registry" not in labelnames:
         return
     children = {

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 from starlette.datastructures import MutableHeaders
+from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from registry.settings import Settings
@@ -238,5 +239,5 @@ class HttpMetricsMiddleware:
             await self.app(scope, receive, capture)
         finally:
             route = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
+            template = route.path if isinstance(route, (Route, Mount)) and route.path else "unmatched"
             self.metrics.http_requests.labels(scope["method"], template, str(status)).inc()

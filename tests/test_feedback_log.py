@@ -128,6 +128,10 @@ class MemoryLog:
     def replay(self):
         return iter(list(self.events))
 
+    def read_after(self, position=None):
+        start = position or 0
+        return list(self.events[start:]), len(self.events)
+
 
 def make_recorder(log: FeedbackLog, clock: FakeClock, listeners=()) -> FeedbackRecorder:
     return FeedbackRecorder(

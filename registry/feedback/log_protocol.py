@@ -33,6 +33,17 @@ class FeedbackLog(Protocol):
         """Every stored event, oldest first."""
         ...
 
+    def read_after(self, position: Any = None) -> tuple[list[FeedbackEvent], Any]:
+        """The events after ``position`` (from a previous call; None: after the checkpoint),
+        oldest first, and the position after them: a reader keeping up with the log reads
+        each event once instead of replaying the whole log every time.
+
+        Raises:
+            LogCompacted: a compaction cut events since ``position`` was taken (read again
+                from None).
+        """
+        ...
+
 
 @runtime_checkable
 class CompactableFeedbackLog(FeedbackLog, Protocol):
@@ -82,6 +93,11 @@ class SharedFeedbackLog(CompactableFeedbackLog, Protocol):
     def rewind(self) -> dict[str, Any] | None:
         """Move the read position to the checkpoint and return its counts (as
         :meth:`checkpoint_state`, read in the same step so the two agree)."""
+        ...
+
+    def republish_checkpoint(self, efficiency: dict[str, Any]) -> bool:
+        """After the store lost its data: make ``efficiency`` (this replica's counts, caught up
+        to its read position) the checkpoint, only if none exists; whether this call wrote it."""
         ...
 
 

@@ -118,7 +118,7 @@ class FeedbackRecorder:
         """ShortlistExpired when ``shortlist_id`` was served, within its retention, before an
         event that lost the remembered shortlists."""
         at = served_at(shortlist_id)
-        retention = float(getattr(self.memory, "retention_seconds", math.inf))
+        retention = self.memory.retention_seconds
         if at is None or self._clock() - at > retention:
             return
         for lost_at, why in sorted(self.losses()):
@@ -308,8 +308,7 @@ class FeedbackRecorder:
             Whether this replica's counts became the checkpoint.
         """
         log = self.log
-        write = getattr(log, "republish_checkpoint", None)
-        if write is None or not isinstance(log, SharedFeedbackLog):
+        if not isinstance(log, SharedFeedbackLog):
             return False
         with self._count_lock:
             try:
@@ -318,7 +317,7 @@ class FeedbackRecorder:
                         self._count(event)
             except LogCompacted:
                 return False  # another replica re-published first: catch_up resyncs from it
-            return bool(write(self.efficiency.to_state()))
+            return bool(log.republish_checkpoint(self.efficiency.to_state()))
 
     def resync(self) -> int:
         """Rebuild the counts from a shared log's checkpoint and everything after it (this

@@ -190,6 +190,11 @@ class RememberedShortlists(Protocol):
     """Where served shortlists wait for their feedback: :class:`ShortlistMemory` in one process,
     ``registry.store.redis.RedisShortlistMemory`` across replicas."""
 
+    @property
+    def retention_seconds(self) -> float:
+        """How long a shortlist accepts feedback after it was served."""
+        ...
+
     def remember(self, shortlist: ShownShortlist) -> None:
         """Remember ``shortlist`` until the retention period ends."""
         ...

@@ -37,9 +37,7 @@ class RefitEvents:
 
     def of(self, registry: str) -> list[FeedbackEvent]:
         """``registry``'s events, oldest first, up to what the log holds now."""
-        read_after = getattr(self.log, "read_after", None)
-        if read_after is None:  # a log without positions: replay it (as refits always did)
-            return [e for e in self.log.replay() if e.registry == registry]
+        read_after = self.log.read_after
         with self._lock:
             try:
                 events, position = read_after(self._position)

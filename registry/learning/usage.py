@@ -87,7 +87,7 @@ class UsageMemory:
         """Fold one feedback event in.
 
         Args:
-            event: the event; its ``query`` and ``caller`` are read when present.
+            event: the event (its ``query`` and ``caller`` say who asked what).
             known_tools: the registry's current tools (others are skipped); None: all.
             vector: the query's embedding when at hand (else ``embed(event.query)``).
 
@@ -96,8 +96,7 @@ class UsageMemory:
             before a restored state), ``"no_query"``, ``"untrusted"`` (no caller while callers
             are required), ``"rate_limited"`` (the caller's events this minute), ``"no_evidence"``.
         """
-        query = str(getattr(event, "query", "") or "")
-        caller = getattr(event, "caller", None)
+        query, caller = event.query, event.caller
         cfg = self.config
         with self._lock:
             reg = self._registries.setdefault(event.registry, self._new_registry())
@@ -129,7 +128,7 @@ class UsageMemory:
             sequence = event_sequence(event, known_tools)
             if sequence:  # which tools go together, in which order (companions)
                 reg.companions.add(sequence, weights, principal(caller))
-            for tool in getattr(event, "shown", ()):  # shown, and the agent used another
+            for tool in event.shown:  # shown, and the agent used another
                 if tool not in evidence and (known_tools is None or tool in known_tools):
                     reg.passed_over.add(tool, q)
             while reg.entries > cfg.per_registry:
