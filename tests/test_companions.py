@@ -41,6 +41,7 @@ class Event:
     calls: tuple[ToolCall, ...] = ()
     received: float = 1000.0
     caller: str | None = None
+    shown: tuple[str, ...] = ()
 
 
 _ids = iter(range(10**9))

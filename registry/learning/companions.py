@@ -213,9 +213,8 @@ def fit_companions(
         sequence = event_sequence(e, known)
         if not sequence:
             continue
-        query = str(getattr(e, "query", "") or "")
-        is_held = bool(query) and held_out(query)
-        logged.append((sequence, principal(getattr(e, "caller", None)), is_held))
+        is_held = bool(e.query) and held_out(e.query)
+        logged.append((sequence, principal(e.caller), is_held))
         if is_held:
             test.append(sequence)
     fit_counts = counts.fit_part(logged)
