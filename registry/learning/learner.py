@@ -162,7 +162,10 @@ class UsageLearner:
     def tick(self) -> None:
         """Apply other replicas' switches and wipes, fold new shared events, save when due."""
         if self._source is not None:
-            self._controls = self._read_controls()
+            # merged, never replaced: a record is only ever rewritten (a wipe or a deletion
+            # writes one), so one missing here was lost with the store's data, and this
+            # replica's copy is what write_back puts back
+            self._controls = {**self._controls, **self._read_controls()}
             self._apply_controls()
             self._fold_source()
         if time.monotonic() - self._last_save >= self.save_interval:
