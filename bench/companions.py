@@ -119,7 +119,18 @@ def main() -> None:
     ap.add_argument("--dirs", type=Path, nargs="*", default=[], help="more data dirs (e.g. single-tool sources)")
     ap.add_argument("--embedder-cache", type=Path, default=DEFAULT_EMBEDDER_CACHE)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--append-share", type=float, default=None, help="study: chains.APPEND_SHARE")
+    ap.add_argument("--anchors", type=int, default=None, help="study: chains.COMPANION_ANCHORS")
+    ap.add_argument("--max-companions", type=int, default=None, help="study: chains.MAX_COMPANIONS")
     args = ap.parse_args()
+    from registry.serving import chains
+
+    for flag, name in (("append_share", "APPEND_SHARE"), ("anchors", "COMPANION_ANCHORS"),
+                       ("max_companions", "MAX_COMPANIONS")):
+        if getattr(args, flag) is not None:
+            setattr(chains, name, getattr(args, flag))
+    print(f"budget: APPEND_SHARE {chains.APPEND_SHARE}, COMPANION_ANCHORS {chains.COMPANION_ANCHORS}, "
+          f"MAX_COMPANIONS {chains.MAX_COMPANIONS}; {args.callers} callers", flush=True)
     dirs = [SHARED / s for s in SOURCES] + [ROOT / "bench" / "data" / s for s in MCP_SOURCES]
     dirs = [d for d in dirs if (d / "queries.jsonl").is_file() and (args.sources is None or d.name in args.sources)]
     dirs += args.dirs
