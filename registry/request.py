@@ -1,5 +1,8 @@
 """The shortlist request: one frozen value, validated once, passed whole from every face.
 
+Each field is declared once, here: its type, default, bounds and doc (:class:`FaceField`, read by
+:func:`face_fields`); the HTTP body (``service/schemas.py``) and the MCP tool's arguments
+(``service/mcp.py``) are built from those declarations, so the faces cannot drift.
 The HTTP route, the MCP tool, in-process callers and the benches build a :class:`ShortlistRequest`;
 :meth:`ShortlistRequest.resolve` checks every field at once against the settings and fills the
 defaults, giving the :class:`ResolvedRequest` the query path runs. The ranges the request is
@@ -13,11 +16,14 @@ them, :data:`LEARNED_POLICY` and :data:`FIXED_POLICY`.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Annotated, Any, Protocol
+
+from pydantic import Field, StringConstraints
 
 from registry.errors import ValidationFailed
+from registry.names import MAX_REGISTRY_NAME_CHARS, REGISTRY_NAME_PATTERN
 
 __all__ = [
     "FIXED_POLICY",
@@ -27,11 +33,14 @@ __all__ = [
     "MAX_DEPTH_BIAS",
     "MAX_K",
     "MAX_QUERIES",
+    "NOT_BLANK_PATTERN",
     "Choices",
+    "FaceField",
     "RequestDefaults",
     "ResolvedRequest",
     "ShortlistRequest",
     "depth_bias_problem",
+    "face_fields",
 ]
 
 LEARNED_POLICY = "bor"  # the learned policy: the one ``depth_bias`` tunes
@@ -42,6 +51,46 @@ MAX_QUERIES = 16  # requests in one call (``queries``)
 MAX_ALLOWED_TOOLS = 10_000  # names or patterns in ``allowed_tools`` (an agent's whole toolbox)
 MAX_PATTERN_CHARS = 256  # one ``allowed_tools`` entry: a tool name's length (registry.tools)
 MAX_CALLED = 100  # tool names a request may list as already called
+
+
+def _not_blank_pattern() -> str:
+    """A pattern that finds a character ``str.strip()`` keeps: the query validation's "not blank"."""
+    spaces = "".join(f"\\u{ord(c):04x}" for c in map(chr, range(0x3001)) if c.isspace())
+    return f"[^{spaces}]"
+
+
+NOT_BLANK_PATTERN = _not_blank_pattern()
+# blank and too long are refused by resolve (naming the entry); the pattern documents it
+_QueryText = Annotated[str, Field(min_length=1, json_schema_extra={"pattern": NOT_BLANK_PATTERN})]
+_AllowedTool = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATTERN_CHARS)]
+RegistryName = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_REGISTRY_NAME_CHARS, pattern=REGISTRY_NAME_PATTERN)
+]
+
+
+@dataclass(frozen=True, slots=True)
+class FaceField:
+    """A request field as the faces declare it: the type they validate (``choices``: one of the
+    runner's ``scorers`` or ``policies``, which the face turns into an enum), its doc, and the
+    bounds their schemas carry (pydantic ``Field`` keywords). ``resolve`` checks the same
+    bounds again, so an in-process request is held to them too."""
+
+    annotation: Any
+    doc: str
+    bounds: Mapping[str, Any] = field(default_factory=dict)
+    choices: str | None = None
+
+
+def _face(annotation: Any, doc: str, *, choices: str | None = None, **bounds: Any) -> dict[str, FaceField]:
+    return {"face": FaceField(annotation, doc, bounds, choices)}
+
+
+def face_fields() -> dict[str, tuple[FaceField, Any]]:
+    """Every request field's declaration and default (``...``: required), in order."""
+    return {
+        f.name: (f.metadata["face"], ... if f.default is MISSING else f.default)
+        for f in fields(ShortlistRequest)
+    }
 
 
 def depth_bias_problem(depth_bias: Any, k: int | None, policy: str) -> str | None:
@@ -112,40 +161,94 @@ class ResolvedRequest:
 class ShortlistRequest:
     """One shortlist request, as every face receives it.
 
-    Attributes:
-        registry: The registry to shortlist from.
-        query: The agent's request (one text; several intents and long texts are handled).
-            Exactly one of ``query`` and ``queries``.
-        k: A fixed depth (policy ``fixed``); ``None`` lets the policy choose.
-        max_k: Cap on the policy's depth (default: ``SHORTLIST_DEFAULT_MAX_K``).
-        policy: A depth policy the runner offers (default: ``SHORTLIST_DEFAULT_POLICY``).
-        scorer: A scorer the runner offers (default: ``SHORTLIST_DEFAULT_SCORER``).
-        depth_bias: Bits that tune the ``bor`` policy for this request (``|bias| <=
-            MAX_DEPTH_BIAS``): it stops only where STOP beats CONTINUE by at least that much.
-            Refused with ``k`` or another policy.
-        allow_empty: The list may be empty when no tool fits (``confidence`` says how sure).
-        queries: Up to :data:`MAX_QUERIES` requests answered in one call: one shortlist holding
-            each request's own (``k``, ``max_k`` and the depth apply to each), every tool tagged
-            with the requests that brought it (:mod:`registry.serving.batch`).
-        allowed_tools: Tool names or glob patterns (``github/*``, ``fs/read_*``): ranking, depth
-            and the cap see only the tools they match (:mod:`registry.serving.scope`); a pattern
-            matching no tool is refused.
-        called: Tool names the agent already called in this task, oldest first: they leave the
-            ranking (the agent holds them) and the tools they are a prerequisite of come first.
-            Every name must be a tool of the registry.
+    Each field's doc, bounds and type on the wire are declared with it (:class:`FaceField`):
+    the faces' schemas are built from them and :meth:`resolve` checks them. ``queries`` are
+    answered on one snapshot and merged (:mod:`registry.serving.batch`); ``allowed_tools``
+    scope the ranking (:mod:`registry.serving.scope`); ``called`` moves the list on to the
+    next steps (:mod:`registry.serving.chains`).
     """
 
-    registry: str
-    query: str | None = None
-    k: int | None = None
-    max_k: int | None = None
-    policy: str | None = None
-    scorer: str | None = None
-    depth_bias: float | None = None
-    allow_empty: bool = False
-    queries: Sequence[str] | None = None
-    allowed_tools: Sequence[str] | None = None
-    called: tuple[str, ...] = ()
+    registry: str = field(metadata=_face(RegistryName, "Registry to search."))
+    query: str | None = field(
+        default=None,
+        metadata=_face(
+            str | None,
+            "The user's request (a whole message is fine) or the agent's current step; "
+            "not blank, at most SHORTLIST_MAX_QUERY_CHARS (default 262144) characters. Several "
+            "intents ('find X, then email it') are each covered; a tool named verbatim comes first. "
+            "Exactly one of query and queries.",
+            min_length=1,
+            # documented only: resolve refuses blank and too long texts with clearer messages;
+            # maxLength is the setting's value (service.schemas_openapi.document_settings)
+            json_schema_extra={"pattern": NOT_BLANK_PATTERN},
+        ),
+    )
+    k: int | None = field(
+        default=None,
+        metadata=_face(
+            int | None,
+            "Force a fixed depth; the policy is then 'fixed' (refused with another policy).",
+            ge=1, le=MAX_K, strict=True,  # an integer, not true or "5"
+        ),
+    )  # fmt: skip
+    max_k: int | None = field(
+        default=None,
+        metadata=_face(int | None, "Cap on the policy's depth (default 20).", ge=1, le=MAX_K, strict=True),
+    )
+    policy: str | None = field(default=None, metadata=_face(str | None, "Depth policy; default bor.", choices="policies"))
+    scorer: str | None = field(default=None, metadata=_face(str | None, "Scorer; default hybrid.", choices="scorers"))
+    depth_bias: float | None = field(
+        default=None,
+        metadata=_face(
+            float | None,
+            "Operating knob of the 'bor' policy, in bits: stop only where STOP beats "
+            "CONTINUE by at least this much. > 0 gives longer lists (more often holds the tool), "
+            "< 0 shorter ones; default SHORTLIST_DEPTH_BIAS (0). Refused with k or another policy.",
+            ge=-MAX_DEPTH_BIAS, le=MAX_DEPTH_BIAS, allow_inf_nan=False,
+            strict=True,  # a number, not false or "0.5" (the fuzz test's ST201)
+        ),
+    )  # fmt: skip
+    allow_empty: bool = field(
+        default=False,
+        metadata=_face(
+            bool,
+            "Allow an empty shortlist (k = 0) when no tool fits the request; the "
+            "response's confidence says how sure the service is that one does.",
+            strict=True,  # true or false, not 0 or "yes" (the fuzz test's ST201)
+        ),
+    )
+    queries: Sequence[str] | None = field(
+        default=None,
+        metadata=_face(
+            list[_QueryText] | None,
+            f"Up to {MAX_QUERIES} requests in one call, instead of query: one shortlist "
+            "holding each request's own list (k, max_k and the depth apply to each), merged "
+            "round-robin without duplicates; each tool's 'queries' lists the requests that brought "
+            "it. One shortlist_id for feedback.",
+            min_length=1, max_length=MAX_QUERIES,
+        ),
+    )  # fmt: skip
+    allowed_tools: Sequence[str] | None = field(
+        default=None,
+        metadata=_face(
+            list[_AllowedTool] | None,
+            "Tool names or glob patterns ('github/*', 'fs/read_*'; * ? [abc]): ranking, "
+            "depth and max_k see only the tools they match, never the others. A pattern matching no "
+            "tool is refused. A token bound to patterns (SHORTLIST_QUERY_TOKEN_SCOPES) is narrowed "
+            "by them, never widened.",
+            min_length=1, max_length=MAX_ALLOWED_TOOLS,
+        ),
+    )  # fmt: skip
+    called: tuple[str, ...] = field(
+        default=(),
+        metadata=_face(
+            tuple[str, ...],
+            "Tool names the agent already called in this task, oldest first: they leave "
+            "the list (the agent holds them) and the tools they are a prerequisite of come first. "
+            "Every name must be a tool of the registry (an unknown name is refused, naming it).",
+            max_length=MAX_CALLED,
+        ),
+    )
 
     def resolve(
         self, settings: RequestDefaults, choices: Choices, token_scope: Sequence[str] | None = None

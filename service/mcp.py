@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types as types
@@ -24,7 +24,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.json_schema import JsonSchemaMode
 from starlette.datastructures import Headers
 from starlette.requests import Request
@@ -34,14 +34,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from registry.core import Shortlister
 from registry.errors import ShortlistError
-from registry.request import (
-    MAX_ALLOWED_TOOLS,
-    MAX_CALLED,
-    MAX_DEPTH_BIAS,
-    MAX_K,
-    MAX_QUERIES,
-    ShortlistRequest,
-)
+from registry.request import MAX_QUERIES, ShortlistRequest
 from registry.serving.shortlist import Shortlist
 from registry.settings import Settings
 from service import json_body
@@ -49,12 +42,13 @@ from service.auth import CALLER_HEADER, authenticate, caller_hash, token_scope
 from service.errors import Unauthorized, error_body, error_response
 from service.mcp_http import invalid_request, json_errors, read_body, replay
 from service.schemas import (
-    AllowedTool,
     FeedbackRequest,
     FeedbackResponse,
-    QueryText,
-    RegistryName,
+    RequestFields,
     ShortlistResponse,
+    request_field,
+    request_model,
+    request_value,
 )
 
 log = logging.getLogger(__name__)
@@ -67,68 +61,33 @@ _DESCRIPTION_CHARS = 160  # per tool in the text block; the full definition is s
 STREAM_RETRY_AFTER_SECONDS = 30  # told to a client refused a stream (all slots are taken)
 
 
-class FindToolsArgs(BaseModel):
+class FindToolsFields(RequestFields):
     model_config = ConfigDict(extra="forbid")
 
-    query: str | None = Field(
-        None,
-        min_length=1,
-        description="The user's request (a whole message is fine) or the agent's current step. "
-        "Several intents ('find X, then email it') are each covered. Give query or queries.",
-    )
-    queries: list[QueryText] | None = Field(
-        None,
-        min_length=1,
-        max_length=MAX_QUERIES,
-        description=f"Up to {MAX_QUERIES} requests at once (the steps of a plan), instead of "
-        "query: one list holding each request's tools, each tagged with the requests that "
-        "brought it.",
-    )
-    allowed_tools: list[AllowedTool] | None = Field(
-        None,
-        min_length=1,
-        max_length=MAX_ALLOWED_TOOLS,
-        description="Only these tools: names or glob patterns ('github/*', 'fs/read_*').",
-    )
-    registry: RegistryName | None = Field(
-        None, description="Registry to search (default: the server's default registry, 'demo')."
-    )
-    k: int | None = Field(
-        None,
-        ge=1,
-        le=MAX_K,
-        strict=True,
-        description="Force a fixed number of tools (default: the learned depth policy chooses).",
-    )
-    max_k: int | None = Field(
-        None,
-        ge=1,
-        le=MAX_K,
-        strict=True,
-        description="At most this many tools; the depth policy still chooses below it.",
-    )
-    limit: int | None = Field(
-        None,
-        ge=1,
-        le=MAX_K,
-        strict=True,
-        description="Same as max_k (the name models often use): a cap, never a fixed count.",
-    )
-    depth_bias: float | None = Field(
-        None,
-        ge=-MAX_DEPTH_BIAS,
-        le=MAX_DEPTH_BIAS,
-        allow_inf_nan=False,
-        description="Bits: > 0 gives longer lists (more often holds the tool), < 0 shorter.",
-    )
-    allow_empty: bool = Field(
-        False, description="Allow an empty list when no tool fits (confidence says how sure)."
-    )
-    called: tuple[str, ...] = Field(
-        (),
-        max_length=MAX_CALLED,
-        description="Tools you already called for this task, oldest first: the list then "
-        "shows what comes next (their follow-up tools first) instead of them.",
+    def to_request(self, default_registry: str) -> ShortlistRequest:
+        """The domain's request: ``limit`` folded into ``max_k`` (the smaller cap wins), the
+        server's default registry when none is named."""
+        fields = self.model_dump()
+        caps = [cap for cap in (fields.pop("max_k"), fields.pop("limit")) if cap is not None]
+        fields["max_k"] = min(caps) if caps else None
+        fields["registry"] = fields["registry"] or default_registry
+        return request_value(fields)
+
+
+# find_tools' arguments: the request fields a model chooses (the scorer and the policy are the
+# server's), the registry optional, and ``limit`` (langgraph-bigtool's name for a cap).
+_LIMIT = request_field(
+    "max_k", doc="Same as max_k (the name models often use): a cap, never a fixed count."
+)
+if TYPE_CHECKING:
+    FindToolsArgs = FindToolsFields
+else:
+    FindToolsArgs = request_model(
+        "FindToolsArgs",
+        FindToolsFields,
+        ("query", "queries", "allowed_tools", "k", "max_k", "depth_bias", "allow_empty", "called"),
+        registry=request_field("registry", default=None),
+        limit=_LIMIT,
     )
 
 
@@ -142,8 +101,9 @@ TOOLS = [
         title="Find the tools for a request",
         description="Shortlist the tools of a registry for a request (or up to "
         f"{MAX_QUERIES} requests at once): as many as a learned Bits-over-Random depth policy "
-        "judges it needs, each with its full definition, only among allowed_tools when given. "
-        "Quote the shortlist_id in report_tool_use afterwards.",
+        "judges it needs, each with its full definition, only among allowed_tools when given "
+        "(registry: the server's default registry when left out). Quote the shortlist_id in "
+        "report_tool_use afterwards.",
         input_schema=_schema(FindToolsArgs),
         output_schema=_schema(ShortlistResponse, "serialization"),
         annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
@@ -390,20 +350,9 @@ class McpFace:
     async def _find_tools(
         self, args: FindToolsArgs, caller: str | None, scope: tuple[str, ...] | None = None
     ) -> types.CallToolResult:
-        caps = [cap for cap in (args.max_k, args.limit) if cap is not None]
+        request = args.to_request(self.settings.default_registry)
 
         def run() -> Shortlist:
-            request = ShortlistRequest(
-                registry=args.registry or self.settings.default_registry,
-                query=args.query,
-                k=args.k,
-                max_k=min(caps) if caps else None,
-                depth_bias=args.depth_bias,
-                allow_empty=args.allow_empty,
-                queries=tuple(args.queries) if args.queries is not None else None,
-                allowed_tools=tuple(args.allowed_tools) if args.allowed_tools is not None else None,
-                called=args.called,
-            )
             return self.core.shortlist(request, caller=caller, token_scope=scope)
 
         result = await to_thread.run_sync(run)

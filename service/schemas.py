@@ -2,28 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model
 
 from registry import request
 from registry.core import FeedbackResult
 from registry.feedback import MAX_CALLS
 from registry.index.graph import EdgeSource
 from registry.index.hybrid import SCORERS
-from registry.names import MAX_REGISTRY_NAME_CHARS, REGISTRY_NAME_PATTERN
-from registry.request import (
-    MAX_ALLOWED_TOOLS,
-    MAX_CALLED,
-    MAX_DEPTH_BIAS,
-    MAX_K,
-    MAX_PATTERN_CHARS,
-    MAX_QUERIES,
-)
 from registry.serving.depth_policies import POLICIES
 from service.schemas_openapi import (
     MAX_TOOL_NAME_CHARS,
-    NOT_BLANK_PATTERN,
     ONE_OF_QUERY_OR_QUERIES,
     SHORTLIST_KNOB_RULES,
 )
@@ -31,19 +22,11 @@ from service.schemas_openapi import (
 MAX_USED_TOOLS = 1000
 """Most tools one feedback event may name as used."""
 
-RegistryName = Annotated[
-    str,
-    StringConstraints(
-        min_length=1, max_length=MAX_REGISTRY_NAME_CHARS, pattern=REGISTRY_NAME_PATTERN
-    ),
-]
 ToolName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TOOL_NAME_CHARS)]
-AllowedTool = Annotated[str, StringConstraints(min_length=1, max_length=MAX_PATTERN_CHARS)]
-# blank and too long are refused by registry.request (naming the entry); documented here
-QueryText = Annotated[str, Field(min_length=1, json_schema_extra={"pattern": NOT_BLANK_PATTERN})]
 
-# The OpenAPI enums: the names the implementations give themselves (registry.index.hybrid,
-# registry.serving.depth_policies); a name the runner does not offer is refused here, by pydantic.
+# The enums of the request's ``choices`` fields: the names the implementations give themselves
+# (registry.index.hybrid, registry.serving.depth_policies); another name is refused by pydantic.
+CHOICES: dict[str, tuple[str, ...]] = {"policies": POLICIES, "scorers": tuple(SCORERS)}
 if TYPE_CHECKING:
     PolicyName = str
     ScorerName = str
@@ -328,7 +311,47 @@ class FeedbackResponse(BaseModel):
         )
 
 
-class ShortlistRequest(BaseModel):
+class RequestFields(BaseModel):
+    """A face's request arguments (HTTP body, MCP tool): built by :func:`request_model` from
+    the fields :mod:`registry.request` declares, so the faces share each field's type, bounds
+    and doc."""
+
+
+_UNSET: Any = object()
+
+
+def request_field(name: str, *, default: Any = _UNSET, doc: str | None = None) -> tuple[Any, Any]:
+    """``(annotation, Field)`` of the request field ``name`` as :mod:`registry.request`
+    declares it; ``default`` replaces its default (``None`` makes a required field optional),
+    ``doc`` its description (a face's alias of a field)."""
+    face, declared = request.face_fields()[name]
+    annotation = face.annotation
+    if face.choices is not None:  # the runner's names, as an enum
+        annotation = Literal[CHOICES[face.choices]] | None
+    value = declared if default is _UNSET else default
+    if value is None and declared is ...:
+        annotation = annotation | None
+    return annotation, Field(value, description=doc or face.doc, **face.bounds)
+
+
+def request_model(
+    name: str, base: type[RequestFields], fields: Iterable[str], **extra: tuple[Any, Any]
+) -> type[RequestFields]:
+    """A pydantic model of the request ``fields`` (in their declared order), then ``extra``."""
+    definitions: dict[str, Any] = {field_name: request_field(field_name) for field_name in fields}
+    definitions.update(extra)
+    return create_model(name, __base__=base, **definitions)
+
+
+def request_value(fields: dict[str, Any]) -> request.ShortlistRequest:
+    """The domain's request from a face's validated fields (its lists as tuples: a frozen value)."""
+    for name in ("queries", "allowed_tools"):
+        if fields.get(name) is not None:
+            fields[name] = tuple(fields[name])
+    return request.ShortlistRequest(**fields)
+
+
+class ShortlistBody(RequestFields):
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
@@ -342,84 +365,31 @@ class ShortlistRequest(BaseModel):
         },
     )
 
-    registry: RegistryName = Field(description="Registry to search.")
-    query: str | None = Field(
-        None,
-        description="The user's request (a whole message is fine) or the agent's current step; "
-        "not blank, at most SHORTLIST_MAX_QUERY_CHARS (default 262144) characters. Several "
-        "intents ('find X, then email it') are each covered; a tool named verbatim comes first. "
-        "Exactly one of query and queries.",
-        min_length=1,
-        # Documented only: blank and too long are refused by registry.serving.shortlist with clearer
-        # messages; maxLength is the setting's value (document_settings).
-        json_schema_extra={"pattern": NOT_BLANK_PATTERN},
-    )
-    k: int | None = Field(
-        None,
-        ge=1,
-        le=MAX_K,
-        strict=True,  # an integer, not true or "5"
-        description="Force a fixed depth; the policy is then 'fixed' (refused with another policy).",
-    )
-    max_k: int | None = Field(
-        None, ge=1, le=MAX_K, strict=True, description="Cap on the policy's depth (default 20)."
-    )
-    policy: PolicyName | None = Field(None, description="Depth policy; default bor.")
-    scorer: ScorerName | None = Field(None, description="Scorer; default hybrid.")
-    depth_bias: float | None = Field(
-        None,
-        ge=-MAX_DEPTH_BIAS,
-        le=MAX_DEPTH_BIAS,
-        allow_inf_nan=False,
-        strict=True,  # a number, not false or "0.5" (the fuzz test's ST201)
-        description="Operating knob of the 'bor' policy, in bits: stop only where STOP beats "
-        "CONTINUE by at least this much. > 0 gives longer lists (more often holds the tool), "
-        "< 0 shorter ones; default SHORTLIST_DEPTH_BIAS (0). Refused with k or another policy.",
-    )
-    allow_empty: bool = Field(
-        False,
-        strict=True,  # true or false, not 0 or "yes" (the fuzz test's ST201)
-        description="Allow an empty shortlist (k = 0) when no tool fits the request; the "
-        "response's confidence says how sure the service is that one does.",
-    )
-    queries: list[QueryText] | None = Field(
-        None,
-        min_length=1,
-        max_length=MAX_QUERIES,
-        description=f"Up to {MAX_QUERIES} requests in one call, instead of query: one shortlist "
-        "holding each request's own list (k, max_k and the depth apply to each), merged "
-        "round-robin without duplicates; each tool's 'queries' lists the requests that brought "
-        "it. One shortlist_id for feedback.",
-    )
-    allowed_tools: list[AllowedTool] | None = Field(
-        None,
-        min_length=1,
-        max_length=MAX_ALLOWED_TOOLS,
-        description="Tool names or glob patterns ('github/*', 'fs/read_*'; * ? [abc]): ranking, "
-        "depth and max_k see only the tools they match, never the others. A pattern matching no "
-        "tool is refused. A token bound to patterns (SHORTLIST_QUERY_TOKEN_SCOPES) is narrowed "
-        "by them, never widened.",
-    )
-    called: tuple[str, ...] = Field(
-        (),
-        max_length=MAX_CALLED,
-        description="Tool names the agent already called in this task, oldest first: they leave "
-        "the list (the agent holds them) and the tools they are a prerequisite of come first. "
-        "Every name must be a tool of the registry (an unknown name: 422 naming it).",
-    )
-    explain: bool = Field(
+    def to_request(self) -> request.ShortlistRequest:
+        """The domain's request value (``explain`` stays here: it shapes the HTTP response only)."""
+        return request_value(self.model_dump(exclude={"explain"}))
+
+    def explained(self) -> bool:
+        """The caller asked for ``explain`` (how the depth was chosen)."""
+        return bool(self.model_dump(include={"explain"})["explain"])
+
+
+_EXPLAIN = (
+    bool,
+    Field(
         False,
         strict=True,  # true or false, not 0 or "yes"
         description="Also return 'explain': the bor policy's STOP - CONTINUE margin at each "
         "depth of the request's own ranking, the bias it stopped against and the depth chosen.",
+    ),
+)
+# The POST /shortlist body: every request field, then explain (this face's own).
+if TYPE_CHECKING:
+    ShortlistRequest = ShortlistBody
+else:
+    ShortlistRequest = request_model(
+        "ShortlistRequest", ShortlistBody, request.face_fields(), explain=_EXPLAIN
     )
-
-    def to_request(self) -> request.ShortlistRequest:
-        """The domain's request value (``explain`` stays here: it shapes the HTTP response only)."""
-        fields = self.model_dump(exclude={"explain", "queries", "allowed_tools"})
-        queries = tuple(self.queries) if self.queries is not None else None
-        allowed = tuple(self.allowed_tools) if self.allowed_tools is not None else None
-        return request.ShortlistRequest(**fields, queries=queries, allowed_tools=allowed)
 
 
 class DepthExplanation(BaseModel):

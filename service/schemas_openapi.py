@@ -1,10 +1,10 @@
 """The hand-written parts of the OpenAPI document: what validation enforces beyond pydantic.
 
 The tool-upload body (``PUT``/``POST /registries/...``: any tool format the parsers accept,
-:data:`TOOLS_BODY_OPENAPI`), the shortlist request's knob rules (:data:`SHORTLIST_KNOB_RULES`)
-and its "not blank" query pattern, and :func:`document_settings`, which writes the limits that
-are settings into a built document. The request and response models are in
-:mod:`service.schemas`.
+:data:`TOOLS_BODY_OPENAPI`), the shortlist request's knob rules (:data:`SHORTLIST_KNOB_RULES`;
+its fields, "not blank" pattern included, are declared in :mod:`registry.request`), and
+:func:`document_settings`, which writes the limits that are settings into a built document.
+The request and response models are in :mod:`service.schemas`.
 """
 
 from __future__ import annotations
@@ -18,14 +18,6 @@ MAX_TOOL_NAME_CHARS = ToolLimits().max_name_chars
 # -- what the validation enforces, said in the OpenAPI schema too (a schema-valid request is
 # -- not refused for its shape; registry contents, e.g. unknown tool names, still are) --------
 
-
-def _not_blank_pattern() -> str:
-    """A pattern that finds a character ``str.strip()`` keeps: the query validation's "not blank"."""
-    spaces = "".join(f"\\u{ord(c):04x}" for c in map(chr, range(0x3001)) if c.isspace())
-    return f"[^{spaces}]"
-
-
-NOT_BLANK_PATTERN = _not_blank_pattern()
 TOOL_NAME_SCHEMA: dict[str, Any] = {
     "type": "string",
     "minLength": 1,

@@ -108,7 +108,8 @@ def test_the_write_path_never_imports_the_core_or_training():
 def test_settings_and_the_request_sit_at_the_bottom():
     graph = registry_imports()
     assert graph["registry.settings"] <= {"registry.request", "registry.errors"}
-    assert graph["registry.request"] <= {"registry.errors"}
+    assert graph["registry.request"] <= {"registry.errors", "registry.names"}
+    assert graph["registry.names"] <= {"registry.errors"}
 
 
 def test_no_import_cycles_between_the_packages_of_registry():

@@ -98,3 +98,33 @@ def test_scorers_and_depth_policies_are_registered_under_the_names_they_give_the
     assert policies["bor"] is bor_policy
     assert all(policy.name == name for name, policy in policies.items())
     assert (policies["fixed"].k, policies["threshold"].threshold) == (3, 0.5)
+
+
+def _without(schema: dict, *keys: str) -> dict:
+    return {k: v for k, v in schema.items() if k not in keys}
+
+
+def test_the_faces_declare_each_shared_field_with_the_same_type_bounds_and_doc():
+    http = ShortlistBody.model_json_schema()["properties"]
+    mcp = FindToolsArgs.model_json_schema()["properties"]
+    shared = set(http) & set(mcp)
+    assert shared == set(mcp) - MCP_ALIASES and len(shared) == 9
+    for name in shared - {"registry"}:
+        assert mcp[name] == http[name], name
+    # registry: required over HTTP, the server's default over MCP; the same string otherwise
+    assert mcp["registry"]["anyOf"][0] == _without(http["registry"], "description", "title")
+    assert mcp["registry"]["description"] == http["registry"]["description"]
+    assert _without(mcp["limit"], "description", "title") == _without(mcp["max_k"], "description", "title")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("k", True), ("k", "5"), ("max_k", 2.0), ("depth_bias", "0.5"), ("depth_bias", False),
+     ("allow_empty", 0), ("allow_empty", "yes")],
+)
+def test_both_faces_refuse_a_value_of_the_wrong_json_type(field, value):
+    """MCP once took depth_bias "0.5" and allow_empty 0 (its fields lacked strict=True)."""
+    with pytest.raises(ValueError):
+        ShortlistBody.model_validate({"registry": "r", "query": "q", field: value})
+    with pytest.raises(ValueError):
+        FindToolsArgs.model_validate({"query": "q", field: value})

@@ -26,7 +26,7 @@ def shortlist(
     # values, and re-validating every tool definition (on a second thread hop) cost more
     # than the rest of the route.
     body_json = result.to_json()
-    if body.explain and (explained := explain_depth(result)) is not None:
+    if body.explained() and (explained := explain_depth(result)) is not None:
         body_json["explain"] = explained
     content = json_body.dumps(body_json)
     return Response(content.encode("utf-8"), media_type="application/json")
