@@ -43,6 +43,17 @@ def _shown(answer: Any) -> set[str]:
     return {n for t in answer.tools for n in (t.name, *t.alternates)}
 
 
+def _label(budget: tuple[float, int, int]) -> str:
+    return ":".join(map(str, budget))
+
+
+def _set_budget(budget: tuple[float, int, int]) -> None:
+    """The composition's companion budget (a study knob: module constants of chains)."""
+    from registry.serving import chains
+
+    chains.APPEND_SHARE, chains.COMPANION_ANCHORS, chains.MAX_COMPANIONS = budget
+
+
 def measure(core: Any, queries: list[Any]) -> dict[str, float]:
     """Whole-list recall / all-needed / mean K, and step-wise next-tool-shown with ``called``."""
     whole: list[tuple[float, float, float]] = []
@@ -100,14 +111,19 @@ def run_source(directory: Path, args: argparse.Namespace) -> dict[str, Any] | No
                 sent += 1
             job = core.policies.refit(REGISTRY)
             fit = (job.estimate.get("profile") or {}).get("companions", {})
-            after = measure(core, held)
+            after = {}
+            for budget in args.budgets:
+                _set_budget(budget)
+                after[_label(budget)] = measure(core, held)
+            _set_budget(args.budgets[0])
             shipped = core.graph(REGISTRY)["learned"]
             core.learning.set_companions(REGISTRY, [], {"withdrawn": "bench"})
             plain = measure(core, held)
         finally:
             core.close()
     return {"source": directory.name, "n_tools": len(tools), "learned_from": sent, "held_out": len(held),
-            "edges": len(shipped), "fit": fit, "before": before, "after": after, "no_companions": plain,
+            "edges": len(shipped), "fit": fit, "before": before, "after": after[_label(args.budgets[0])],
+            "budgets": after, "no_companions": plain,
             "seconds": round(time.perf_counter() - t0, 1)}
 
 
@@ -119,18 +135,17 @@ def main() -> None:
     ap.add_argument("--dirs", type=Path, nargs="*", default=[], help="more data dirs (e.g. single-tool sources)")
     ap.add_argument("--embedder-cache", type=Path, default=DEFAULT_EMBEDDER_CACHE)
     ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--append-share", type=float, default=None, help="study: chains.APPEND_SHARE")
-    ap.add_argument("--anchors", type=int, default=None, help="study: chains.COMPANION_ANCHORS")
-    ap.add_argument("--max-companions", type=int, default=None, help="study: chains.MAX_COMPANIONS")
+    ap.add_argument("--budgets", default=None,
+                    help="study: APPEND_SHARE:COMPANION_ANCHORS:MAX_COMPANIONS,... each measured after the "
+                         "same refit (the first is the one reported; default: the shipped budget)")
     args = ap.parse_args()
     from registry.serving import chains
 
-    for flag, name in (("append_share", "APPEND_SHARE"), ("anchors", "COMPANION_ANCHORS"),
-                       ("max_companions", "MAX_COMPANIONS")):
-        if getattr(args, flag) is not None:
-            setattr(chains, name, getattr(args, flag))
-    print(f"budget: APPEND_SHARE {chains.APPEND_SHARE}, COMPANION_ANCHORS {chains.COMPANION_ANCHORS}, "
-          f"MAX_COMPANIONS {chains.MAX_COMPANIONS}; {args.callers} callers", flush=True)
+    shipped = (chains.APPEND_SHARE, chains.COMPANION_ANCHORS, chains.MAX_COMPANIONS)
+    args.budgets = [shipped] if not args.budgets else [
+        (float(a), int(b), int(c)) for a, b, c in (part.split(":") for part in args.budgets.split(","))
+    ]
+    print(f"budgets (share:anchors:max): {', '.join(map(_label, args.budgets))}; {args.callers} callers", flush=True)
     dirs = [SHARED / s for s in SOURCES] + [ROOT / "bench" / "data" / s for s in MCP_SOURCES]
     dirs = [d for d in dirs if (d / "queries.jsonl").is_file() and (args.sources is None or d.name in args.sources)]
     dirs += args.dirs
@@ -148,6 +163,9 @@ def main() -> None:
               f"{b.get('step', 0):.3f}/{a.get('step', 0):.3f}/{n.get('step', 0):.3f}  "
               f"{b.get('step_k', 0):.2f}/{a.get('step_k', 0):.2f}  {a['companions_per_list']:.2f}"
               f"  ({r['seconds']}s)", flush=True)
+        for label, a in list(r["budgets"].items())[1:]:
+            print(f"  budget {label}: recall {a['recall']:.3f}, all-needed {a['all']:.3f}, mean K {a['k']:.2f}, "
+                  f"step {a.get('step', 0):.3f} @{a.get('step_k', 0):.2f}, {a['companions_per_list']:.2f}/list")
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(rows, indent=1), encoding="utf-8")

@@ -15,13 +15,14 @@ caller)::
 
 An edge ``a -> b`` ("b follows a") is a candidate when its *supported* uses (a caller counts at
 most as much as all the other callers together, so one caller alone supports nothing) reach
-``min_uses`` from at least ``min_callers`` callers, and ``b`` followed ``a`` in at least
-``min_share`` of ``a``'s uses (``share``) or ``a`` preceded ``b`` in that share of ``b``'s
-(``back``).
+``min_uses`` from at least ``min_callers`` callers (a guard on who reported it: every counted
+event), and ``b`` followed ``a`` in at least ``min_share`` of ``a``'s uses (``share``) or ``a``
+preceded ``b`` in that share of ``b``'s (``back``).
 
 A refit (:func:`fit_companions`) ships the edges: the counts without the held-out requests'
 events (30% of request texts, the split every fit uses; each count scaled by the share of its
-logged events outside that part) give the candidates; each is kept only
+logged events outside that part) propose the candidates (a pair must have been seen there and
+clear the share bar there); each is kept only
 unless the held-out events contradict it: in each direction it was proposed on, the second tool
 followed the first in under ``min_share`` of the held-out events holding the first (``share``),
 or the first preceded the second in under that share of those holding the second (``back``).
@@ -175,16 +176,24 @@ def event_sequence(event: UsageEvent, known: Collection[str] | None = None) -> l
     ]
 
 
-def candidate_edges(counts: CompanionCounts, config: CompanionConfig) -> list[dict[str, Any]]:
-    """The pairs that clear the support, caller and share bars (strongest first)."""
+def candidate_edges(
+    counts: CompanionCounts, config: CompanionConfig, fit: CompanionCounts | None = None
+) -> list[dict[str, Any]]:
+    """The pairs that clear the caller and support bars on ``counts`` (every event: a guard on
+    who reported the pair) and the share bar on ``fit`` (the fit part of a refit; default
+    ``counts``), where they must have been seen; strongest first."""
+    fit = counts if fit is None else fit
     out: list[dict[str, Any]] = []
-    for (a, b), stat in counts.pairs.items():
+    for (a, b), seen in fit.pairs.items():
+        stat = counts.pairs.get((a, b))
+        if stat is None or seen.uses <= 0:
+            continue
         callers = sum(1 for w in stat.callers.values() if w > 0)
         supported = stat.supported()
         if callers < config.min_callers or supported < config.min_uses:
             continue
-        share = stat.uses / counts.uses[a] if counts.uses.get(a) else 0.0
-        back = stat.uses / counts.uses[b] if counts.uses.get(b) else 0.0
+        share = seen.uses / fit.uses[a] if fit.uses.get(a) else 0.0
+        back = seen.uses / fit.uses[b] if fit.uses.get(b) else 0.0
         if max(share, back) < config.min_share:
             continue
         out.append({"first": a, "then": b, "uses": round(supported, 3), "callers": callers,
@@ -219,7 +228,7 @@ def fit_companions(
             test.append(sequence)
     fit_counts = counts.fit_part(logged)
     proposed = [
-        e for e in candidate_edges(fit_counts, config)
+        e for e in candidate_edges(counts, config, fit_counts)
         if known is None or (e["first"] in known and e["then"] in known)
     ]
     kept: list[dict[str, Any]] = []
