@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.chains import MCP_SOURCES, SHARED, SOURCES  # noqa: E402
 from bench.common import DEFAULT_EMBEDDER_CACHE  # noqa: E402
+from registry.feedback import FeedbackRequest  # noqa: E402
 from registry.request import ShortlistRequest  # noqa: E402
 
 REGISTRY = "companions"
@@ -107,7 +108,7 @@ def run_source(directory: Path, args: argparse.Namespace) -> dict[str, Any] | No
                     continue
                 gold = list(dict.fromkeys(q.gold))
                 calls = [{"tool": t, "useful": True} for t in gold]
-                core.feedback(answer.shortlist_id, gold, calls, True, caller=caller)
+                core.feedback(FeedbackRequest(answer.shortlist_id, gold, calls, True), caller=caller)
                 sent += 1
             job = core.policies.refit(REGISTRY)
             fit = (job.estimate.get("profile") or {}).get("companions", {})

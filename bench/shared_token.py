@@ -60,6 +60,10 @@ def run_scenario() -> list[dict[str, Any]]:
         from registry.request import ShortlistRequest
     except ImportError:
         ShortlistRequest = None  # type: ignore[assignment,misc]
+    try:  # a revision before the feedback request value passes the fields loose
+        from registry.feedback import FeedbackRequest
+    except ImportError:
+        FeedbackRequest = None  # type: ignore[assignment,misc]
 
     def shortlist(core: Shortlister, query: str, caller: str | None, k: int | None = None) -> Any:
         if ShortlistRequest is not None and "request" in inspect.signature(core.shortlist).parameters:
@@ -77,7 +81,11 @@ def run_scenario() -> list[dict[str, Any]]:
         for i, text in enumerate(texts):
             caller = callers[i % len(callers)]
             result = shortlist(core, text, caller)
-            core.feedback(result.shortlist_id, [tool], success=True, caller=caller)
+            if FeedbackRequest is not None:
+                core.feedback(FeedbackRequest(result.shortlist_id, [tool], success=True), caller=caller)
+            else:
+                old: Any = core  # the baseline's signature
+                old.feedback(result.shortlist_id, [tool], success=True, caller=caller)
 
     tools = json.loads((ROOT / "examples" / "demo_tools.json").read_text())
     rows: list[dict[str, Any]] = []

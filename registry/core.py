@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -38,6 +38,7 @@ from registry.feedback import (
     FeedbackEvent,
     FeedbackListener,
     FeedbackRecorder,
+    FeedbackRequest,
     LiveWindow,
     ToolEfficiency,
 )
@@ -299,18 +300,11 @@ class Shortlister:
         self.feedback_recorder.remember(result.shown(time.time(), request.query or "", caller))
         return result
 
-    def feedback(
-        self,
-        shortlist_id: str,
-        used: Sequence[str],
-        calls: Sequence[Mapping[str, Any]] | None = None,
-        success: bool | None = None,
-        *,
-        caller: str | None = None,
-    ) -> FeedbackResult:
+    def feedback(self, request: FeedbackRequest, *, caller: str | None = None) -> FeedbackResult:
         """Record which tools the agent used for a served shortlist (a resend is not counted).
 
-        Used names are checked against the registry's current tools and equivalents.
+        The request is checked once, against the shortlist and the registry's current tools
+        and equivalents; ``caller``: the hash of the token that sent it.
 
         Raises:
             ShortlistNotFound: unknown or expired id.
@@ -327,10 +321,7 @@ class Shortlister:
             return snap.equivalence if snap else EquivalenceClasses()
 
         event, resent = self.feedback_recorder.submit(
-            shortlist_id,
-            used,
-            calls,
-            success,
+            request,
             known_tools=known_tools,
             equivalence=equivalence,
             caller=caller,

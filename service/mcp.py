@@ -359,12 +359,10 @@ class McpFace:
         return _structured(result.to_json(), shortlist_text(result))
 
     async def _report(self, body: FeedbackRequest, caller: str | None) -> types.CallToolResult:
-        calls = [call.model_dump() for call in body.calls] if body.calls is not None else None
+        request = body.to_request()
 
         def run() -> FeedbackResponse:
-            return FeedbackResponse.of(
-                self.core.feedback(body.shortlist_id, body.used, calls, body.success, caller=caller)
-            )
+            return FeedbackResponse.of(self.core.feedback(request, caller=caller))
 
         response = await to_thread.run_sync(run)
         data = response.model_dump(mode="json")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model
 
-from registry import request
+from registry import feedback, request
 from registry.core import FeedbackResult
 from registry.feedback import MAX_CALLS
 from registry.index.graph import EdgeSource
@@ -279,6 +279,11 @@ class FeedbackRequest(BaseModel):
         description="Each tool call of the trajectory with whether it helped.",
         max_length=MAX_CALLS,
     )
+
+    def to_request(self) -> feedback.FeedbackRequest:
+        """The domain's feedback request, passed whole to the core."""
+        calls = [call.model_dump() for call in self.calls] if self.calls is not None else None
+        return feedback.FeedbackRequest(self.shortlist_id, tuple(self.used), calls, self.success)
 
 
 class MatchFlags(BaseModel):

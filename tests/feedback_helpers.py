@@ -18,6 +18,7 @@ from registry.feedback import (
     FeedbackEvent,
     FeedbackLog,
     FeedbackRecorder,
+    FeedbackRequest,
     LiveWindow,
     RememberedShortlists,
     ShownShortlist,
@@ -42,8 +43,8 @@ def submit_served(rec: FeedbackRecorder, sid: str, calls: int = 1) -> None:
     """Serve ``sid`` (get_weather, send_email on registry ``r``), then report get_weather used
     with ``calls`` useful calls of it."""
     rec.remember(ShownShortlist(sid, "r", 1, 20, 2, SHOWN, time.time()))
-    rec.submit(sid, ["get_weather"], [{"tool": "get_weather", "useful": True}] * calls, True,
-               known_tools=lambda r: set(SHOWN), equivalence=lambda r: EquivalenceClasses())
+    report = FeedbackRequest(sid, ["get_weather"], [{"tool": "get_weather", "useful": True}] * calls, True)
+    rec.submit(report, known_tools=lambda r: set(SHOWN), equivalence=lambda r: EquivalenceClasses())
 
 
 def assert_close_waits(close: Callable[[], None], started: threading.Event, release: threading.Event) -> None:

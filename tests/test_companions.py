@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from registry.core import Shortlister
-from registry.feedback import ToolCall
+from registry.feedback import FeedbackRequest, ToolCall
 from registry.index.embed import HashingEmbedder
 from registry.learning.companions import (
     CompanionConfig,
@@ -148,7 +148,8 @@ def teach(core: Shortlister, n: int = 16) -> None:
         result = core.shortlist(ShortlistRequest("shop", query), caller=f"agent-{i % 3}")
         calls = [{"tool": "search_airport", "useful": True}, {"tool": PAIR[0], "useful": True},
                  {"tool": PAIR[1], "useful": True}]  # fmt: skip
-        core.feedback(result.shortlist_id, [PAIR[0], PAIR[1]], calls, True, caller=f"agent-{i % 3}")
+        report = FeedbackRequest(result.shortlist_id, [PAIR[0], PAIR[1]], calls, True)
+        core.feedback(report, caller=f"agent-{i % 3}")
 
 
 QUERY = "cheap flights from london to boston"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from registry.feedback import FeedbackRequest
 from registry.request import ShortlistRequest
 from tests.conftest import weather_tools
 
@@ -39,13 +40,13 @@ def test_shortlist_then_feedback_shows_in_counts_and_report(make_core):
     assert "get_weather" in shown
 
     recorded = core.feedback(
-        result.shortlist_id, ["get_weather"], [{"tool": "get_weather", "useful": True}], True
+        FeedbackRequest(result.shortlist_id, ["get_weather"], [{"tool": "get_weather", "useful": True}], True)
     )
     assert not recorded.duplicate and recorded.event.presented_exact
     assert recorded.event.p_rand_exact == pytest.approx(2 / 4)  # K=2 of N=4, one used tool
     assert events == [recorded.event]
 
-    again = core.feedback(result.shortlist_id, ["get_weather"])
+    again = core.feedback(FeedbackRequest(result.shortlist_id, ["get_weather"]))
     assert again.duplicate and len(events) == 1  # a resend is not counted twice
 
     stats = core.window.stats("tools", "exact")
@@ -65,9 +66,9 @@ def test_feedback_checks_names_against_the_registry(make_core):
     core.put_registry("tools", weather_tools())
     result = core.shortlist(ShortlistRequest("tools", "send an email", k=1))
     with pytest.raises(ValidationFailed):
-        core.feedback(result.shortlist_id, ["no_such_tool"])
+        core.feedback(FeedbackRequest(result.shortlist_id, ["no_such_tool"]))
     with pytest.raises(ShortlistNotFound):
-        core.feedback("never-served", ["send_email"])
+        core.feedback(FeedbackRequest("never-served", ["send_email"]))
     assert core.report("tools")["events"] == 0  # nothing was recorded
 
 
@@ -82,7 +83,7 @@ def test_admin_operations_notify_and_feedback_survives_a_restart(make_core):
     assert info.tools == 4 and info.version == 2
     assert core.delete_tool("tools", "fs/read_file").tools == 3
     result = core.shortlist(ShortlistRequest("tools", "convert 20 euros to yen", k=1))
-    core.feedback(result.shortlist_id, [result.tools[0].name])
+    core.feedback(FeedbackRequest(result.shortlist_id, [result.tools[0].name]))
     core.close()
 
     restarted = make_core()  # same data dir: registries and feedback counts come back
@@ -122,7 +123,7 @@ def test_close_waits_for_a_running_feedback_compaction(make_core, monkeypatch):
     core.put_registry("tools", weather_tools())
     for _ in range(2):  # the second event passes the threshold of one: a compaction starts
         result = core.shortlist(ShortlistRequest("tools", "weather in Paris"))
-        core.feedback(result.shortlist_id, ["get_weather"])
+        core.feedback(FeedbackRequest(result.shortlist_id, ["get_weather"]))
     assert_close_waits(core.close, started, release)
     assert core.feedback_recorder.compactions == 1
     assert not any(t.name == "feedback-compaction" and t.is_alive() for t in threading.enumerate())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from registry.feedback import FeedbackRequest
 from registry.request import ShortlistRequest
 from tests.conftest import weather_tools
 
@@ -79,7 +80,7 @@ def test_core_logs_query_caller_ranking_and_policy(core):
     assert remembered.depth_chosen == result.k and remembered.propensity == 1.0
     assert len(remembered.margins) >= result.k
     deep = remembered.ranking[len(shown)]
-    fb = core.feedback(result.shortlist_id, [deep], caller="def")
+    fb = core.feedback(FeedbackRequest(result.shortlist_id, [deep]), caller="def")
     assert fb.event.caller == "def" and fb.event.rank_of({deep}) == len(shown)
     # a fixed k is never explored and names its policy
     fixed = core.shortlist(ShortlistRequest("big", "weather", k=2))

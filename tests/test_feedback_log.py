@@ -15,6 +15,7 @@ from registry.feedback import (
     FeedbackEvent,
     FeedbackLog,
     FeedbackRecorder,
+    FeedbackRequest,
     LiveWindow,
     LocalFeedbackLog,
     ShortlistMemory,
@@ -149,13 +150,9 @@ EQUIV = {"reg": EquivalenceClasses([["t1", "t9"]])}
 
 
 def submit(rec: FeedbackRecorder, sid: str, used, calls=(), success=None):
+    calls_json = [{"tool": c.tool, "useful": c.useful} for c in calls]
     return rec.submit(
-        sid,
-        used,
-        [{"tool": c.tool, "useful": c.useful} for c in calls],
-        success,
-        known_tools=KNOWN.__getitem__,
-        equivalence=EQUIV.__getitem__,
+        FeedbackRequest(sid, used, calls_json, success), known_tools=KNOWN.__getitem__, equivalence=EQUIV.__getitem__
     )
 
 

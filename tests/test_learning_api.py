@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import SecretStr
 
 from registry.core import Shortlister
+from registry.feedback import FeedbackRequest
 from registry.index.embed import HashingEmbedder
 from registry.request import ShortlistRequest
 
@@ -123,7 +124,7 @@ def test_with_tokens_only_callers_count_and_a_dominant_one_weighs_less(make_clie
     )
     try:
         result = core.shortlist(ShortlistRequest("w", "weather today in oslo city", k=2))
-        core.feedback(result.shortlist_id, ["weather_forecast"])
+        core.feedback(FeedbackRequest(result.shortlist_id, ["weather_forecast"]))
         assert core.learning_report("w")["skipped"]["untrusted"] == 1
     finally:
         core.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from registry.feedback import FeedbackRequest
 from registry.learning.evidence import EvidenceConfig
 from registry.learning.neighbourhood import fit_similarity, memory_lift
 from registry.learning.profiles import ProfileConfig
@@ -150,7 +151,7 @@ def test_a_refit_ships_the_neighbourhood_it_survives_restart_and_wipe(make_core,
         tool = "convert_currency" if i % 2 else "get_weather"
         text = f"convert {i} dollars to euros" if i % 2 else f"weather in city number {i}"
         sl = core.shortlist(ShortlistRequest("w", text), caller=f"c{i % 10}")
-        core.feedback(sl.shortlist_id, [tool], success=True, caller=f"c{i % 10}")
+        core.feedback(FeedbackRequest(sl.shortlist_id, [tool], success=True), caller=f"c{i % 10}")
     job = core.policies.refit("w")
     hood = job.estimate["profile"]["neighbourhood"]
     assert hood["events"] == 150 and "mrr_by_similarity" in hood, hood

@@ -9,6 +9,7 @@ import pytest
 from pydantic import SecretStr
 
 from registry.core import Shortlister
+from registry.feedback import FeedbackRequest
 from registry.index.embed import HashingEmbedder
 from registry.request import ShortlistRequest
 from tests.test_learning_api import CITIES, TOOLS
@@ -44,7 +45,7 @@ def test_two_replicas_learn_together(settings, bor_policy, redis_server, redis_p
         assert top(a) == top(b) == "get_weather"
         for i in range(10):
             sl = a.shortlist(ShortlistRequest("w", f"weather today in {CITIES[i]} city"))
-            a.feedback(sl.shortlist_id, ["weather_forecast"], success=True)
+            a.feedback(FeedbackRequest(sl.shortlist_id, ["weather_forecast"], success=True))
         assert top(a) == "weather_forecast"
         eventually(lambda: top(b) == "weather_forecast")  # b folded a's events from the stream
         eventually(lambda: b.learning_report("w")["events"] == 10)
@@ -78,7 +79,7 @@ def load_and_teach(a: Shortlister, b: Shortlister) -> None:
     eventually(lambda: b.engine is not None and b.engine.has_registry("w"))
     for i in range(60):
         sl = a.shortlist(ShortlistRequest("w", f"forecast for {CITIES[i % len(CITIES)]} number {i}"))
-        a.feedback(sl.shortlist_id, ["weather_forecast"], success=True, caller=f"c{i % 10}")
+        a.feedback(FeedbackRequest(sl.shortlist_id, ["weather_forecast"], success=True), caller=f"c{i % 10}")
 
 
 def lifted(c: Shortlister) -> list[tuple[str, float]]:

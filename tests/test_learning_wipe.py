@@ -13,6 +13,7 @@ from pydantic import SecretStr
 
 from registry.core import Shortlister
 from registry.errors import ShortlistExpired, ShortlistNotFound
+from registry.feedback import FeedbackRequest
 from registry.index.embed import HashingEmbedder
 from registry.request import ShortlistRequest
 from registry.serving.stop_rules import StopRule
@@ -46,7 +47,7 @@ def test_a_redis_wipe_keeps_policy_versions_usage_memory_and_says_410(
         eventually(lambda: b.shortlist(ShortlistRequest("w", QUERY)).policy_version == "refit-1")
         for i in range(10):
             sl = a.shortlist(ShortlistRequest("w", f"weather today in {CITIES[i]} city"))
-            a.feedback(sl.shortlist_id, ["weather_forecast"], success=True)
+            a.feedback(FeedbackRequest(sl.shortlist_id, ["weather_forecast"], success=True))
         eventually(lambda: b.learning_report("w")["events"] == 10)
         before_wipe = a.shortlist(ShortlistRequest("w", QUERY))  # no feedback for it yet
         eventually(lambda: a.store.client.exists(f"{redis_prefix}usage:w") == 1)
@@ -63,10 +64,10 @@ def test_a_redis_wipe_keeps_policy_versions_usage_memory_and_says_410(
 
         # feedback for the shortlist served before the wipe: 410 saying why, not 404
         with pytest.raises(ShortlistExpired) as expired:
-            a.feedback(before_wipe.shortlist_id, ["weather_forecast"])
+            a.feedback(FeedbackRequest(before_wipe.shortlist_id, ["weather_forecast"]))
         assert "lost its data" in expired.value.message
         with pytest.raises(ShortlistNotFound):  # an id never served is still a 404
-            a.feedback("0" * 32, ["weather_forecast"])
+            a.feedback(FeedbackRequest("0" * 32, ["weather_forecast"]))
 
         # a replica started after the wipe finds the policy and the usage memory
         late = core(settings, bor_policy, own_redis.url, redis_prefix, tmp_path / "late")
@@ -88,7 +89,7 @@ def test_every_usage_memory_is_checkpointed_at_a_graceful_shutdown(
         a.put_registry("w", TOOLS)
         for i in range(5):
             sl = a.shortlist(ShortlistRequest("w", f"weather today in {CITIES[i]} city"))
-            a.feedback(sl.shortlist_id, ["weather_forecast"], success=True)
+            a.feedback(FeedbackRequest(sl.shortlist_id, ["weather_forecast"], success=True))
         eventually(lambda: a.store.client.exists(f"{redis_prefix}usage:w") == 1)
         a.store.client.delete(f"{redis_prefix}usage:w")  # lost, and nothing new to save
     finally:
@@ -108,17 +109,18 @@ def test_pending_shortlists_survive_a_graceful_local_restart_and_a_crash_says_41
     first.put_registry("w", TOOLS)
     kept = first.shortlist(ShortlistRequest("w", QUERY))
     answered = first.shortlist(ShortlistRequest("w", "send an email"))
-    first.feedback(answered.shortlist_id, ["send_email"])
+    first.feedback(FeedbackRequest(answered.shortlist_id, ["send_email"]))
     first.close()  # graceful: the pending shortlists are saved with the feedback log
 
     second = local()
-    assert second.feedback(kept.shortlist_id, ["get_weather"]).duplicate is False
-    assert second.feedback(answered.shortlist_id, ["send_email"]).duplicate is True  # still a resend
+    assert second.feedback(FeedbackRequest(kept.shortlist_id, ["get_weather"])).duplicate is False
+    resent = second.feedback(FeedbackRequest(answered.shortlist_id, ["send_email"]))
+    assert resent.duplicate is True  # still a resend
     lost = second.shortlist(ShortlistRequest("w", QUERY))
     # a crash: nothing saved (close() not called, the pending file never written)
     third = local()
     with pytest.raises(ShortlistExpired) as expired:
-        third.feedback(lost.shortlist_id, ["get_weather"])
+        third.feedback(FeedbackRequest(lost.shortlist_id, ["get_weather"]))
     assert "restarted without a graceful shutdown" in expired.value.message
     assert expired.value.details["shortlist_id"] == lost.shortlist_id
     second.close()

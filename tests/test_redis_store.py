@@ -15,6 +15,7 @@ from registry.feedback import (
     EquivalenceClasses,
     FeedbackEvent,
     FeedbackRecorder,
+    FeedbackRequest,
     LiveWindow,
     RememberedShortlists,
     SharedFeedbackLog,
@@ -250,7 +251,7 @@ def test_recorder_catch_up_counts_other_replicas_once(client, redis_server, redi
     for i in range(3):
         a.remember(shown(f"s{i}"))
     for i in range(3):
-        a.submit(f"s{i}", ["get_weather"], [{"tool": "get_weather", "useful": True}], True,
+        a.submit(FeedbackRequest(f"s{i}", ["get_weather"], [{"tool": "get_weather", "useful": True}], True),
                  known_tools=lambda r: {"get_weather", "send_email"},
                  equivalence=lambda r: EquivalenceClasses())
     assert b.restore() == 3  # a fresh replica replays the stream

@@ -15,6 +15,7 @@ import pytest
 from pydantic import SecretStr
 
 from registry.errors import RegistryNotFound, StoreUnavailable
+from registry.feedback import FeedbackRequest
 from registry.index.embed import HashingEmbedder
 from registry.request import ShortlistRequest
 from registry.store.redis import RedisStore, connect
@@ -114,7 +115,7 @@ def seed(a, b) -> dict:
     wait(lambda: b.engine.current("r2") is not None, 5, "b has r2")
     for core in (a, b, a):
         served = core.shortlist(ShortlistRequest("r1", "weather in Paris", k=2))
-        core.feedback(served.shortlist_id, [served.tools[0].name])
+        core.feedback(FeedbackRequest(served.shortlist_id, [served.tools[0].name]))
     wait(lambda: a.feedback_recorder.efficiency.to_state() == b.feedback_recorder.efficiency.to_state(),
          5, "feedback counts in step")
     return a.feedback_recorder.efficiency.to_state()

@@ -10,6 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from registry.feedback import FeedbackRequest
 from registry.request import ShortlistRequest
 from tests.conftest import weather_tools
 from tests.test_policies import _event, easy_events
@@ -133,7 +134,7 @@ def test_the_cores_refit_replays_logged_requests_on_the_ranking_served_now(make_
     core.put_registry("w", weather_tools())
     assert core.policies.hooks.fit_profiles is not None and core.policies.hooks.replay is not None
     result = core.shortlist(ShortlistRequest("w", "convert 10 dollars to euros"), caller="c")
-    core.feedback(result.shortlist_id, ["convert_currency"], success=True, caller="c")
+    core.feedback(FeedbackRequest(result.shortlist_id, ["convert_currency"], success=True), caller="c")
     (event,) = core.feedback_recorder.log.replay()
     replay = core.policies.hooks.replay("w")
     assert replay is not None and core.policies.hooks.replay("nope") is None
@@ -161,7 +162,7 @@ def test_the_profile_weight_is_fitted_on_the_ranking_a_new_phrasing_meets(make_c
     monkeypatch.setattr(core.learning, "fit_profile_weight", spy)
     for i in range(120):
         sl = core.shortlist(ShortlistRequest("w", f"convert {i} dollars to euros"), caller=f"c{i % 10}")
-        core.feedback(sl.shortlist_id, ["convert_currency"], success=True, caller=f"c{i % 10}")
+        core.feedback(FeedbackRequest(sl.shortlist_id, ["convert_currency"], success=True), caller=f"c{i % 10}")
     job = core.policies.refit("w")
     (ranked,) = seen
     assert ranked is not None and job.estimate["profile"]["events"] == 120

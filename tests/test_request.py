@@ -8,11 +8,13 @@ from types import SimpleNamespace
 import pytest
 
 from registry.errors import ValidationFailed
+from registry.feedback import FeedbackRequest
 from registry.index.hybrid import SCORERS
 from registry.request import MAX_DEPTH_BIAS, MAX_K, ShortlistRequest
 from registry.serving.depth_policies import POLICIES, depth_policies
 from registry.settings import Settings
 from service.mcp import FindToolsArgs
+from service.schemas import FeedbackRequest as FeedbackBody
 from service.schemas import ShortlistRequest as ShortlistBody
 
 FIELDS = {f.name: f for f in dataclasses.fields(ShortlistRequest)}
@@ -128,3 +130,14 @@ def test_both_faces_refuse_a_value_of_the_wrong_json_type(field, value):
         ShortlistBody.model_validate({"registry": "r", "query": "q", field: value})
     with pytest.raises(ValueError):
         FindToolsArgs.model_validate({"query": "q", field: value})
+
+
+def test_the_feedback_body_converts_to_the_feedback_request_whole():
+    """Both faces (POST /feedback, MCP report_tool_use) validate this body and hand the core one value."""
+    body = FeedbackBody.model_validate(
+        {"shortlist_id": "s1", "used": ["a"], "success": True, "calls": [{"tool": "a", "useful": False}]}
+    )
+    assert body.to_request() == FeedbackRequest("s1", ("a",), [{"tool": "a", "useful": False}], True)
+    assert FeedbackBody.model_validate({"shortlist_id": "s1", "used": ["a"]}).to_request() == FeedbackRequest(
+        "s1", ("a",)
+    )

@@ -46,6 +46,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from registry.feedback import FeedbackRequest
 from registry.request import ShortlistRequest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -185,7 +186,7 @@ def stream(
         used = reported
         if seen_tools is not None and not attack:  # what honest agents reported
             seen_tools.update(used)
-        core.feedback(result.shortlist_id, used, success=True, caller=caller)
+        core.feedback(FeedbackRequest(result.shortlist_id, used, success=True), caller=caller)
         sent += 1
 
 

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from registry.feedback import FeedbackRequest
 from registry.request import ShortlistRequest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -102,7 +103,8 @@ def stream(
         if reported is None:
             continue
         used = reported
-        event: FeedbackEvent = core.feedback(result.shortlist_id, used, success=True, caller=caller).event
+        report = FeedbackRequest(result.shortlist_id, used, success=True)
+        event: FeedbackEvent = core.feedback(report, caller=caller).event
         sent += 1
         counted += event is not None
     return counted

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,7 @@ __all__ = [
     "MAX_LOGGED_QUERY_CHARS",
     "RANKING_TAIL",
     "FeedbackEvent",
+    "FeedbackRequest",
     "RememberedShortlists",
     "ShortlistMemory",
     "ShownShortlist",
@@ -46,6 +47,27 @@ __all__ = [
 ]
 
 # -- feedback events ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackRequest:
+    """One feedback report, as every face receives it (``POST /feedback``, MCP
+    ``report_tool_use``, in-process callers), passed whole to
+    :meth:`registry.feedback.FeedbackRecorder.submit`, which validates it once against the
+    shortlist it quotes and that shortlist's registry (:func:`build_event`).
+
+    Attributes:
+        shortlist_id: The id of a served shortlist.
+        used: The tools the agent needed or called (at least one).
+        calls: Each call of the trajectory with whether it helped: ``{"tool", "useful"}``
+            mappings or :class:`ToolCall` (None: not reported).
+        success: Whether the agent completed the task (None: not reported).
+    """
+
+    shortlist_id: str
+    used: Sequence[str]
+    calls: Sequence[Mapping[str, Any] | ToolCall] | None = None
+    success: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from registry.feedback.counts import LiveWindow, ToolEfficiency
 from registry.feedback.events import (
     EquivalenceClasses,
     FeedbackEvent,
+    FeedbackRequest,
     RememberedShortlists,
     ShownShortlist,
     build_event,
@@ -127,20 +128,16 @@ class FeedbackRecorder:
 
     def submit(
         self,
-        shortlist_id: str,
-        used: Any,
-        calls: Any,
-        success: Any,
+        request: FeedbackRequest,
         *,
         known_tools: Callable[[str], Collection[str]],
         equivalence: Callable[[str], EquivalenceClasses],
         caller: str | None = None,
     ) -> tuple[FeedbackEvent, bool]:
-        """Record feedback for ``shortlist_id``.
+        """Record the feedback ``request`` (for one served shortlist), validated here, once.
 
         Args:
-            shortlist_id: id of a served shortlist.
-            used, calls, success: payload fields (see :func:`build_event`).
+            request: the report, as the face received it (checked by :func:`build_event`).
             known_tools: registry name -> its current tool names.
             equivalence: registry name -> its equivalence classes.
             caller: hash of the token that sent it (``None``: no tokens configured).
@@ -156,15 +153,16 @@ class FeedbackRecorder:
             StorageUnavailable: the durable append failed (StorageFull: no space left);
                 nothing is counted and a retry is accepted.
         """
+        shortlist_id = request.shortlist_id
         shortlist = self.memory.get(shortlist_id)
         if shortlist is None:
             self._raise_lost(shortlist_id)
             raise ShortlistNotFound(shortlist_id)
         event = build_event(
             shortlist,
-            used,
-            calls,
-            success,
+            request.used,
+            request.calls,
+            request.success,
             known_tools(shortlist.registry),
             equivalence(shortlist.registry),
             self._clock(),

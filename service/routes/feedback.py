@@ -17,6 +17,4 @@ router = APIRouter(tags=["feedback"], dependencies=[Depends(require_json)])
 )
 def feedback(body: FeedbackRequest, core: CoreDep, caller: CallerIdDep) -> FeedbackResponse:
     """Record which tools the agent used for a shortlist (a resend is not counted twice)."""
-    calls = [call.model_dump() for call in body.calls] if body.calls is not None else None
-    result = core.feedback(body.shortlist_id, body.used, calls, body.success, caller=caller)
-    return FeedbackResponse.of(result)
+    return FeedbackResponse.of(core.feedback(body.to_request(), caller=caller))
