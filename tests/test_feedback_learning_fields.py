@@ -54,6 +54,26 @@ def test_round_trip_and_build_event_copies_fields():
     assert FeedbackEvent.from_json(ev.to_json()) == ev
 
 
+def test_the_shown_shortlist_and_its_feedback_event_carry_one_trace():
+    """The trace fields are declared once (ServedTrace): every one the shortlist remembers
+    reaches its event, which replaces only the caller (who sent the feedback)."""
+    from registry.feedback.events import (
+        EquivalenceClasses,
+        FeedbackEvent,
+        ShownShortlist,
+        build_event,
+    )
+    from registry.feedback.served import TRACE_FIELDS, ServedTrace
+
+    assert issubclass(ShownShortlist, ServedTrace) and issubclass(FeedbackEvent, ServedTrace)
+    s = ShownShortlist("a", "r", 1, 10, 3, ("x", "y", "z"), 5.0, query="q", caller="asker",
+                       ranking=("x", "y", "z", "w"), depth_chosen=2, propensity=0.5,
+                       policy_version="refit-2", margins=(-1.0, 0.5), depth_bias=0.25, scores=(0.9, 0.4))
+    ev = build_event(s, ["w"], None, True, {"x", "y", "z", "w"}, EquivalenceClasses(), 7.0, caller="sender")
+    assert ev.trace() == {**s.trace(), "caller": "sender"}
+    assert set(ev.trace()) == set(TRACE_FIELDS) and len(TRACE_FIELDS) == 9
+
+
 @pytest.fixture
 def core(settings, bor_policy):
     from registry.core import Shortlister

@@ -15,11 +15,9 @@ from registry.feedback.served import (  # re-exported: they lived here first
     MAX_LOGGED_QUERY_CHARS,
     RANKING_TAIL,
     RememberedShortlists,
+    ServedTrace,
     ShortlistMemory,
     ShownShortlist,
-    learning_fields,
-    learning_json,
-    packed,
 )
 
 #: The two ways a shortlist can be credited with presenting a used tool.
@@ -82,8 +80,9 @@ class ToolCall:
 
 
 @dataclass(frozen=True, slots=True)
-class FeedbackEvent:
-    """One accepted feedback report, joined with the shortlist it refers to.
+class FeedbackEvent(ServedTrace):
+    """One accepted feedback report, joined with the shortlist it refers to: these fields, and
+    the shortlist's trace (:class:`ServedTrace`, keywords; ``caller`` is who sent the feedback).
 
     Attributes:
         presented_exact: some used tool was shown.
@@ -92,9 +91,6 @@ class FeedbackEvent:
         p_rand_equivalent: ``P_rand(N, R=|union of the classes of used|, K)``, ``R`` clipped
             to ``N``.
         received: wall-clock seconds when the feedback was accepted.
-        caller: short hash of the bearer token that sent the feedback (``None``: no tokens).
-        query, ranking, depth_chosen, propensity, policy_version, margins, depth_bias,
-            scores: copied from the shortlist (see :class:`ShownShortlist`); defaults on old records.
     """
 
     shortlist_id: str
@@ -111,19 +107,6 @@ class FeedbackEvent:
     p_rand_exact: float
     p_rand_equivalent: float
     received: float
-    query: str = ""
-    caller: str | None = None
-    ranking: tuple[str, ...] = ()
-    depth_chosen: int = 0
-    propensity: float = 1.0
-    policy_version: str = ""
-    margins: Sequence[float] = ()
-    depth_bias: float | None = None
-    scores: Sequence[float] = ()
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "margins", packed(self.margins))
-        object.__setattr__(self, "scores", packed(self.scores))
 
     def rank_of(self, names: Collection[str]) -> int | None:
         """0-based position of the first of ``names`` in the logged ranking (the shown list
@@ -158,7 +141,7 @@ class FeedbackEvent:
             "p_rand_exact": self.p_rand_exact,
             "p_rand_equivalent": self.p_rand_equivalent,
             "received": self.received,
-            **learning_json(self),
+            **self.trace_json(),
         }
 
     @classmethod
@@ -182,7 +165,7 @@ class FeedbackEvent:
             p_rand_exact=float(d["p_rand_exact"]),
             p_rand_equivalent=float(d["p_rand_equivalent"]),
             received=float(d["received"]),
-            **learning_fields(d),
+            **ServedTrace.trace_from_json(d),
         )
 
 
@@ -363,6 +346,7 @@ def build_event(
     n = max(int(shortlist.n_tools), 1)
     k = max(int(shortlist.k), 0)
     return FeedbackEvent(
+        **{**shortlist.trace(), "caller": caller, "depth_chosen": shortlist.depth_chosen or shortlist.k},
         shortlist_id=shortlist.shortlist_id,
         registry=shortlist.registry,
         version=shortlist.version,
@@ -377,15 +361,6 @@ def build_event(
         p_rand_exact=p_rand(n, min(len(used_t), n), k),
         p_rand_equivalent=p_rand(n, min(len(relevant_equiv), n), k),
         received=float(received),
-        query=shortlist.query,
-        caller=caller,
-        ranking=shortlist.ranking,
-        depth_chosen=shortlist.depth_chosen or shortlist.k,
-        propensity=shortlist.propensity,
-        policy_version=shortlist.policy_version,
-        margins=shortlist.margins,
-        depth_bias=shortlist.depth_bias,
-        scores=shortlist.scores,
     )
 
 

@@ -11,7 +11,8 @@ import uuid
 from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -24,27 +25,6 @@ MAX_LOGGED_QUERY_CHARS = 1_000
 RANKING_TAIL = 50
 
 
-class LearningFields(Protocol):
-    @property
-    def query(self) -> str: ...
-    @property
-    def caller(self) -> str | None: ...
-    @property
-    def ranking(self) -> tuple[str, ...]: ...
-    @property
-    def depth_chosen(self) -> int: ...
-    @property
-    def propensity(self) -> float: ...
-    @property
-    def policy_version(self) -> str: ...
-    @property
-    def margins(self) -> Sequence[float]: ...
-    @property
-    def depth_bias(self) -> float | None: ...
-    @property
-    def scores(self) -> Sequence[float]: ...
-
-
 def packed(values: Iterable[float]) -> array[float]:
     """Floats as a compact float32 array (4 bytes each, not a 32-byte float object): remembered
     shortlists carry ~70 of them, times up to SHORTLIST_MAX_REMEMBERED_SHORTLISTS."""
@@ -53,35 +33,72 @@ def packed(values: Iterable[float]) -> array[float]:
     return array("f", values)
 
 
-def learning_json(x: LearningFields) -> dict[str, Any]:
-    return {
-        "query": x.query,
-        "caller": x.caller,
-        "ranking": list(x.ranking),
-        "depth_chosen": x.depth_chosen,
-        "propensity": x.propensity,
-        "policy_version": x.policy_version,
-        "margins": list(x.margins),
-        "depth_bias": x.depth_bias,
-        "scores": list(x.scores),
-    }
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServedTrace:
+    """What the learning loop reads of a served shortlist, declared once: the remembered
+    shortlist (:class:`ShownShortlist`) and the feedback event that joins it
+    (:class:`registry.feedback.FeedbackEvent`) are both traces. Every field is optional:
+    records written before it existed read its default.
+
+    Attributes:
+        query: the request text, cut to :data:`MAX_LOGGED_QUERY_CHARS`.
+        caller: short stable hash of the bearer token that asked for the shortlist (of a
+            feedback event: that sent the feedback); ``None``: no tokens configured.
+        ranking: the shown tools, then the next ones of the request's ranking (up to
+            :data:`RANKING_TAIL` more), so a used tool's rank is known even when not shown.
+        depth_chosen: the depth the policy chose (``k`` differs when exploration served deeper;
+            0: unknown, an old record: read as ``k``).
+        propensity: probability of serving depth ``k`` under the serving policy, exploration
+            included (1.0 for a fixed ``k`` or when nothing was explored).
+        policy_version: the depth-policy version that served it ("" unknown).
+        margins: ``Q_stop - Q_continue`` per depth of the learned policy on the request's own
+            ranking (empty for other policies): a refit replays its stop rule on them.
+        depth_bias: the request's operating knob (bits) the margins were compared with.
+        scores: the top scores of that ranking (the policy's feature window), for a refit.
+    """
+
+    query: str = ""
+    caller: str | None = None
+    ranking: tuple[str, ...] = ()
+    depth_chosen: int = 0
+    propensity: float = 1.0
+    policy_version: str = ""
+    margins: Sequence[float] = ()
+    depth_bias: float | None = None
+    scores: Sequence[float] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "margins", packed(self.margins))
+        object.__setattr__(self, "scores", packed(self.scores))
+
+    def trace(self) -> dict[str, Any]:
+        """The trace's fields as keywords: what a value built from this one carries on."""
+        return dict(zip(TRACE_FIELDS, attrgetter(*TRACE_FIELDS)(self), strict=True))
+
+    def trace_json(self) -> dict[str, Any]:
+        """The trace's part of a record (a log line, a remembered shortlist)."""
+        return {**self.trace(), "ranking": list(self.ranking), "margins": list(self.margins),
+                "scores": list(self.scores)}
+
+    @staticmethod
+    def trace_from_json(d: dict[str, Any]) -> dict[str, Any]:
+        """The trace's fields of a record as keywords, defaults for an old one (read as served at ``k``)."""
+        caller = d.get("caller")
+        bias = d.get("depth_bias")
+        return {
+            "query": str(d.get("query") or "")[:MAX_LOGGED_QUERY_CHARS],
+            "caller": None if caller is None else str(caller),
+            "ranking": tuple(str(n) for n in d.get("ranking") or ()),
+            "depth_chosen": int(d["depth_chosen"] if "depth_chosen" in d else d["k"]),
+            "propensity": float(d.get("propensity", 1.0)),
+            "policy_version": str(d.get("policy_version") or ""),
+            "margins": packed(float(m) for m in d.get("margins") or ()),
+            "depth_bias": None if bias is None else float(bias),
+            "scores": packed(float(v) for v in d.get("scores") or ()),
+        }
 
 
-def learning_fields(d: dict[str, Any]) -> dict[str, Any]:
-    """The learning-loop fields of a record, defaults for an old one (read as served at ``k``)."""
-    caller = d.get("caller")
-    bias = d.get("depth_bias")
-    return {
-        "query": str(d.get("query") or "")[:MAX_LOGGED_QUERY_CHARS],
-        "caller": None if caller is None else str(caller),
-        "ranking": tuple(str(n) for n in d.get("ranking") or ()),
-        "depth_chosen": int(d["depth_chosen"] if "depth_chosen" in d else d["k"]),
-        "propensity": float(d.get("propensity", 1.0)),
-        "policy_version": str(d.get("policy_version") or ""),
-        "margins": packed(float(m) for m in d.get("margins") or ()),
-        "depth_bias": None if bias is None else float(bias),
-        "scores": packed(float(v) for v in d.get("scores") or ()),
-    }
+TRACE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(ServedTrace))
 
 
 # -- served shortlists ----------------------------------------------------------------------------
@@ -107,8 +124,9 @@ def served_at(shortlist_id: str) -> float | None:
 
 
 @dataclass(frozen=True, slots=True)
-class ShownShortlist:
-    """What the service remembers about a shortlist it served.
+class ShownShortlist(ServedTrace):
+    """What the service remembers about a shortlist it served: these fields, and the learning
+    loop's (:class:`ServedTrace`, keywords).
 
     Attributes:
         shortlist_id: opaque id returned to the client.
@@ -118,23 +136,6 @@ class ShownShortlist:
         k: shortlist length ``K``.
         shown: tool names shown, in rank order.
         created: wall-clock seconds (``time.time()``) when it was served.
-
-    What the learning loop reads (all optional: records written before it have the defaults):
-
-    Attributes:
-        query: the request text, cut to :data:`MAX_LOGGED_QUERY_CHARS`.
-        caller: short stable hash of the bearer token that asked (``None``: no tokens configured).
-        ranking: the shown tools, then the next ones of the request's ranking (up to
-            :data:`RANKING_TAIL` more), so a used tool's rank is known even when not shown.
-        depth_chosen: the depth the policy chose (``k`` differs when exploration served deeper;
-            0: unknown, an old record: read as ``k``).
-        propensity: probability of serving depth ``k`` under the serving policy, exploration
-            included (1.0 for a fixed ``k`` or when nothing was explored).
-        policy_version: the depth-policy version that served it ("" unknown).
-        margins: ``Q_stop - Q_continue`` per depth of the learned policy on the request's own
-            ranking (empty for other policies): a refit replays its stop rule on them.
-        depth_bias: the request's operating knob (bits) the margins were compared with.
-        scores: the top scores of that ranking (the policy's feature window), for a refit.
     """
 
     shortlist_id: str
@@ -144,19 +145,6 @@ class ShownShortlist:
     k: int
     shown: tuple[str, ...]
     created: float
-    query: str = ""
-    caller: str | None = None
-    ranking: tuple[str, ...] = ()
-    depth_chosen: int = 0
-    propensity: float = 1.0
-    policy_version: str = ""
-    margins: Sequence[float] = ()
-    depth_bias: float | None = None
-    scores: Sequence[float] = ()
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "margins", packed(self.margins))
-        object.__setattr__(self, "scores", packed(self.scores))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -167,7 +155,7 @@ class ShownShortlist:
             "k": self.k,
             "shown": list(self.shown),
             "created": self.created,
-            **learning_json(self),
+            **self.trace_json(),
         }
 
     @classmethod
@@ -181,7 +169,7 @@ class ShownShortlist:
             k=int(d["k"]),
             shown=tuple(str(n) for n in d["shown"]),
             created=float(d["created"]),
-            **learning_fields(d),
+            **ServedTrace.trace_from_json(d),
         )
 
 
