@@ -38,7 +38,7 @@ from registry.learning.learner import UsageLearner
 from registry.learning.manager import PolicyManager
 from registry.serving.depth_policies import TunableDepthPolicy
 from registry.settings import Settings
-from registry.store.base import SharedStore, Store
+from registry.store.base import SharedStore, Store, WipeableStore
 from registry.tools import ToolLimits, parse_tools
 from registry.writes.engine import RegistryChange, ShortlistEngine
 from registry.writes.jobs import PreparedWrite
@@ -147,8 +147,9 @@ class Startup:
 
     def shortlist_losses(self) -> list[tuple[float, str]]:
         """What lost remembered shortlists, and when: an unclean restart, a wiped shared store."""
-        epoch = getattr(self.store, "epoch", None)
-        wipes = [(r.at, "the shared store (Redis) lost its data") for r in getattr(epoch, "recoveries", ())]
+        if not isinstance(self.store, WipeableStore):
+            return list(self.losses)
+        wipes = [(r.at, "the shared store (Redis) lost its data") for r in self.store.epoch.recoveries]
         return [*self.losses, *wipes]
 
     def write_back_after_wipe(self, won: bool) -> None:

@@ -217,6 +217,14 @@ class PolicyStore(Protocol):
 
     def epoch(self) -> str: ...
 
+    def lost(self) -> bool:
+        """Whether the store lost its data (a shared store wiped; never a local one)."""
+        ...
+
+    def restore(self, histories: list[PolicyHistory]) -> int:
+        """Write back the ``histories`` a wiped store lost, each only if absent; how many."""
+        ...
+
 
 class LocalPolicyStore:
     """One JSON file per registry under ``<data_dir>/policies/`` (atomic replace)."""
@@ -256,6 +264,12 @@ class LocalPolicyStore:
     def epoch(self) -> str:
         return str(self._epoch)
 
+    def lost(self) -> bool:
+        return False  # files are not wiped behind this process's back
+
+    def restore(self, histories: list[PolicyHistory]) -> int:
+        return 0
+
 
 class _Guarded:
     """A Redis client whose errors surface as :class:`StoreUnavailable` (a 503, not a 500)."""
@@ -264,7 +278,7 @@ class _Guarded:
         self._client = client
 
     def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._client, name)
+        attr = getattr(self._client, name)  # a proxy: every client method, wrapped
         if not callable(attr) or name == "pipeline":
             return attr
 
@@ -354,7 +368,7 @@ class PolicyBook:
             if epoch == self._epoch and not force:
                 return False
             histories = {registry: store.load(registry) for registry in store.registries()}
-            if not histories and self._histories and getattr(store, "lost", lambda: False)():
+            if not histories and self._histories and store.lost():
                 # the shared store lost its data: keep serving, and write back what is held
                 self.write_back()
                 return False
@@ -372,10 +386,9 @@ class PolicyBook:
         """After the shared store lost its data: write back every history this replica holds
         (absent ones only); returns how many it wrote."""
         store = self.store
-        restore = getattr(store, "restore", None)
-        if restore is None or not self._histories:
+        if store is None or not self._histories:
             return 0
-        written: int = restore(list(self._histories.values()))
+        written = store.restore(list(self._histories.values()))
         if written:
             log.warning("wrote %d depth-policy histories back to the shared store", written)
         return written

@@ -6,7 +6,7 @@ to stay in step: cheap version lookups and change notifications.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -95,6 +95,45 @@ class SharedStore(Store, Protocol):
 
     def close(self) -> None:
         """Release connections."""
+        ...
+
+
+class Wipe(Protocol):
+    """One time a shared store was found to have lost its data."""
+
+    @property
+    def at(self) -> float:
+        """Unix time it was noticed."""
+        ...
+
+
+class Epoch(Protocol):
+    """A shared store's data epoch: it changes when the store loses its data."""
+
+    settle_ms: int  # how long a replica waits for another's write-back to settle
+
+    @property
+    def recoveries(self) -> Sequence[Wipe]:
+        """The wipes this process recovered from, oldest first."""
+        ...
+
+
+@runtime_checkable
+class WipeableStore(Protocol):
+    """A store that can lose its data (Redis without persistence): its :class:`Epoch` notices,
+    and the replicas write back what they hold (``registry.store.redis_epoch``)."""
+
+    @property
+    def epoch(self) -> Epoch: ...
+
+    def set_republish_source(
+        self,
+        held: Callable[[], list[RegistryRecord]],
+        after: Callable[[bool], None] | None = None,
+        held_versions: Callable[[], dict[str, int]] | None = None,
+    ) -> None:
+        """What this replica re-publishes after a wipe: ``held()`` its registry versions,
+        then ``after(won)``; ``held_versions()`` lets a poll notice a store that went back."""
         ...
 
 

@@ -26,12 +26,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import fields
-from typing import Any
 
 from registry.errors import StoreUnavailable
 from registry.feedback import FeedbackRecorder
-from registry.store.base import RegistryRecord, SharedStore, Store
+from registry.store.base import RegistryRecord, SharedStore, Store, WipeableStore
 from registry.writes.engine import ShortlistEngine
 
 log = logging.getLogger(__name__)
@@ -42,15 +40,11 @@ _STOP_CHECK_SECONDS = 0.25  # how promptly stop() ends a long wait
 
 def held_records(engine: ShortlistEngine) -> list[RegistryRecord]:
     """Every registry version ``engine`` serves, as the records that stored them."""
-    optional = {f.name for f in fields(RegistryRecord)}
     records = []
     for info in engine.list_registries():
         snap = engine.current(info.registry)
         if snap is None:
             continue
-        extra: dict[str, Any] = {}
-        if "written_at" in optional:
-            extra["written_at"] = getattr(snap, "written_at", None)
         records.append(
             RegistryRecord(
                 registry=snap.registry,
@@ -58,7 +52,7 @@ def held_records(engine: ShortlistEngine) -> list[RegistryRecord]:
                 tools=[t.definition for t in snap.tools],
                 equivalents=[list(g) for g in snap.equivalents],
                 edges=snap.edits.to_json() if snap.edits else {},
-                **extra,
+                written_at=snap.written_at,
             )
         )
     return records
@@ -74,8 +68,7 @@ def republish_from(
     versions, then (the winner) their embeddings, then ``feedback``'s counts, then ``learned``
     (called with whether this replica won: policy versions, usage memories) (a no-op for
     stores that cannot lose their data, e.g. local)."""
-    register = getattr(store, "set_republish_source", None)
-    if register is None:
+    if not isinstance(store, WipeableStore):
         return
 
     def after(won: bool) -> None:
@@ -90,7 +83,7 @@ def republish_from(
         if learned is not None:
             learned(won)
 
-    register(
+    store.set_republish_source(
         lambda: held_records(engine),
         after,
         lambda: {info.registry: info.version for info in engine.list_registries()},
@@ -137,10 +130,9 @@ class StoreSync:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         republish_from(engine, store, feedback, learned)
-        epoch = getattr(store, "epoch", None)
-        if epoch is not None:
+        if isinstance(store, WipeableStore):
             settle = settle_seconds if settle_seconds is not None else max(5.0, 3 * interval + 2)
-            epoch.settle_ms = int(settle * 1000)
+            store.epoch.settle_ms = int(settle * 1000)
 
     def start(self) -> None:
         if self._thread is not None:
