@@ -97,6 +97,13 @@ def run_source(directory: Path, args: argparse.Namespace) -> dict[str, Any] | No
         core = Shortlister.from_settings(settings, start=True)
         try:
             core.put_registry(REGISTRY, tools)
+            if args.min_share is not None or args.min_uses is not None:  # a study of the bars
+                from dataclasses import replace
+
+                bars = core.learning.companion_config
+                core.learning.companion_config = replace(
+                    bars, min_share=args.min_share if args.min_share is not None else bars.min_share,
+                    min_uses=args.min_uses if args.min_uses is not None else bars.min_uses)
             held = [q for q in held if len(q.query) <= settings.max_query_chars]
             before = measure(core, held)
             sent = 0
@@ -136,6 +143,8 @@ def main() -> None:
     ap.add_argument("--dirs", type=Path, nargs="*", default=[], help="more data dirs (e.g. single-tool sources)")
     ap.add_argument("--embedder-cache", type=Path, default=DEFAULT_EMBEDDER_CACHE)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--min-share", type=float, default=None, help="study: CompanionConfig.min_share")
+    ap.add_argument("--min-uses", type=float, default=None, help="study: CompanionConfig.min_uses")
     ap.add_argument("--budgets", default=None,
                     help="study: APPEND_SHARE:COMPANION_ANCHORS:MAX_COMPANIONS,... each measured after the "
                          "same refit (the first is the one reported; default: the shipped budget)")

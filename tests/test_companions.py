@@ -233,3 +233,36 @@ def settings(tmp_path: Path):
     from registry.settings import Settings
 
     return Settings(data_dir=tmp_path / "data", demo_registry=None, explore_share=0.0)
+
+
+def test_only_a_strong_learned_follower_takes_a_ranked_tools_place_after_called():
+    from registry.index.graph import ToolGraph
+    from registry.serving.chains import Companions, LearnedEdge, append_companions, next_steps_first
+    from registry.serving.compose import Pick
+
+    def edge(first: int, then: int, share: float, back: float = 0.1) -> LearnedEdge:
+        return LearnedEdge(first, then, uses=6.0, callers=3, share=share, back=back)
+
+    picks = [Pick(1, 0.9), Pick(2, 0.8), Pick(3, 0.7)]
+    weak = Companions.of([edge(0, 5, 0.35), edge(0, 6, 0.3)])  # a token before many actions
+    strong = Companions.of([edge(0, 5, 0.8), edge(0, 6, 0.3)])
+
+    def scores(tools):
+        return {t: 0.1 for t in tools}
+
+    def name(tool: int) -> str:
+        return f"t{tool}"
+
+    kept = next_steps_first(picks, ToolGraph(), [0], scores, name, cap=5, companions=weak)
+    assert [p.tool for p in kept] == [1, 2, 3]
+    moved = next_steps_first(picks, ToolGraph(), [0], scores, name, cap=5, companions=strong)
+    assert [p.tool for p in moved] == [5, 1, 2]  # the list keeps its length
+    assert moved[0].reason == "next step after t0 (called): learned companion of t0 (3 callers, 6 uses)"
+    # appended: one companion per list, of the first shown tools only, never a disallowed one
+    shown = [Pick(0, 0.9), Pick(7, 0.8), Pick(8, 0.7)]
+    both = Companions.of([edge(0, 5, 0.8), edge(0, 6, 0.7), edge(8, 9, 0.9)])
+    assert [p.tool for p in append_companions(shown, both, scores, name, cap=10)] == [0, 7, 8, 5]
+    assert [p.tool for p in append_companions(shown, both, scores, name, cap=10, allowed=lambda t: t != 5)] == [
+        0, 7, 8, 6]
+    assert [p.tool for p in append_companions(shown, both, scores, name, cap=3)] == [0, 7, 8]  # the cap
+    assert [p.tool for p in append_companions(shown, weak, scores, name, cap=10)] == [0, 7, 8]  # too weak
