@@ -244,8 +244,8 @@ def test_only_a_strong_learned_follower_takes_a_ranked_tools_place_after_called(
         return LearnedEdge(first, then, uses=6.0, callers=3, share=share, back=back)
 
     picks = [Pick(1, 0.9), Pick(2, 0.8), Pick(3, 0.7)]
-    weak = Companions.of([edge(0, 5, 0.35), edge(0, 6, 0.3)])  # a token before many actions
-    strong = Companions.of([edge(0, 5, 0.8), edge(0, 6, 0.3)])
+    weak = Companions.of([edge(0, 5, 0.25), edge(0, 6, 0.2)])  # a token before many actions
+    strong = Companions.of([edge(0, 5, 0.8), edge(0, 6, 0.2)])
 
     def scores(tools):
         return {t: 0.1 for t in tools}
@@ -258,11 +258,12 @@ def test_only_a_strong_learned_follower_takes_a_ranked_tools_place_after_called(
     moved = next_steps_first(picks, ToolGraph(), [0], scores, name, cap=5, companions=strong)
     assert [p.tool for p in moved] == [5, 1, 2]  # the list keeps its length
     assert moved[0].reason == "next step after t0 (called): learned companion of t0 (3 callers, 6 uses)"
-    # appended: one companion per list, of the first shown tools only, never a disallowed one
-    shown = [Pick(0, 0.9), Pick(7, 0.8), Pick(8, 0.7)]
-    both = Companions.of([edge(0, 5, 0.8), edge(0, 6, 0.7), edge(8, 9, 0.9)])
-    assert [p.tool for p in append_companions(shown, both, scores, name, cap=10)] == [0, 7, 8, 5]
+    # appended: two companions per list, the strongest first, of the first three shown tools
+    # only, never a disallowed one
+    shown = [Pick(0, 0.9), Pick(7, 0.8), Pick(8, 0.7), Pick(10, 0.6)]
+    both = Companions.of([edge(0, 5, 0.8), edge(0, 6, 0.7), edge(8, 9, 0.9), edge(10, 11, 1.0)])
+    assert [p.tool for p in append_companions(shown, both, scores, name, cap=10)] == [0, 7, 8, 10, 9, 5]
     assert [p.tool for p in append_companions(shown, both, scores, name, cap=10, allowed=lambda t: t != 5)] == [
-        0, 7, 8, 6]
-    assert [p.tool for p in append_companions(shown, both, scores, name, cap=3)] == [0, 7, 8]  # the cap
-    assert [p.tool for p in append_companions(shown, weak, scores, name, cap=10)] == [0, 7, 8]  # too weak
+        0, 7, 8, 10, 9, 6]
+    assert [p.tool for p in append_companions(shown, both, scores, name, cap=5)] == [0, 7, 8, 10, 9]  # the cap
+    assert [p.tool for p in append_companions(shown, weak, scores, name, cap=10)] == [0, 7, 8, 10]  # too weak

@@ -25,7 +25,8 @@ Two uses of the registry's prerequisite graph (:class:`registry.index.graph.Tool
   appended (after them, so the companion's slot never goes to a tool the read graph adds). An edge an admin removed is never learned back.
   Their budget is tighter than the read graph's (:data:`MAX_COMPANIONS` per list, only for the
   first :data:`COMPANION_ANCHORS` shown tools, only pairs whose share clears
-  :data:`APPEND_SHARE`): appended as freely as prerequisites they cost 0.6-2.5 tools per list.
+  :data:`APPEND_SHARE`): appended as freely as prerequisites they cost 0.6-2.5 tools per list;
+  with this budget 0.0-0.5 (``bench/companions.py``, docs/chains.md).
 
 Each tool either step adds carries its reason (``Pick.reason``), shown by ``explain``. A scoped
 request (``allowed``) only ever adds tools of its scope.
@@ -61,9 +62,9 @@ MAX_PREREQUISITES = 3  # tools appended to one list
 PREREQUISITE_LEVELS = 2  # a prerequisite's own prerequisite, and no further
 MAX_NEXT_STEPS = 3  # successors of the called tools moved to the front
 
-MAX_COMPANIONS = 1  # learned companions appended to one list
-COMPANION_ANCHORS = 2  # the shown tools (from the top) whose companions may be appended
-APPEND_SHARE = 0.5  # a companion is appended when it came with its anchor this often
+MAX_COMPANIONS = 2  # learned companions appended to one list
+COMPANION_ANCHORS = 3  # the shown tools (from the top) whose companions may be appended
+APPEND_SHARE = 0.3  # a companion is appended (or put first after a call) when it came this often
 
 ScoreFn = Callable[[Sequence[int]], dict[int, float]]
 """First-stage scores of the given tool positions for this request."""
@@ -132,9 +133,10 @@ def append_companions(
     called: Sequence[int] = (),
     allowed: Allowed = _anything,
 ) -> list[Pick]:
-    """``picks`` with the strongest learned companion of its first shown tools appended: the
-    tool that followed one of them (or preceded it) in at least :data:`APPEND_SHARE` of its
-    uses; at most :data:`MAX_COMPANIONS`, never past ``cap``, never a tool shown or called."""
+    """``picks`` with the strongest learned companions of its first :data:`COMPANION_ANCHORS`
+    shown tools appended: tools that followed one of them (or preceded it) in at least
+    :data:`APPEND_SHARE` of its uses; at most :data:`MAX_COMPANIONS`, never past ``cap``,
+    never a tool shown or called."""
     if not companions or len(picks) >= cap:
         return picks
     shown = {p.tool for p in picks} | set(called)
@@ -237,7 +239,8 @@ def next_steps_first(
     next steps of a called tool (``companions``) that followed it in at least
     :data:`APPEND_SHARE` of its uses come before its read successors (a weaker follower would
     push a ranked tool out: on API-Bank, where a token precedes every action, learned next
-    steps of any share cut the next tool shown from 0.95 to 0.56).
+    steps of any share cut the next tool shown from 0.95 to 0.56; at 0.3 it is 0.94, and STAR's
+    rises from 0.89 at 0.5 to 0.94).
     """
     done = set(called)
     wanted: list[tuple[int, str]] = []
