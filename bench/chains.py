@@ -40,12 +40,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import MCP_TASK_SOURCES as MCP_SOURCES  # noqa: E402
+from bench.common import ORDERED_SOURCES as SOURCES  # noqa: E402
 from registry.index.graph import ToolGraph  # noqa: E402
 from registry.request import ShortlistRequest  # noqa: E402
 
 SHARED = ROOT.parent.parent / "shared" / "data" / "train"
-SOURCES = ("nestful", "nestools", "api_bank", "tooltalk", "star")
-MCP_SOURCES = ("mcp_servers", "mcp_servers_new_tasks")
 DEEP_K = 20
 SCORERS = ("bm25", "dense", "hybrid")
 REGISTRY = "chains"

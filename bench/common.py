@@ -30,6 +30,10 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_EMBEDDER_CACHE = ROOT / "data" / "cache" / "embedder"
 #: the dev sets (read-only); SHORTLIST_SHARED_DATA points elsewhere (a worktree's checkout)
 SHARED_DATA = Path(os.environ.get("SHORTLIST_SHARED_DATA", ROOT.parent / "shared" / "data"))
+#: the sources whose gold is in call order (under SHARED_DATA / "train"), and the MCP tasks
+#: under bench/data: what bench/chains.py and bench/companions.py measure
+ORDERED_SOURCES = ("nestful", "nestools", "api_bank", "tooltalk", "star")
+MCP_TASK_SOURCES = ("mcp_servers", "mcp_servers_new_tasks")
 NOISE_SHARE = 0.1  # the learning benchmarks' agent reports a random shown tool this often
 FOUND_ELSEWHERE = 0.5  # ... and, when the gold tool was not shown, finds it elsewhere this often
 

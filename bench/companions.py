@@ -32,8 +32,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.chains import MCP_SOURCES, SHARED, SOURCES  # noqa: E402
-from bench.common import DEFAULT_EMBEDDER_CACHE  # noqa: E402
+from bench.common import DEFAULT_EMBEDDER_CACHE, MCP_TASK_SOURCES, ORDERED_SOURCES, SHARED_DATA  # noqa: E402
 from registry.feedback import FeedbackRequest  # noqa: E402
 from registry.request import ShortlistRequest  # noqa: E402
 
@@ -142,6 +141,7 @@ def main() -> None:
     ap.add_argument("--sources", nargs="*", default=None, help="source names (default: all ordered ones)")
     ap.add_argument("--dirs", type=Path, nargs="*", default=[], help="more data dirs (e.g. single-tool sources)")
     ap.add_argument("--embedder-cache", type=Path, default=DEFAULT_EMBEDDER_CACHE)
+    ap.add_argument("--data", type=Path, default=SHARED_DATA / "train", help="where the ordered sources are")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--min-share", type=float, default=None, help="study: CompanionConfig.min_share")
     ap.add_argument("--min-uses", type=float, default=None, help="study: CompanionConfig.min_uses")
@@ -156,7 +156,7 @@ def main() -> None:
         (float(a), int(b), int(c)) for a, b, c in (part.split(":") for part in args.budgets.split(","))
     ]
     print(f"budgets (share:anchors:max): {', '.join(map(_label, args.budgets))}; {args.callers} callers", flush=True)
-    dirs = [SHARED / s for s in SOURCES] + [ROOT / "bench" / "data" / s for s in MCP_SOURCES]
+    dirs = [args.data / s for s in ORDERED_SOURCES] + [ROOT / "bench" / "data" / s for s in MCP_TASK_SOURCES]
     dirs = [d for d in dirs if (d / "queries.jsonl").is_file() and (args.sources is None or d.name in args.sources)]
     dirs += args.dirs
     rows = []
