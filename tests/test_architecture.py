@@ -203,3 +203,25 @@ def test_bench_scripts_import_no_other_bench_script_but_common():
         if (found := bench_imports(path.read_text(encoding="utf-8"), names, str(path)))
     }
     assert offenders == {}, "share a helper through bench/common.py instead"
+
+
+# -- what an object can do is said by a protocol, not probed ---------------------------------------
+
+PROBE = ("getattr(", "hasattr(")
+
+
+def test_at_most_five_attribute_probes_outside_offline_each_saying_why():
+    """A ``Protocol`` says what an object can do; the few probes left (ctypes libc symbols,
+    third-party private attributes, a proxy) each carry a comment, on their line or the one above."""
+    probes = []
+    for root in ("registry", "service"):
+        for path in sorted((ROOT / root).rglob("*.py")):
+            if path.is_relative_to(ROOT / "registry" / "offline"):
+                continue
+            lines = path.read_text(encoding="utf-8").splitlines()
+            for n, line in enumerate(lines):
+                if any(p in line for p in PROBE):
+                    explained = "#" in line or lines[n - 1].lstrip().startswith("#")
+                    probes.append((f"{path.relative_to(ROOT)}:{n + 1}", explained))
+    assert len(probes) <= 5, probes
+    assert [where for where, explained in probes if not explained] == []

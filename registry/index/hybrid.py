@@ -68,6 +68,8 @@ class Scorer(Protocol):
     name: ClassVar[str]
     reads_vector: ClassVar[bool]  # needs the query's embedding (the embedder runs)
     reads_tokens: ClassVar[bool]  # needs the query's BM25 tokens
+    # scores every tool exactly in one pass, whatever the dense index (no candidate pool needed)
+    scores_every_tool: ClassVar[bool]
 
     def rank(self, query: Query, dense: DenseIndex, lexical: LexicalIndex, depth: int) -> tuple[np.ndarray, np.ndarray]:
         """``(ids, scores)`` of the ``depth`` best tools, best first."""
@@ -75,10 +77,6 @@ class Scorer(Protocol):
 
     def score_ids(self, query: Query, dense: DenseIndex, lexical: LexicalIndex, ids: np.ndarray) -> np.ndarray:
         """The scores :meth:`rank` gives the tools ``ids`` (any of them, ranked deep or not)."""
-        ...
-
-    def scores_all(self, dense: DenseIndex) -> bool:
-        """Scoring every tool is exact and cheap here (no approximate index to draw candidates from)."""
         ...
 
     def tuned(self, alpha: float) -> Scorer:
@@ -101,6 +99,7 @@ class DenseScorer:
     name: ClassVar[str] = "dense"
     reads_vector: ClassVar[bool] = True
     reads_tokens: ClassVar[bool] = False
+    scores_every_tool: ClassVar[bool] = False
 
     def rank(self, query: Query, dense: DenseIndex, lexical: LexicalIndex, depth: int) -> tuple[np.ndarray, np.ndarray]:
         assert query.vector is not None, "the dense scorer needs the query embedding"
@@ -109,9 +108,6 @@ class DenseScorer:
     def score_ids(self, query: Query, dense: DenseIndex, lexical: LexicalIndex, ids: np.ndarray) -> np.ndarray:
         assert query.vector is not None, "the dense scorer needs the query embedding"
         return dense.scores_for(query.vector, ids).astype(np.float32, copy=False)
-
-    def scores_all(self, dense: DenseIndex) -> bool:
-        return dense.kind == "flat"
 
     def tuned(self, alpha: float) -> Scorer:
         return self
@@ -124,15 +120,13 @@ class Bm25Scorer:
     name: ClassVar[str] = "bm25"
     reads_vector: ClassVar[bool] = False
     reads_tokens: ClassVar[bool] = True
+    scores_every_tool: ClassVar[bool] = True
 
     def rank(self, query: Query, dense: DenseIndex, lexical: LexicalIndex, depth: int) -> tuple[np.ndarray, np.ndarray]:
         return lexical.search(query.tokens, depth)
 
     def score_ids(self, query: Query, dense: DenseIndex, lexical: LexicalIndex, ids: np.ndarray) -> np.ndarray:
         return lexical.scores(query.tokens)[ids].astype(np.float32, copy=False)
-
-    def scores_all(self, dense: DenseIndex) -> bool:
-        return True  # BM25 scores every tool at once
 
     def tuned(self, alpha: float) -> Scorer:
         return self
@@ -145,6 +139,7 @@ class HybridScorer:
     name: ClassVar[str] = "hybrid"
     reads_vector: ClassVar[bool] = True
     reads_tokens: ClassVar[bool] = True
+    scores_every_tool: ClassVar[bool] = False
     alpha: float = HYBRID_ALPHA
 
     def rank(self, query: Query, dense: DenseIndex, lexical: LexicalIndex, depth: int) -> tuple[np.ndarray, np.ndarray]:
@@ -166,9 +161,6 @@ class HybridScorer:
         assert query.vector is not None, "the hybrid scorer needs the query embedding"
         cosine = dense.scores_for(query.vector, ids)
         return fuse(cosine, lexical.scores(query.tokens)[ids], lexical.ceiling(query.tokens), self.alpha)
-
-    def scores_all(self, dense: DenseIndex) -> bool:
-        return dense.kind == "flat"
 
     def tuned(self, alpha: float) -> Scorer:
         return HybridScorer(alpha)
@@ -195,7 +187,7 @@ def rank_windows(
     """
     if len(windows) == 1:
         return scorer.rank(windows[0], dense, lexical, depth)
-    if scorer.scores_all(dense):
+    if dense.kind == "flat" or scorer.scores_every_tool:
         candidates = np.arange(len(dense), dtype=np.int64)
     else:
         pool = max(depth, HYBRID_CANDIDATES)
