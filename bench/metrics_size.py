@@ -42,10 +42,10 @@ def measure(registries: int, served: float, max_registries: int | None) -> dict[
     metrics_class: Any = Metrics  # the baseline's takes no bound
     bounded = "max_registries" in inspect.signature(Metrics).parameters
     if bounded:
-        from registry.settings import Settings
+        from service.settings import ServiceSettings
 
         metrics = metrics_class(max_registries if max_registries is not None
-                                else Settings().metrics_max_registries)
+                                else ServiceSettings().metrics_max_registries)
     else:
         metrics = metrics_class()
     window = LiveWindow(window_seconds=3600.0)

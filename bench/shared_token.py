@@ -54,7 +54,7 @@ def run_scenario() -> list[dict[str, Any]]:
     from pydantic import SecretStr
 
     from registry.core import Shortlister
-    from registry.settings import Settings
+    from service.settings import ServiceSettings
 
     try:  # a ShortlistRequest value since the request refactor; (registry, query, k=) before
         from registry.request import ShortlistRequest
@@ -99,7 +99,7 @@ def run_scenario() -> list[dict[str, Any]]:
         honest = callers[deployment]
         for attack in ATTACKS:
             with tempfile.TemporaryDirectory() as tmp:
-                settings = Settings(data_dir=Path(tmp), embedder_cache_dir=EMBEDDER_CACHE,
+                settings = ServiceSettings(data_dir=Path(tmp), embedder_cache_dir=EMBEDDER_CACHE,
                                     demo_registry=None, query_token=tokens)
                 core = Shortlister.from_settings(settings, start=True)
                 try:

@@ -35,7 +35,7 @@ from registry.learning.refit_data import Replay
 from registry.learning.usage import UsageEvent
 from registry.serving.features import FEATURE_WINDOW
 from registry.serving.replay import base_ranking
-from registry.settings import Settings
+from registry.settings import LearningArgs, Settings
 from registry.store.base import SharedStore, Store
 from registry.store.caller_key import RedisCallerKey, local_caller_key
 from registry.store.local import LocalStore
@@ -175,7 +175,14 @@ def build_learner(settings: Settings, learning_store: LearningStore, engine_ref:
         snap = engine.current(registry) if engine is not None else None
         return None if snap is None else snap.by_name
 
-    return UsageLearner(settings, learning_store, known_tools)
+    return UsageLearner(
+        LearningArgs.of(settings),
+        learning_store,
+        known_tools,
+        refit_margin=settings.refit_margin,
+        poll_seconds=settings.sync_interval_seconds,
+        require_caller=settings.callers_required(),
+    )
 
 
 def refit_hooks(settings: Settings, learner: UsageLearner, engine_ref: EngineRef) -> RefitHooks:
@@ -221,6 +228,7 @@ def start_learner(
     feedback_log: FeedbackLog,
     store: Store,
     *,
+    key_prefix: str,
     background: bool = True,
 ) -> None:
     """Attach ``learner`` to the loaded ``engine``: restore saved memories, then fold the logged
@@ -229,7 +237,7 @@ def start_learner(
     if isinstance(store, SharedStore) and isinstance(store, RedisBacked):
         from registry.store.redis import RedisFeedbackLog
 
-        reader = RedisFeedbackLog(store.client, learner.settings.redis_key_prefix())
+        reader = RedisFeedbackLog(store.client, key_prefix)
 
         def shared_events() -> Iterable[UsageEvent]:
             try:

@@ -52,7 +52,7 @@ from registry.names import validate_registry_name
 from registry.request import ShortlistRequest
 from registry.serving.depth_policies import OnnxDepthPolicy, TunableDepthPolicy
 from registry.serving.shortlist import Shortlist
-from registry.settings import Settings
+from registry.settings import EmbedderArgs, Settings
 from registry.startup import DEMO_REGISTRY, Startup
 from registry.store.base import ReportsDamage, SharedStore, Store
 from registry.writes.engine import RegistryChange, RegistryInfo, ShortlistEngine
@@ -72,7 +72,7 @@ __all__ = [
     "default_embedder",
 ]
 
-EmbedderFactory = Callable[[Settings], Embedder]
+EmbedderFactory = Callable[[EmbedderArgs], Embedder]
 RegistryListener = Callable[[RegistryChange], None]
 ShortlistListener = Callable[[Shortlist], None]
 T = TypeVar("T")

@@ -1,23 +1,26 @@
-"""The one settings class. Built once at start-up and passed down; nothing reads the environment elsewhere."""
+"""The domain's settings, grouped by concern. Read once at start-up and passed down; nothing reads
+the environment elsewhere.
+
+Each concern is a frozen group (``ServingArgs``, ``FeedbackArgs``, ``LearningArgs``, ...) that
+declares its fields once, with their bounds and descriptions; :class:`Settings` is all of them
+read from ``SHORTLIST_*`` variables (flat names, so operators' deployments never change). A part
+is handed the group it reads, ``ServingArgs.of(settings)``, as infinity's engine is handed its
+``EngineArgs``: its constructor says what it depends on, and it cannot read anything else.
+
+The HTTP, MCP, access-token and logging settings belong to the web layer
+(:class:`service.settings.ServiceSettings`, which adds them to these); docs/configuration.md is
+generated from both (``python -m service.settings_doc``).
+"""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Annotated, Literal, get_args
+from typing import Literal, TypeVar, get_args
 
-from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from registry.request import MAX_DEPTH_BIAS, MAX_K
-
-# Comma-separated in the environment; SecretStr keeps every token out of reprs and logs.
-Tokens = Annotated[tuple[SecretStr, ...], NoDecode]
-HostNames = Annotated[tuple[str, ...], NoDecode]
-# A JSON object {token: [tool name or pattern, ...]} in the environment, parsed by the validator
-# below (never by pydantic-settings, whose errors would print the tokens).
-TokenScopes = Annotated[tuple[tuple[SecretStr, tuple[str, ...]], ...], NoDecode]
-_MALFORMED_SCOPES = "<not {token: [patterns]} JSON; value hidden>"
 
 # The query/tool embedders (registry.index.minilm_export makes their ONNX files).
 EmbedderName = Literal["minilm", "minilm-int8", "tuned", "tuned-int8"]
@@ -27,134 +30,37 @@ EMBEDDERS: tuple[str, ...] = get_args(EmbedderName)  # the one list of embedder 
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
-class Settings(BaseSettings):
-    """Service configuration, read from ``SHORTLIST_*`` environment variables."""
+def empty_is_none(value: object) -> object:
+    """An empty variable (``SHORTLIST_REDIS_URL=``) means unset."""
+    return None if value == "" else value
 
-    model_config = SettingsConfigDict(env_prefix="SHORTLIST_", extra="ignore")
 
-    # -- HTTP face: address, body and connection limits (service.server, service.middleware) -------
-    host: str = Field("127.0.0.1", description="Address the HTTP server binds.")
-    port: int = Field(8080, ge=1, le=65535, description="Port the HTTP server listens on.")
-    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Largest request body (413 past it); the default takes a 10,000-tool registry of "
-        "about 20 MB in one upload.",
-    )
-    max_header_bytes: int = Field(
-        64 * 1024,
-        ge=1024,
-        description="Largest request head (request line and header fields) in bytes; larger "
-        "gets 431 and the connection is closed.",
-    )
-    max_header_count: int = Field(
-        100, ge=8, le=10_000, description="Most header fields in one request; more gets 431."
-    )
-    header_timeout_seconds: float = Field(
-        30.0,
-        gt=0,
-        description="A request head must arrive within this many seconds of the connection "
-        "opening (or of the previous response); else 408 and the connection is closed.",
-    )
-    body_timeout_seconds: float = Field(
-        30.0,
-        gt=0,
-        description="Longest pause while a request body is arriving; a body stalled longer "
-        "gets 408 and the connection is closed.",
-    )
-    body_min_bytes_per_second: int = Field(
-        1024,
-        ge=1,
-        description="Slowest average rate a request body may arrive at: a body still arriving "
-        "body_timeout_seconds + (bytes received / this rate) seconds after its head gets 408 "
-        "and the connection is closed, however steadily it trickles in.",
-    )
-    probe_connections: int = Field(
-        16,
-        ge=0,
-        le=1024,
-        description="Connections past max_connections kept for GET /healthz and /readyz, so "
-        "probes answer while slow clients hold every slot; any other request on them gets 503.",
-    )
-    keep_alive_seconds: int = Field(
-        5, ge=1, description="An idle keep-alive connection is closed after this many seconds."
-    )
-    max_connections: int = Field(
-        2048,
-        ge=1,
-        description="Open connections per process; one more gets 503 and is closed at once "
-        "(lowered to fit the open-file limit, whose soft value is raised to the hard one).",
-    )
-    mcp_max_streams: int = Field(
-        64,
-        ge=1,
-        description="Open GET /mcp event streams per process, counted apart from "
-        "max_connections (an idle stream never takes a request's slot); one more gets 503 "
-        "too_many_streams with Retry-After.",
-    )
-    mcp_stream_idle_seconds: float = Field(
-        300.0,
-        gt=0,
-        description="A GET /mcp event stream that has sent no event (keep-alive comments aside) "
-        "for this long is closed; the client may open another.",
-    )
-    worker_threads: int = Field(
-        16, ge=1, le=1000, description="Requests handled at once (anyio worker threads); more only queue on the CPU "
-        "and cost memory."
-    )
-    allowed_hosts: HostNames = Field(
-        ("localhost", "127.0.0.1", "::1"),
-        description="Host names (comma-separated, ports ignored) this server answers to; any "
-        "other Host gets 421, and a request whose Origin names another host gets 403 (DNS "
-        "rebinding). '*' answers every name: set it (or the names clients use) when the "
-        "service is reached through a proxy, a load balancer or a container network.",
-    )
+G = TypeVar("G", bound="SettingsGroup")
 
-    # -- access tokens (service.auth) --------------------------------------------------------------
-    admin_token: Tokens = Field(
-        (),
-        description="Bearer token(s), comma-separated, for registry writes (PUT/POST/DELETE "
-        "/registries...); unset = writes are open.",
-    )
-    query_token: Tokens = Field(
-        (),
-        description="Bearer token(s), comma-separated, for POST /shortlist and /feedback (admin "
-        "tokens work too); unset = queries are open.",
-    )
-    query_token_scopes: TokenScopes = Field(
-        (),
-        description="Tools a query token may be shown: a JSON object {token: [tool name or "
-        "pattern, ...]} ('github/*', 'fs/read_*'). Each such token is a query token (added to "
-        "SHORTLIST_QUERY_TOKEN); its shortlists (POST /shortlist, MCP find_tools) rank and cap "
-        "only the tools its patterns match, and a request's allowed_tools can only narrow them.",
-    )
-    metrics_token: Tokens = Field(
-        (),
-        description="Bearer token(s), comma-separated, for GET /metrics (query and admin tokens "
-        "work too). /metrics needs a token whenever any token is configured; open otherwise.",
-    )
 
-    # -- data and artifacts: where registries, models and caches live ------------------------------
+class SettingsGroup(BaseModel):
+    """A concern's settings: frozen, so the part it is handed to cannot change what others read."""
+
+    model_config = ConfigDict(frozen=True)
+
+    @classmethod
+    def of(cls: type[G], settings: BaseModel) -> G:
+        """This group's values out of ``settings`` (any object with its fields, e.g. :class:`Settings`)."""
+        # A dict, not the object: pydantic hands back a subclass instance (Settings) unchanged.
+        return cls.model_validate({name: getattr(settings, name) for name in cls.model_fields})
+
+
+class DataDir(SettingsGroup):
+    """Data directory: where registries, caches and logs live (the store and the embedder cache read it)."""
+
     data_dir: Path = Field(Path("./data"), description="Where registries (registries/<name>/v*.json), the embedding cache and the "
         "exported embedder live.",
     )
-    policy_dir: Path = Field(
-        _PROJECT_ROOT / "models" / "default",
-        description="Directory of the 'bor' depth policy (manifest.json + policy.onnx).",
-    )
-    relevance_model: Path | None = Field(
-        None,
-        description="Calibrated 'does any tool fit' model used by allow_empty requests (default: "
-        "the one in relevance_dir fitted on the embedder's scores).",
-    )
-    relevance_dir: Path = Field(
-        _PROJECT_ROOT / "models",
-        description="Where the relevance models live, one per embedder family: relevance.json "
-        "(tuned, tuned-int8) and relevance-minilm.json (minilm, minilm-int8).",
-    )
-    coverage_model: Path | None = Field(
-        None,
-        description="Coverage refinement of adaptive shortlists (registry.serving.coverage): a "
-        "learned per-tool 'needed' probability that trims a one-intent list's unlikely tools and "
-        "appends likely ones; empty or unset: off. Built by bench/studies/coverage_loso.py --export.",
-    )
+
+
+class EmbedderChoice(SettingsGroup):
+    """Embedder choice: the sentence embedder, read by its loader and by the relevance gate fitted on its scores."""
+
     embedder: EmbedderName = Field(
         "tuned",
         description="Sentence embedder: 'tuned' (all-MiniLM-L6-v2 fine-tuned on tool retrieval, "
@@ -163,6 +69,11 @@ class Settings(BaseSettings):
         "'minilm-int8': faster per query at a small quality cost, measured in docs/ranking.md). "
         "Registries are re-embedded when it changes.",
     )
+
+
+class EmbedderArgs(DataDir, EmbedderChoice):
+    """Embedder: its artifact, cache and threads (registry.index.minilm_export, the query cache)."""
+
     tuned_embedder_dir: Path = Field(
         _PROJECT_ROOT / "models" / "tuned-embedder",
         description="The artifact of the 'tuned' / 'tuned-int8' embedders: manifest.json + the "
@@ -173,16 +84,57 @@ class Settings(BaseSettings):
         None,
         description="Where the exported MiniLM ONNX file is cached (default: <data_dir>/cache/embedder).",
     )
+    embed_threads: int = Field(1, ge=1, description="ONNX Runtime intra-op threads per request.")
+    query_cache_size: int = Field(
+        10_000,
+        ge=0,
+        description="Query embeddings kept in an LRU cache (repeated messages and intents skip "
+        "the model); 0 disables it. /metrics counts lookups in "
+        "shortlist_query_embedding_cache_lookups_total{result}.",
+    )
+
+    _empty_cache = field_validator("embedder_cache_dir", mode="before")(empty_is_none)
+
+    def resolved_embedder_cache(self) -> Path:
+        """Where the exported ONNX embedder is cached: the setting, else ``<data_dir>/cache/embedder``."""
+        return self.embedder_cache_dir or (self.data_dir / "cache" / "embedder")
+
+
+class ArtifactArgs(SettingsGroup):
+    """Artifacts: the depth policy and the demo registry loaded at start-up (registry.startup)."""
+
+    policy_dir: Path = Field(
+        _PROJECT_ROOT / "models" / "default",
+        description="Directory of the 'bor' depth policy (manifest.json + policy.onnx).",
+    )
     demo_registry: Path | None = Field(
         _PROJECT_ROOT / "examples" / "demo_tools.json",
         description="Tool JSON loaded as registry 'demo' at start-up if it does not exist; "
         "empty to disable.",
     )
 
-    # -- requests: the defaults a ShortlistRequest is resolved with (registry.request) -------------
-    default_registry: str = Field(
-        "demo", description="Registry the MCP find_tools tool searches when a call names none."
+    _empty_demo = field_validator("demo_registry", mode="before")(empty_is_none)
+
+
+class RegistryLimits(SettingsGroup):
+    """Registry limits: sizes checked by tool parsing, and the index kind (registry.tools, registry.writes)."""
+
+    max_tools_per_registry: int = Field(50_000, ge=1, description="Most tools in one registry (413 past it).")
+    max_tool_bytes: int = Field(
+        256 * 1024, ge=256, description="Largest JSON size of one tool definition (422 past it)."
     )
+    max_description_chars: int = Field(
+        32_768, ge=16, description="Longest tool description (422 past it)."
+    )
+    hnsw_min_tools: int = Field(
+        20_000, ge=1, description="Registries with at least this many tools use an HNSW index (M=32) instead of "
+        "exact search; a write extends the previous version's graph."
+    )
+
+
+class ServingArgs(EmbedderChoice):
+    """Serving: a request's defaults, the ranking and depth knobs (registry.request, the QueryRunner)."""
+
     default_policy: str = Field("bor", description="Depth policy used when a request names none.")
     default_scorer: str = Field("hybrid", description="Scorer used when a request names none.")
     default_max_k: int = Field(20, ge=1, le=MAX_K, description="Cap on the policy's depth.")
@@ -214,15 +166,48 @@ class Settings(BaseSettings):
         description="Cosine between two tools' embeddings from which they fold into one slot "
         "(the other listed as an alternate); above 1 disables it (declared equivalents still fold).",
     )
+    explore_share: float = Field(
+        0.05,
+        ge=0.0,
+        le=1.0,
+        description="Share of adaptive shortlists served 1-3 tools deeper than the policy chose "
+        "(the propensity is logged), so feedback shows where a used tool sat past the cut; "
+        "never with k. Costs about share x 2 tools of mean K.",
+    )
+    relevance_model: Path | None = Field(
+        None,
+        description="Calibrated 'does any tool fit' model used by allow_empty requests (default: "
+        "the one in relevance_dir fitted on the embedder's scores).",
+    )
+    relevance_dir: Path = Field(
+        _PROJECT_ROOT / "models",
+        description="Where the relevance models live, one per embedder family: relevance.json "
+        "(tuned, tuned-int8) and relevance-minilm.json (minilm, minilm-int8).",
+    )
+    coverage_model: Path | None = Field(
+        None,
+        description="Coverage refinement of adaptive shortlists (registry.serving.coverage): a "
+        "learned per-tool 'needed' probability that trims a one-intent list's unlikely tools and "
+        "appends likely ones; empty or unset: off. Built by bench/studies/coverage_loso.py --export.",
+    )
 
-    # -- registries and writes: sizes, async uploads, indexes (registry.writes, registry.index) ----
-    max_tools_per_registry: int = Field(50_000, ge=1, description="Most tools in one registry (413 past it).")
-    max_tool_bytes: int = Field(
-        256 * 1024, ge=256, description="Largest JSON size of one tool definition (422 past it)."
-    )
-    max_description_chars: int = Field(
-        32_768, ge=16, description="Longest tool description (422 past it)."
-    )
+    _empty_models = field_validator("coverage_model", "relevance_model", mode="before")(empty_is_none)
+
+    def resolved_relevance_model(self) -> Path:
+        """``relevance_model``, else the model of ``relevance_dir`` fitted for the embedder's family."""
+        if self.relevance_model is not None:
+            return self.relevance_model
+        name = "relevance-minilm.json" if self.embedder.startswith("minilm") else "relevance.json"
+        return self.relevance_dir / name
+
+
+class EngineArgs(RegistryLimits, ServingArgs):
+    """What the engine reads: the registries' limits (its writes) and the serving group (its queries)."""
+
+
+class WriteArgs(SettingsGroup):
+    """Large writes: asynchronous uploads and their queue (registry.writes.write_jobs)."""
+
     async_write_min_texts: int = Field(
         500,
         ge=0,
@@ -235,32 +220,11 @@ class Settings(BaseSettings):
         description="Most large uploads (202 jobs) queued or running per process; past it a "
         "write that would answer 202 gets 429 with Retry-After (each holds its payload).",
     )
-    refit_queue_max: int = Field(
-        16,
-        ge=1,
-        description="Most depth refits queued or running per process (one runs at a time); "
-        "past it a refit gets 429 with Retry-After.",
-    )
-    job_lease_seconds: float = Field(
-        30.0,
-        gt=0,
-        description="Redis: how long the jobs of a replica that died stay claimed before "
-        "another replica resumes them.",
-    )
-    hnsw_min_tools: int = Field(
-        20_000, ge=1, description="Registries with at least this many tools use an HNSW index (M=32) instead of "
-        "exact search; a write extends the previous version's graph."
-    )
-    embed_threads: int = Field(1, ge=1, description="ONNX Runtime intra-op threads per request.")
-    query_cache_size: int = Field(
-        10_000,
-        ge=0,
-        description="Query embeddings kept in an LRU cache (repeated messages and intents skip "
-        "the model); 0 disables it. /metrics counts lookups in "
-        "shortlist_query_embedding_cache_lookups_total{result}.",
-    )
 
-    # -- feedback: memory, live window, log compaction, pruning (registry.feedback) ----------------
+
+class FeedbackArgs(SettingsGroup):
+    """Feedback: remembered shortlists, live window, log compaction, pruning (the FeedbackRecorder)."""
+
     feedback_retention_seconds: float = Field(
         3600.0, gt=0, description="How long a shortlist id accepts feedback."
     )
@@ -282,9 +246,6 @@ class Settings(BaseSettings):
         description="Compact the feedback log as well once the events past its checkpoint take "
         "more than this many bytes (a few large events fill a disk long before the event count; "
         "Redis: the stream's MEMORY USAGE).",
-    )
-    max_feedback_body_bytes: int = Field(
-        128 * 1024, ge=1024, description="Largest POST /feedback body (413 past it)."
     )
     max_feedback_event_bytes: int = Field(
         256 * 1024,
@@ -313,42 +274,10 @@ class Settings(BaseSettings):
         20, ge=1, description="Times shown (with feedback) before a never-used tool is a prune candidate."
     )
 
-    # -- learning: exploration and per-registry depth refits (registry.serving.explore, registry.learning) ---
-    explore_share: float = Field(
-        0.05,
-        ge=0.0,
-        le=1.0,
-        description="Share of adaptive shortlists served 1-3 tools deeper than the policy chose "
-        "(the propensity is logged), so feedback shows where a used tool sat past the cut; "
-        "never with k. Costs about share x 2 tools of mean K.",
-    )
-    refit_min_events: int = Field(
-        200, ge=10, description="Feedback events a registry needs before a depth refit is tried."
-    )
-    refit_margin: float = Field(
-        0.0,
-        ge=0.0,
-        description="A refit ships only when the bootstrap lower bound of its gain over the "
-        "current policy exceeds this (found rate per query above plain top-K's trade-off).",
-    )
-    refit_confidence: float = Field(
-        0.95, gt=0.5, lt=1.0, description="Confidence of that one-sided bootstrap bound."
-    )
-    refit_max_mean_k: float = Field(
-        2.0,
-        ge=1.0,
-        description="A candidate whose held-out mean K exceeds the current one's times this is "
-        "refused unless its extra found rate beats what fixed top-K buys for the same extra "
-        "depth (feedback alone cannot push lists long).",
-    )
-    refit_review_factor: float = Field(
-        1.5,
-        gt=1.0,
-        description="A refit that would change mean K by more than this factor (either way) is "
-        "stored as a candidate version, not activated: an admin activates it.",
-    )
 
-    # -- learning: usage-augmented ranking (registry.learning.usage) -------------------------------
+class LearningArgs(SettingsGroup):
+    """Learning: usage-augmented ranking (the UsageLearner)."""
+
     learning: bool = Field(
         True,
         description="Learn from agents' feedback: a query close to past queries whose agents "
@@ -403,13 +332,46 @@ class Settings(BaseSettings):
         "(rate_limited).",
     )
 
-    caller_key: SecretStr | None = Field(
-        None,
-        description="Secret that keys the caller hashes (learning reports, feedback log); unset: a "
-        "random key made once and kept in <data_dir>/caller.key or in Redis.",
+
+class RefitArgs(SettingsGroup):
+    """Refits: per-registry depth refits and their queue (the PolicyManager)."""
+
+    refit_min_events: int = Field(
+        200, ge=10, description="Feedback events a registry needs before a depth refit is tried."
+    )
+    refit_margin: float = Field(
+        0.0,
+        ge=0.0,
+        description="A refit ships only when the bootstrap lower bound of its gain over the "
+        "current policy exceeds this (found rate per query above plain top-K's trade-off).",
+    )
+    refit_confidence: float = Field(
+        0.95, gt=0.5, lt=1.0, description="Confidence of that one-sided bootstrap bound."
+    )
+    refit_max_mean_k: float = Field(
+        2.0,
+        ge=1.0,
+        description="A candidate whose held-out mean K exceeds the current one's times this is "
+        "refused unless its extra found rate beats what fixed top-K buys for the same extra "
+        "depth (feedback alone cannot push lists long).",
+    )
+    refit_review_factor: float = Field(
+        1.5,
+        gt=1.0,
+        description="A refit that would change mean K by more than this factor (either way) is "
+        "stored as a candidate version, not activated: an admin activates it.",
+    )
+    refit_queue_max: int = Field(
+        16,
+        ge=1,
+        description="Most depth refits queued or running per process (one runs at a time); "
+        "past it a refit gets 429 with Retry-After.",
     )
 
-    # -- replicas: the shared Redis (registry.backends, registry.writes.sync) ----------------------
+
+class StoreArgs(DataDir):
+    """Store and replicas: the shared Redis, sync, job leases, the caller key (registry.backends)."""
+
     redis_url: SecretStr | None = Field(
         None,
         description="Redis shared by every replica (redis://[:password@]host:6379/0); "
@@ -426,92 +388,19 @@ class Settings(BaseSettings):
     sync_interval_seconds: float = Field(
         1.0, gt=0, le=60, description="Fallback poll of the shared store for other replicas' writes."
     )
-
-    # -- metrics: the Prometheus label bound (service.metrics) ---------------------------------------
-    metrics_max_registries: int = Field(
-        100,
-        ge=0,
-        description="Registries with their own registry-labelled series on /metrics (the first "
-        "this process loads or sees); the rest are summed under registry=\"~other\" and counted "
-        "by shortlist_metrics_folded_registries, so a scrape stays small at any registry count.",
+    job_lease_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="Redis: how long the jobs of a replica that died stay claimed before "
+        "another replica resumes them.",
+    )
+    caller_key: SecretStr | None = Field(
+        None,
+        description="Secret that keys the caller hashes (learning reports, feedback log); unset: a "
+        "random key made once and kept in <data_dir>/caller.key or in Redis.",
     )
 
-    # -- logging (service.logging_setup) -----------------------------------------------------------
-    log_format: Literal["text", "json"] = Field(
-        "text",
-        description="Log lines on stderr: 'text' (time level logger: message [request id]) or "
-        "'json' (one object per line with ts, level, logger, message, request_id).",
-    )
-
-    @field_validator("admin_token", "query_token", "metrics_token", mode="before")
-    @classmethod
-    def _split_tokens(cls, value: object) -> object:
-        # Never raise with the value in hand: a validation error would print the token.
-        if isinstance(value, (str, SecretStr)):
-            value = (value,)
-        if isinstance(value, (list, tuple)):
-            raw = (v.get_secret_value() if isinstance(v, SecretStr) else str(v) for v in value)
-            return tuple(SecretStr(t.strip()) for v in raw for t in v.split(",") if t.strip())
-        return value
-
-    @field_validator("allowed_hosts", mode="before")
-    @classmethod
-    def _split_hosts(cls, value: object) -> object:
-        if isinstance(value, str):
-            value = value.split(",")
-        if isinstance(value, (list, tuple)):
-            return tuple(h.strip().lower().strip("[]") for h in value if str(h).strip())
-        return value
-
-    @field_validator("query_token_scopes", mode="before")
-    @classmethod
-    def _parse_scopes(cls, value: object) -> object:
-        # Never raise with the value in hand: a bad value becomes a message without it.
-        if isinstance(value, str):
-            try:
-                value = json.loads(value) if value.strip() else {}
-            except ValueError:
-                return _MALFORMED_SCOPES
-        if isinstance(value, dict):
-            value = list(value.items())
-        if not isinstance(value, (list, tuple)):
-            return _MALFORMED_SCOPES
-        scopes = []
-        for pair in value:
-            if not (isinstance(pair, (list, tuple)) and len(pair) == 2):
-                return _MALFORMED_SCOPES
-            token, patterns = pair
-            token = token.get_secret_value() if isinstance(token, SecretStr) else token
-            well_formed = isinstance(patterns, (list, tuple)) and patterns and all(
-                isinstance(p, str) and p.strip() for p in patterns
-            )
-            if not (isinstance(token, str) and token.strip() and well_formed):
-                return _MALFORMED_SCOPES
-            scopes.append((SecretStr(token.strip()), tuple(patterns)))
-        return tuple(scopes)
-
-    @model_validator(mode="after")
-    def _scoped_tokens_query(self) -> Settings:
-        """A token bound to tool patterns is a query token: listing it once is enough."""
-        known = {t.get_secret_value() for t in self.query_token}
-        extra = tuple(t for t, _ in self.query_token_scopes if t.get_secret_value() not in known)
-        if extra:
-            self.query_token = (*self.query_token, *extra)
-        return self
-
-    @field_validator(
-        "demo_registry", "embedder_cache_dir", "redis_url", "coverage_model", "relevance_model", mode="before"
-    )
-    @classmethod
-    def _empty_is_none(cls, value: object) -> object:
-        return None if value == "" else value
-
-    def resolved_relevance_model(self) -> Path:
-        """``relevance_model``, else the model of ``relevance_dir`` fitted for the embedder's family."""
-        if self.relevance_model is not None:
-            return self.relevance_model
-        name = "relevance-minilm.json" if self.embedder.startswith("minilm") else "relevance.json"
-        return self.relevance_dir / name
+    _empty_url = field_validator("redis_url", mode="before")(empty_is_none)
 
     def redis_cluster_mode(self) -> bool:
         """Redis Cluster: the setting, or a ``redis+cluster://`` / ``rediss+cluster://`` URL."""
@@ -526,5 +415,23 @@ class Settings(BaseSettings):
             return "{" + prefix + "}"
         return prefix
 
-    def resolved_embedder_cache(self) -> Path:
-        return self.embedder_cache_dir or (self.data_dir / "cache" / "embedder")
+
+class Settings(
+    ArtifactArgs,
+    EmbedderArgs,
+    EngineArgs,
+    WriteArgs,
+    FeedbackArgs,
+    LearningArgs,
+    RefitArgs,
+    StoreArgs,
+    BaseSettings,
+):
+    """The domain's configuration: every group, read from ``SHORTLIST_*`` environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="SHORTLIST_", extra="ignore", frozen=False)
+
+    def callers_required(self) -> bool:
+        """Whether usage learning counts only events that name their caller. The domain knows no
+        credentials; the service requires callers once query tokens identify them."""
+        return False

@@ -2,61 +2,53 @@
 
 The reference table used to be copied by hand into the README and drifted (two fields were
 missing). Now the fields are the one source: each row is a field's environment variable, its
-default, its bounds and its ``description``, grouped under the ``# -- concern ---`` comments that
-already divide the class. ``tests/test_settings_doc.py`` fails when the committed file differs.
+default, its bounds and its ``description``, under the concern group that declares it
+(:class:`registry.settings.SettingsGroup`: the group a part is handed). The command that writes
+the file lives with the web layer, which knows both the domain's and its own settings::
 
-    python -m registry.settings_doc            # rewrite docs/configuration.md
-    python -m registry.settings_doc --check    # exit 1 if it is stale
+    python -m service.settings_doc            # rewrite docs/configuration.md
+    python -m service.settings_doc --check    # exit 1 if it is stale
 
-Only the domain's classes are listed here (registry never imports the web layer); a settings class
-of the service would pass itself to :func:`render` from a command of its own.
+``tests/test_settings_doc.py`` fails when the committed file differs.
 """
 
 from __future__ import annotations
 
-import argparse
-import ast
 import inspect
-import re
-import sys
-import textwrap
-import tokenize
 from enum import Enum
-from io import StringIO
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 from annotated_types import Ge, Gt, Le, Lt, MaxLen, MinLen
-from pydantic import SecretStr
+from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
-from pydantic_settings import BaseSettings
 
-from registry.settings import Settings
+from registry.settings import SettingsGroup
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "configuration.md"
-COMMAND = "python -m registry.settings_doc"
-CLASSES: tuple[type[BaseSettings], ...] = (Settings,)
-
-_SECTION = re.compile(r"#\s*--\s*(.+?)\s*-*\s*$")
+COMMAND = "python -m service.settings_doc"
 
 
-def sections(cls: type) -> dict[str, str]:
-    """``field name -> the title of the ``# -- title ---`` comment above it`` in ``cls``'s source."""
-    source = textwrap.dedent(inspect.getsource(cls))
-    titles: list[tuple[int, str]] = [
-        (tok.start[0], match.group(1))
-        for tok in tokenize.generate_tokens(StringIO(source).readline)
-        if tok.type == tokenize.COMMENT and (match := _SECTION.match(tok.string))
+def own_fields(group: type[BaseModel]) -> list[str]:
+    """The fields ``group`` declares itself (not those of the groups it builds on)."""
+    return [name for name in vars(group).get("__annotations__", {}) if name in group.model_fields]
+
+
+def groups(cls: type[BaseModel], skip: tuple[type, ...] = ()) -> list[type[SettingsGroup]]:
+    """The concern groups ``cls`` is made of (in its MRO order), bar those in ``skip``."""
+    return [
+        base
+        for base in cls.__mro__
+        if issubclass(base, SettingsGroup) and base not in skip and own_fields(base)
     ]
-    found: dict[str, str] = {}
-    body = ast.parse(source).body[0]
-    assert isinstance(body, ast.ClassDef)
-    for node in body.body:
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            above = [title for line, title in titles if line < node.lineno]
-            found[node.target.id] = above[-1] if above else ""
-    return found
+
+
+def title(group: type) -> tuple[str, str]:
+    """``(title, explanation)`` from a group's docstring, ``"Title: explanation."``."""
+    doc = inspect.getdoc(group) or group.__name__
+    head, _, rest = doc.partition(":")
+    return (head.strip(), rest.strip()) if rest else (group.__name__, doc)
 
 
 def _value(value: Any) -> str:
@@ -103,23 +95,30 @@ def _choices(annotation: Any) -> str:
     return ""
 
 
-def rows(cls: type[BaseSettings]) -> list[tuple[str, str, str, str]]:
-    """``(section, variable, default, meaning)`` per field, in declaration order."""
+def rows(cls: type[BaseModel], skip: tuple[type, ...] = ()) -> list[tuple[str, str, str, str]]:
+    """``(section, variable, default, meaning)`` per field, group by group (``section``: the
+    group's class name; a class made of no groups gives one unnamed section)."""
     prefix = str(cls.model_config.get("env_prefix", ""))
-    titles = sections(cls)
+    made_of = groups(cls)
+    parts = [(g.__name__, own_fields(g)) for g in made_of if g not in skip]
+    if not made_of:
+        parts = [("", list(cls.model_fields))]
     found = []
-    for name, info in cls.model_fields.items():
-        allowed = " ".join(part for part in (_choices(info.annotation), _bounds(info)) if part)
-        # Markdown would end the cell at a pipe and read <data_dir> as an HTML tag.
-        meaning = (info.description or "").replace("|", "\\|").replace("<", "\\<")
-        if allowed:
-            meaning += f" Allowed: {allowed}."
-        found.append((titles.get(name, ""), f"`{(prefix + name).upper()}`", _value(info.default), meaning))
+    for section, names in parts:
+        for name in names:
+            info = cls.model_fields[name]
+            allowed = " ".join(part for part in (_choices(info.annotation), _bounds(info)) if part)
+            # Markdown would end the cell at a pipe and read <data_dir> as an HTML tag.
+            meaning = (info.description or "").replace("|", "\\|").replace("<", "\\<")
+            if allowed:
+                meaning += f" Allowed: {allowed}."
+            found.append((section, f"`{(prefix + name).upper()}`", _value(info.default), meaning))
     return found
 
 
-def render(classes: tuple[type[BaseSettings], ...] = CLASSES) -> str:
-    """The whole of docs/configuration.md."""
+def render(classes: tuple[type[BaseModel], ...]) -> str:
+    """The whole of docs/configuration.md for ``classes``; a class that extends another of them
+    lists only the groups it adds."""
     lines = [
         "# Configuration",
         "",
@@ -127,38 +126,26 @@ def render(classes: tuple[type[BaseSettings], ...] = CLASSES) -> str:
         "",
         "Every setting is an environment variable, read once at start-up (an unknown `SHORTLIST_*`",
         "variable is ignored; a value out of its bounds stops the start, naming the field).",
-        "`make run` honours them all, e.g. `SHORTLIST_PORT=9000 make run`.",
+        "`make run` honours them all, e.g. `SHORTLIST_PORT=9000 make run`. Each section is one",
+        "concern's group: the class named in it is what the part reading those settings is handed.",
     ]
     for cls in classes:
+        seen = tuple(g for base in classes if base is not cls and issubclass(cls, base) for g in groups(base))
         lines += ["", f"## `{cls.__module__}.{cls.__name__}`", ""]
         doc = inspect.getdoc(cls)
         if doc:
             lines += [doc, ""]
+        by_name = {g.__name__: g for g in groups(cls, seen)}
         section = None
-        for title, variable, default, meaning in rows(cls):
-            if title != section:
-                section = title
-                lines += ["", f"### {title[:1].upper() + title[1:]}", "", "| variable | default | meaning |", "|---|---|---|"]
+        for name, variable, default, meaning in rows(cls, seen):
+            if name != section:
+                section = name
+                group = by_name.get(name)
+                heading, explanation = title(group) if group is not None else (name or "Settings", "")
+                label = f" (`{name}`)" if group is not None else ""
+                lines += ["", f"### {heading[:1].upper() + heading[1:]}{label}", ""]
+                if explanation:
+                    lines += [explanation[:1].upper() + explanation[1:], ""]
+                lines += ["| variable | default | meaning |", "|---|---|---|"]
             lines.append(f"| {variable} | {default} | {meaning} |")
     return "\n".join(line.rstrip() for line in lines).replace("\n\n\n", "\n\n") + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if the committed file is stale")
-    parser.add_argument("--out", type=Path, default=DOC, help=f"default: {DOC.relative_to(ROOT)}")
-    args = parser.parse_args(argv)
-    text = render()
-    if args.check:
-        current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
-        if current != text:
-            print(f"{args.out} is stale: run `{COMMAND}`", file=sys.stderr)
-            return 1
-        return 0
-    args.out.write_text(text, encoding="utf-8")
-    print(f"wrote {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

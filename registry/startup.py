@@ -37,7 +37,7 @@ from registry.index.query_cache import CachedEmbedder
 from registry.learning.learner import UsageLearner
 from registry.learning.manager import PolicyManager
 from registry.serving.depth_policies import TunableDepthPolicy
-from registry.settings import Settings
+from registry.settings import EmbedderArgs, Settings
 from registry.store.base import SharedStore, Store, WipeableStore
 from registry.tools import ToolLimits, parse_tools
 from registry.writes.engine import RegistryChange, ShortlistEngine
@@ -59,7 +59,7 @@ class Startup:
 
     settings: Settings
     store: Store
-    embedder_factory: Callable[[Settings], Embedder]
+    embedder_factory: Callable[[EmbedderArgs], Embedder]
     bor_policy: TunableDepthPolicy
     learning: UsageLearner
     policies: PolicyManager
@@ -108,7 +108,7 @@ class Startup:
 
     def _run(self) -> None:
         settings, recorder, store = self.settings, self.feedback_recorder, self.store
-        embedder = self.embedder_factory(settings)
+        embedder = self.embedder_factory(EmbedderArgs.of(settings))
         if settings.query_cache_size > 0:
             embedder = self.query_cache = CachedEmbedder(embedder, settings.query_cache_size)
         engine = ShortlistEngine(
@@ -122,7 +122,9 @@ class Startup:
         log.info("restored %d feedback events from the log", self._until_store_answers(recorder.restore))
         recorder.maybe_compact()
         self.loading = engine
-        self._until_store_answers(lambda: start_learner(self.learning, engine, embedder, recorder.log, store))
+        self._until_store_answers(lambda: start_learner(
+            self.learning, engine, embedder, recorder.log, store, key_prefix=settings.redis_key_prefix()
+        ))
         for info in engine.list_registries():
             self.on_change(RegistryChange(info.registry, info))
         if isinstance(store, SharedStore):

@@ -10,7 +10,6 @@ from anyio import to_thread
 from fastapi import Depends, FastAPI
 
 from registry.serving.depth_policies import TunableDepthPolicy
-from registry.settings import Settings
 from service.auth import log_access_mode, metrics_tokens
 from service.deps import require_admin, require_query
 from service.errors import install_error_handlers
@@ -28,6 +27,7 @@ from service.routes import learning as learning_routes
 from service.routes import policies as policy_routes
 from service.schemas import error_responses
 from service.schemas_openapi import document_settings
+from service.settings import ServiceSettings
 from service.state import EmbedderFactory, ServiceState, default_embedder
 
 DESCRIPTION = """Per-query tool shortlists for LLM agents. Upload tool registries, ask
@@ -36,14 +36,14 @@ Bits-over-Random depth policy judges this query needs."""
 
 
 def create_app(
-    settings: Settings | None = None,
+    settings: ServiceSettings | None = None,
     *,
     embedder_factory: EmbedderFactory = default_embedder,
     bor_policy: TunableDepthPolicy | None = None,
     background_load: bool = True,
 ) -> FastAPI:
     """Build the FastAPI app. Heavy objects are created in the lifespan, not at import."""
-    settings = settings or Settings()
+    settings = settings or ServiceSettings()
     # Built here (not in the lifespan) so a bad policy artifact fails before serving starts.
     state = ServiceState(settings, embedder_factory=embedder_factory, bor_policy=bor_policy)
     mcp = McpFace(state.core, settings)

@@ -25,8 +25,8 @@ from fastapi.requests import HTTPConnection
 from fastapi.security import HTTPBearer
 from pydantic import SecretStr
 
-from registry.settings import Settings
 from service.errors import Unauthorized
+from service.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ MAX_CALLER_ID_CHARS = 200
 
 
 def caller_hash(
-    authorization: str | None, settings: Settings, caller_id: str | None = None, key: bytes = b""
+    authorization: str | None, settings: ServiceSettings, caller_id: str | None = None, key: bytes = b""
 ) -> str | None:
     """Who sent a request, for the learning loop's evidence rule: ``<token>`` or, with an
     ``X-Caller-Id`` header (an end-user or agent id), ``<token>.<id>``, each part a short HMAC
@@ -103,7 +103,7 @@ def caller_hash(
     return f"{principal}.{named.hexdigest()[:12]}"
 
 
-def token_scope(authorization: str | None, settings: Settings) -> tuple[str, ...] | None:
+def token_scope(authorization: str | None, settings: ServiceSettings) -> tuple[str, ...] | None:
     """The tool patterns an admin bound to the request's bearer token
     (``SHORTLIST_QUERY_TOKEN_SCOPES``), or None for an unbound token or none.
 
@@ -157,12 +157,12 @@ def authenticate(authorization: str | None, accepted: Sequence[SecretStr], needs
         )
 
 
-def metrics_tokens(settings: Settings) -> tuple[SecretStr, ...]:
+def metrics_tokens(settings: ServiceSettings) -> tuple[SecretStr, ...]:
     """The tokens that open ``/metrics``: every configured token; none (open) when there are none."""
     return (*settings.metrics_token, *settings.query_token, *settings.admin_token)
 
 
-def log_access_mode(settings: Settings) -> None:
+def log_access_mode(settings: ServiceSettings) -> None:
     """Say at start-up which routes are open; a WARNING when registry writes are."""
     if settings.query_token and not settings.admin_token:
         # A token is set, so the operator may think the service is closed: say what is open.

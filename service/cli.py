@@ -25,16 +25,16 @@ def _serve(args: argparse.Namespace) -> int:
     limit_native_threads()  # before numpy is imported
     limit_malloc_arenas()
     from registry.errors import ShortlistError
-    from registry.settings import Settings
     from service.app import create_app
     from service.server import serve
+    from service.settings import ServiceSettings
 
     overrides = {
         key: value
         for key, value in (("host", args.host), ("port", args.port), ("data_dir", args.data_dir))
         if value is not None
     }
-    settings = Settings(**overrides)
+    settings = ServiceSettings(**overrides)
     configure_logging(args.log_level, settings.log_format)
     try:
         app = create_app(settings)

@@ -8,10 +8,10 @@ from typing import Annotated, Literal
 from fastapi import Depends, Request, Security
 
 from registry.core import Shortlister
-from registry.settings import Settings
 from service.auth import CALLER_HEADER, BearerScheme, authenticate, caller_hash, token_scope
 from service.errors import UnsupportedMediaType, invalid_body
 from service.metrics import Metrics
+from service.settings import ServiceSettings
 from service.state import ServiceState
 
 
@@ -39,13 +39,13 @@ async def get_metrics(state: StateDep) -> Metrics:
     return state.metrics
 
 
-async def get_settings(state: StateDep) -> Settings:
+async def get_settings(state: StateDep) -> ServiceSettings:
     return state.settings
 
 
 CoreDep = Annotated[Shortlister, Depends(get_core)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
-SettingsDep = Annotated[Settings, Depends(get_settings)]
+SettingsDep = Annotated[ServiceSettings, Depends(get_settings)]
 
 
 # -- access control (which routers need which token: see service.auth and create_app) ----------

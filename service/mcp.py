@@ -36,7 +36,6 @@ from registry.core import Shortlister
 from registry.errors import ShortlistError
 from registry.request import MAX_QUERIES, ShortlistRequest
 from registry.serving.shortlist import Shortlist
-from registry.settings import Settings
 from service import json_body
 from service.auth import CALLER_HEADER, authenticate, caller_hash, token_scope
 from service.errors import Unauthorized, error_body, error_response
@@ -50,6 +49,7 @@ from service.schemas import (
     request_model,
     request_value,
 )
+from service.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ class _Route(Route):
 class McpFace:
     """The MCP server over one core; mount :meth:`route` and enter :meth:`running` at start-up."""
 
-    def __init__(self, core: Shortlister, settings: Settings) -> None:
+    def __init__(self, core: Shortlister, settings: ServiceSettings) -> None:
         self.core = core
         self.settings = settings
         # Arguments are validated here (pydantic), not by the SDK (no get_tool_input_schema), so

@@ -12,12 +12,12 @@ from starlette.datastructures import MutableHeaders
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from registry.settings import Settings
 from service.auth import authenticate
 from service.errors import Unauthorized, error_body, error_response
 from service.logging_setup import REQUEST_ID, REQUEST_ID_HEADER, accept_request_id
 from service.mcp_http import replay
 from service.metrics import Metrics
+from service.settings import ServiceSettings
 
 
 class RequestIdMiddleware:
@@ -122,7 +122,7 @@ class EarlyAuthMiddleware:
     QUERY_PATHS = ("/shortlist", "/feedback", "/mcp")
     BODY_METHODS = ("POST", "PUT", "PATCH")
 
-    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+    def __init__(self, app: ASGIApp, settings: ServiceSettings) -> None:
         self.app = app
         both = (*settings.query_token, *settings.admin_token)
         self.query: tuple[SecretStr, ...] = both if settings.query_token else ()

@@ -1,4 +1,4 @@
-"""The HTTP server: uvicorn configured from :class:`Settings`, plus the limits uvicorn lacks.
+"""The HTTP server: uvicorn configured from :class:`ServiceSettings`, plus the limits uvicorn lacks.
 
 ``shortlist serve`` and the end-to-end tests both start the server through :func:`serve`.
 
@@ -39,8 +39,8 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from registry.settings import Settings
 from service.errors import error_body
+from service.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ FD_RESERVE = 128
 
 @dataclass(frozen=True)
 class ConnectionLimits:
-    """Per-connection limits of :class:`GuardedH11Protocol` (from :class:`Settings`)."""
+    """Per-connection limits of :class:`GuardedH11Protocol` (from :class:`ServiceSettings`)."""
 
     max_header_bytes: int = 64 * 1024
     max_header_count: int = 100
@@ -66,7 +66,7 @@ class ConnectionLimits:
     stream_path: str = "/mcp"
 
     @classmethod
-    def of(cls, settings: Settings) -> ConnectionLimits:
+    def of(cls, settings: ServiceSettings) -> ConnectionLimits:
         return cls(
             max_header_bytes=settings.max_header_bytes,
             max_header_count=settings.max_header_count,
@@ -419,7 +419,7 @@ def raise_fd_limit() -> int:
     return soft
 
 
-def connection_cap(settings: Settings, fd_limit: int) -> int:
+def connection_cap(settings: ServiceSettings, fd_limit: int) -> int:
     """``max_connections``, lowered (with a warning) to what the descriptor limit allows once
     the MCP streams' own bound is kept free."""
     cap = settings.max_connections
@@ -434,7 +434,7 @@ def connection_cap(settings: Settings, fd_limit: int) -> int:
     return cap
 
 
-def uvicorn_config(app: Any, settings: Settings, *, log_level: str = "info") -> uvicorn.Config:
+def uvicorn_config(app: Any, settings: ServiceSettings, *, log_level: str = "info") -> uvicorn.Config:
     """The uvicorn configuration ``shortlist serve`` runs: explicit parser, limits, timeouts."""
     cap = connection_cap(settings, raise_fd_limit())
     limits = ConnectionLimits.of(settings)
@@ -459,6 +459,6 @@ def uvicorn_config(app: Any, settings: Settings, *, log_level: str = "info") -> 
     return config
 
 
-def serve(app: Any, settings: Settings, *, log_level: str = "info") -> None:
+def serve(app: Any, settings: ServiceSettings, *, log_level: str = "info") -> None:
     """Run ``app`` until interrupted, with :func:`uvicorn_config`."""
     uvicorn.Server(uvicorn_config(app, settings, log_level=log_level)).run()

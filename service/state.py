@@ -5,10 +5,10 @@ from __future__ import annotations
 from registry.core import DEMO_REGISTRY, EmbedderFactory, Shortlister, default_embedder
 from registry.feedback import FeedbackRecorder
 from registry.serving.depth_policies import TunableDepthPolicy
-from registry.settings import Settings
 from registry.writes.engine import RegistryChange, ShortlistEngine
 from service.feedback_metrics import FeedbackMetrics
 from service.metrics import Metrics, QueryCacheCollector
+from service.settings import ServiceSettings
 
 __all__ = ["DEMO_REGISTRY", "EmbedderFactory", "ServiceState", "default_embedder"]
 
@@ -18,11 +18,12 @@ class ServiceState:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: ServiceSettings,
         *,
         embedder_factory: EmbedderFactory = default_embedder,
         bor_policy: TunableDepthPolicy | None = None,
     ) -> None:
+        self._settings = settings  # the core keeps the domain's part; the faces read the rest
         self.core = Shortlister.from_settings(
             settings, embedder_factory=embedder_factory, bor_policy=bor_policy
         )
@@ -53,8 +54,8 @@ class ServiceState:
     # The core's state, under the names the routes and tests use.
 
     @property
-    def settings(self) -> Settings:
-        return self.core.settings
+    def settings(self) -> ServiceSettings:
+        return self._settings
 
     @property
     def engine(self) -> ShortlistEngine | None:

@@ -54,10 +54,10 @@ def bor_policy():
 
 @pytest.fixture
 def settings(tmp_path: Path):
-    from registry.settings import Settings
+    from service.settings import ServiceSettings
 
     # TestClient sends Host: testserver
-    return Settings(data_dir=tmp_path / "data", demo_registry=None, allowed_hosts=("localhost", "testserver"))
+    return ServiceSettings(data_dir=tmp_path / "data", demo_registry=None, allowed_hosts=("localhost", "testserver"))
 
 
 @pytest.fixture
@@ -91,11 +91,11 @@ def minilm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One real embedder cache per test session: the MiniLM export and the tuned default composed
     from it (about 15 s), so servers started on it load what they would serve by default."""
     from registry.index.minilm_export import ensure_embedder_onnx, ensure_minilm_onnx
-    from registry.settings import Settings
+    from service.settings import ServiceSettings
 
     cache = tmp_path_factory.mktemp("embedder")
     ensure_minilm_onnx(cache)
-    ensure_embedder_onnx(cache, "tuned", Settings().tuned_embedder_dir)
+    ensure_embedder_onnx(cache, "tuned", ServiceSettings().tuned_embedder_dir)
     return cache
 
 

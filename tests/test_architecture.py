@@ -225,3 +225,33 @@ def test_at_most_five_attribute_probes_outside_offline_each_saying_why():
                     probes.append((f"{path.relative_to(ROOT)}:{n + 1}", explained))
     assert len(probes) <= 5, probes
     assert [where for where, explained in probes if not explained] == []
+
+
+# -- settings by concern ---------------------------------------------------------------------------
+
+# Only what assembles the parts holds the whole settings; a part is handed its group
+# (registry.settings.ServingArgs, FeedbackArgs, ...). The offline package's command-line tools
+# read the environment themselves, as a service would.
+WHOLE_SETTINGS = frozenset({
+    "registry.core", "registry.startup", "registry.backends", "registry.assemble",
+    "registry.learning.manager",  # PolicyManager.for_settings and refit_from_settings assemble a manager
+})
+
+
+def whole_settings_users() -> list[str]:
+    """registry modules, outside the assembly and offline/, that import ``Settings`` itself."""
+    found = []
+    for path in sorted((ROOT / "registry").rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        if module in WHOLE_SETTINGS or module.startswith(("registry.offline.", "registry.settings")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module == "registry.settings" and any(
+                alias.name == "Settings" for alias in node.names
+            ):
+                found.append(module)
+    return found
+
+
+def test_parts_receive_their_settings_group_not_the_whole_settings():
+    assert whole_settings_users() == [], "hand the part its group (registry.settings.*Args.of(settings))"

@@ -10,9 +10,9 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from registry.index.embed import HashingEmbedder
-from registry.settings import Settings
 from service.app import create_app
 from service.auth import token_matches
+from service.settings import ServiceSettings
 
 ADMIN = "admin-token-0123456789abcdef"
 ADMIN_2 = "second-admin-token-0123456789"
@@ -149,7 +149,7 @@ def test_tokens_from_the_environment_comma_separated(monkeypatch, tmp_path, bor_
     monkeypatch.setenv("SHORTLIST_QUERY_TOKEN", QUERY)
     monkeypatch.setenv("SHORTLIST_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("SHORTLIST_DEMO_REGISTRY", "")
-    settings = Settings()
+    settings = ServiceSettings()
     assert [t.get_secret_value() for t in settings.admin_token] == [ADMIN, ADMIN_2]
     assert [t.get_secret_value() for t in settings.query_token] == [QUERY]
     for text in (repr(settings), str(settings), settings.model_dump_json()):
@@ -168,7 +168,7 @@ def test_tokens_from_the_environment_comma_separated(monkeypatch, tmp_path, bor_
 
 def test_empty_token_variable_means_open(monkeypatch):
     monkeypatch.setenv("SHORTLIST_ADMIN_TOKEN", " , ")
-    assert Settings().admin_token == ()
+    assert ServiceSettings().admin_token == ()
 
 
 def test_every_configured_token_is_compared_in_constant_time(monkeypatch):

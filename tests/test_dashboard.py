@@ -141,9 +141,9 @@ def test_live_panels_are_titled_by_what_they_plot() -> None:
 
 
 def test_runbook_names_only_settings_that_exist() -> None:
-    from registry.settings import Settings
+    from service.settings import ServiceSettings
 
     text = README.read_text()
     assert "minimum K" not in text
     for name in set(re.findall(r"SHORTLIST_[A-Z0-9_]+", text)):
-        assert name.removeprefix("SHORTLIST_").lower() in Settings.model_fields, name
+        assert name.removeprefix("SHORTLIST_").lower() in ServiceSettings.model_fields, name

@@ -1,7 +1,7 @@
 """Dockerfile, .dockerignore and docker-compose.yml, checked statically (no Docker engine here).
 
 The files parse; every file they reference exists (and is in the build context); ports and
-SHORTLIST_* names match the Settings class; the runtime image runs as a non-root user, has a
+SHORTLIST_* names match the ServiceSettings class; the runtime image runs as a non-root user, has a
 HEALTHCHECK and no torch (no stage installs it: the embedders are written without it); the compose
 service names are Prometheus's scrape targets. hadolint lints the Dockerfile when installed
 (the `test` extra installs it).
@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from registry.settings import Settings
+from service.settings import ServiceSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
@@ -37,7 +37,7 @@ REPLICAS = ("shortlist-1", "shortlist-2")
 
 
 def settings_env() -> set[str]:
-    return {f"SHORTLIST_{name.upper()}" for name in Settings.model_fields}
+    return {f"SHORTLIST_{name.upper()}" for name in ServiceSettings.model_fields}
 
 
 # -- Dockerfile ---------------------------------------------------------------------------------
@@ -204,7 +204,7 @@ def test_runtime_paths_point_at_what_the_image_holds(stages: list[Stage]) -> Non
     for name in ("SHORTLIST_POLICY_DIR", "SHORTLIST_EMBEDDER_CACHE_DIR", "SHORTLIST_DEMO_REGISTRY"):
         assert env[name].rstrip("/") in destinations, name
     # the relevance models of allow_empty, one per embedder family, where the settings look
-    from registry.settings import Settings
+    from service.settings import ServiceSettings
 
     into_relevance_dir = [
         source
@@ -213,7 +213,7 @@ def test_runtime_paths_point_at_what_the_image_holds(stages: list[Stage]) -> Non
         for source in sources
     ]
     for embedder in ("tuned", "minilm"):
-        wanted = Path("models") / Settings(embedder=embedder).resolved_relevance_model().name
+        wanted = Path("models") / ServiceSettings(embedder=embedder).resolved_relevance_model().name
         assert str(wanted) in into_relevance_dir and (ROOT / wanted).is_file(), wanted
     assert (ROOT / "models" / "default" / "manifest.json").is_file()
     # The export writes the embedder where the runtime stage copies it from.
@@ -299,7 +299,7 @@ def test_compose_service_names_are_the_prometheus_targets(compose: dict[str, Any
     expected = set()
     for name in REPLICAS:
         port = int(compose["services"][name]["environment"].get(
-            "SHORTLIST_PORT", Settings.model_fields["port"].default
+            "SHORTLIST_PORT", ServiceSettings.model_fields["port"].default
         ))
         expected.add(f"{name}:{port}")
     assert targets == expected

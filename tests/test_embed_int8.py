@@ -129,7 +129,7 @@ def test_switching_embedder_reembeds_every_registry_never_mixed(
     int8_cache: Path, tmp_path: Path, bor_policy, minilm, minilm_int8
 ) -> None:
     from registry.core import Shortlister, default_embedder
-    from registry.settings import Settings
+    from registry.settings import EmbedderArgs, Settings
 
     payload = json.loads((FIXTURES / "eval_office" / "tools.json").read_text())
     n_tools = len(payload)
@@ -139,7 +139,7 @@ def test_switching_embedder_reembeds_every_registry_never_mixed(
     counters: list[CountingEmbedder] = []
 
     def run(embedder: str, write: bool = False) -> tuple[CountingEmbedder, np.ndarray, str]:
-        def factory(s: Settings) -> CountingEmbedder:
+        def factory(s: EmbedderArgs) -> CountingEmbedder:
             counters.append(CountingEmbedder(default_embedder(s)))
             return counters[-1]
 

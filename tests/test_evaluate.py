@@ -494,10 +494,10 @@ def _policy_with_schema(tmp_path: Path, version: str) -> Path:
 
 def test_app_refuses_a_policy_of_another_feature_schema(tmp_path: Path) -> None:
     from registry.errors import PolicySchemaMismatch
-    from registry.settings import Settings
     from service.app import create_app
+    from service.settings import ServiceSettings
 
-    settings = Settings(data_dir=tmp_path / "data", demo_registry=None,
+    settings = ServiceSettings(data_dir=tmp_path / "data", demo_registry=None,
                         policy_dir=_policy_with_schema(tmp_path, "0-old"))
     with pytest.raises(PolicySchemaMismatch, match="feature schema"):
         create_app(settings)

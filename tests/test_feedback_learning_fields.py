@@ -126,6 +126,6 @@ def test_caller_hash_over_http(make_client):
         r = client.post("/feedback", json={"shortlist_id": body["shortlist_id"], "used": ["get_weather"]},
                         headers=headers)
         assert r.status_code == 200
-    from registry.settings import Settings
+    from service.settings import ServiceSettings
 
-    assert caller_hash("Bearer x", Settings()) is None  # no tokens configured
+    assert caller_hash("Bearer x", ServiceSettings()) is None  # no tokens configured

@@ -38,10 +38,10 @@ from schemathesis.specs.openapi.checks import (
 
 from registry.index.embed import HashingEmbedder
 from registry.names import REGISTRY_NAME_PATTERN
-from registry.settings import Settings
 from service.app import create_app
 from service.schemas import MAX_USED_TOOLS
 from service.schemas_openapi import MAX_TOOL_NAME_CHARS
+from service.settings import ServiceSettings
 from tests.conftest import ROOT
 
 ADMIN = "fuzz-admin-token-0123456789"
@@ -71,7 +71,7 @@ def _build_app() -> tuple[Any, Path]:
     # operation (its fixture-based loader does not work with pytest 9).
     data_dir = Path(tempfile.mkdtemp(prefix="shortlist-fuzz-"))
     app = create_app(
-        Settings(
+        ServiceSettings(
             data_dir=data_dir / "data",
             demo_registry=None,
             admin_token=(SecretStr(ADMIN),),

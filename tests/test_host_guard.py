@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from registry.settings import Settings
 from service.middleware import host_name
+from service.settings import ServiceSettings
 from tests.conftest import weather_tools
 
 EVIL = {"host": "evil.example.com", "origin": "http://evil.example.com"}
-DEFAULT_HOSTS = Settings.model_fields["allowed_hosts"].default
+DEFAULT_HOSTS = ServiceSettings.model_fields["allowed_hosts"].default
 
 
 @pytest.fixture
@@ -23,8 +23,8 @@ def local(make_client):
 
 
 def test_the_default_answers_to_localhost_names_only():
-    assert set(Settings().allowed_hosts) == {"localhost", "127.0.0.1", "::1"}
-    assert Settings(allowed_hosts="a.example, [::1] ,*").allowed_hosts == ("a.example", "::1", "*")
+    assert set(ServiceSettings().allowed_hosts) == {"localhost", "127.0.0.1", "::1"}
+    assert ServiceSettings(allowed_hosts="a.example, [::1] ,*").allowed_hosts == ("a.example", "::1", "*")
     assert [host_name(h) for h in ("LocalHost:8080", "[::1]:80", "::1", "x")] == ["localhost", "::1", "::1", "x"]
 
 

@@ -1,7 +1,7 @@
 """Kubernetes manifests in deploy/k8s, checked statically (no cluster, no kubeconform here).
 
 Each file parses to one resource of the expected kind; labels, selectors and ports agree; every
-SHORTLIST_* variable is a Settings field; probes hit /readyz and /healthz; the PrometheusRule
+SHORTLIST_* variable is a ServiceSettings field; probes hit /readyz and /healthz; the PrometheusRule
 carries exactly the rules of deploy/prometheus/rules/*.yml. After changing those rules:
 
     .venv/bin/python -m tests.test_k8s      # rewrites deploy/k8s/prometheusrule.yaml
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from registry.settings import Settings
+from service.settings import ServiceSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 K8S = ROOT / "deploy" / "k8s"
@@ -43,7 +43,7 @@ def load(name: str) -> dict[str, Any]:
 
 
 def settings_env() -> set[str]:
-    return {f"SHORTLIST_{field.upper()}" for field in Settings.model_fields}
+    return {f"SHORTLIST_{field.upper()}" for field in ServiceSettings.model_fields}
 
 
 def prometheus_rule() -> dict[str, Any]:
@@ -90,7 +90,7 @@ def test_selectors_labels_and_ports_agree() -> None:
     pod_labels = spec["template"]["metadata"]["labels"]
     assert SELECTOR.items() <= pod_labels.items()
     ports = {p["name"]: p["containerPort"] for p in container()["ports"]}
-    assert ports == {"http": Settings.model_fields["port"].default}
+    assert ports == {"http": ServiceSettings.model_fields["port"].default}
 
     service = load("service.yaml")
     assert service["spec"]["selector"] == SELECTOR

@@ -117,10 +117,10 @@ import faiss  # noqa: F401  (its loader logs every build it fails to load at INF
 from registry.index.lexical import LexicalIndex
 LexicalIndex(["send an email", "read a file"])  # bm25s logs 'Building index' at DEBUG
 from registry.index.embed import HashingEmbedder
-from registry.settings import Settings
+from service.settings import ServiceSettings
 from service.app import create_app
 from fastapi.testclient import TestClient
-settings = Settings(data_dir=sys.argv[2], demo_registry=None, admin_token="a", query_token="q")
+settings = ServiceSettings(data_dir=sys.argv[2], demo_registry=None, admin_token="a", query_token="q")
 with TestClient(create_app(settings, embedder_factory=lambda _: HashingEmbedder(),
                            background_load=False)) as client:
     client.get("/healthz")

@@ -450,16 +450,16 @@ def test_failed_unmark_is_retried_before_the_next_mark(client, own_redis, redis_
 
 def test_settings_choose_the_backend(tmp_path, bor_policy, redis_server, redis_prefix):
     from registry.feedback import LocalFeedbackLog, ShortlistMemory
-    from registry.settings import Settings
     from registry.store.local import LocalStore
+    from service.settings import ServiceSettings
     from service.state import ServiceState
 
-    local = ServiceState(Settings(data_dir=tmp_path / "local", demo_registry=None), bor_policy=bor_policy)
+    local = ServiceState(ServiceSettings(data_dir=tmp_path / "local", demo_registry=None), bor_policy=bor_policy)
     assert isinstance(local.core.store, LocalStore)
     assert isinstance(local.feedback.memory, ShortlistMemory)
     assert isinstance(local.feedback.log, LocalFeedbackLog)
 
-    settings = Settings(
+    settings = ServiceSettings(
         data_dir=tmp_path / "shared", demo_registry=None,
         redis_url=redis_server.url, redis_prefix=redis_prefix, sync_interval_seconds=0.5,
     )

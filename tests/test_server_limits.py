@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from registry.settings import Settings
 from service.server import connection_cap, raise_fd_limit, redact_query
+from service.settings import ServiceSettings
 from tests.server import Server, Servers
 
 TIMEOUT = 2.0  # header_timeout_seconds and body_timeout_seconds of the test server
@@ -242,7 +242,7 @@ def test_a_connection_beyond_the_cap_is_503_at_once(servers):
 
 
 def test_the_connection_cap_fits_the_descriptor_limit():
-    settings = Settings(max_connections=2048)
+    settings = ServiceSettings(max_connections=2048)
     assert connection_cap(settings, 100_000) == 2048
     assert connection_cap(settings, 1024) == 1024 - 128 - settings.mcp_max_streams  # streams kept free
     soft = raise_fd_limit()
@@ -260,8 +260,8 @@ def test_server_limits_are_documented_settings():
         "keep_alive_seconds",
         "max_connections",
     ):
-        assert Settings.model_fields[name].description, name
-    defaults = Settings()
+        assert ServiceSettings.model_fields[name].description, name
+    defaults = ServiceSettings()
     assert defaults.max_header_bytes == 64 * 1024 and defaults.max_header_count == 100
     assert defaults.header_timeout_seconds == 30 and defaults.body_timeout_seconds == 30
 

@@ -46,7 +46,7 @@ from registry.index.embed import (
     read_manifest,
     sha256_file,
 )
-from registry.settings import EmbedderName, Settings
+from registry.settings import EmbedderArgs, EmbedderName
 
 __all__ = [
     "EMBEDDER_FILES",
@@ -343,8 +343,8 @@ def load_minilm(
     return load_embedder(cache_dir, embedder, threads=threads, adapter_dir=adapter_dir)
 
 
-def default_embedder(settings: Settings) -> OnnxEmbedder:
-    """The settings' embedder (``SHORTLIST_EMBEDDER``) from their embedder cache (made on first use)."""
+def default_embedder(settings: EmbedderArgs) -> OnnxEmbedder:
+    """The configured embedder (``SHORTLIST_EMBEDDER``) from its cache (made on first use)."""
     return load_minilm(
         settings.resolved_embedder_cache(),
         threads=settings.embed_threads,

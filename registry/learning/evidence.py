@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from registry.settings import Settings
+from registry.settings import LearningArgs
 
 __all__ = ["EvidenceConfig", "EvidenceCounter", "decay_weight", "evidence_config", "principal"]
 
@@ -51,12 +51,12 @@ class EvidenceConfig:
     over_share_weight: float = 0.05  # what an event of a caller at its share still weighs
 
 
-def evidence_config(settings: Settings) -> EvidenceConfig:
-    """The rule's knobs from the settings (the usage memory, the profiles and the refit)."""
+def evidence_config(learning: LearningArgs) -> EvidenceConfig:
+    """The rule's knobs from the learning group (the usage memory, the profiles and the refit)."""
     return EvidenceConfig(
-        half_life=settings.learning_half_life,
-        per_minute=settings.learning_caller_events_per_minute,
-        caller_share=settings.learning_caller_share,
+        half_life=learning.learning_half_life,
+        per_minute=learning.learning_caller_events_per_minute,
+        caller_share=learning.learning_caller_share,
     )
 
 

@@ -36,7 +36,7 @@ from registry.learning.persist import Control, LearningStore
 from registry.learning.profiles import ProfileConfig, fit_weight
 from registry.learning.usage import UsageEvent, UsageMemory
 from registry.serving.chains import Companions, LearnedEdge
-from registry.settings import Settings
+from registry.settings import LearningArgs
 
 __all__ = ["UsageLearner"]
 
@@ -51,24 +51,33 @@ class UsageLearner:
     """Usage-augmented ranking for a service (see the module docstring).
 
     Args:
-        settings: the service settings (``learning_*``).
+        learning: the learning group (``SHORTLIST_LEARNING*``).
         store: where states and control records live.
         known_tools: registry -> its current tool names (None: no such registry).
         clock: wall clock (wipe times).
+        refit_margin: the gain a fitted profile weight must show (``SHORTLIST_REFIT_MARGIN``).
+        poll_seconds: longest wait between two looks at a shared log (the replicas' sync interval).
+        require_caller: count only events that name their caller (query tokens identify them).
     """
 
     def __init__(
         self,
-        settings: Settings,
+        learning: LearningArgs,
         store: LearningStore,
         known_tools: KnownTools,
         clock: Callable[[], float] = time.time,
+        *,
+        refit_margin: float = 0.0,
+        poll_seconds: float = 1.0,
+        require_caller: bool = False,
     ) -> None:
-        self.settings = settings
+        self.args = learning
         self.store = store
         self.known_tools = known_tools
-        self.memory = UsageMemory(self._not_attached, usage_config(settings))
-        self.save_interval = float(settings.learning_save_interval_seconds)
+        self.memory = UsageMemory(self._not_attached, usage_config(learning, require_caller=require_caller))
+        self.save_interval = float(learning.learning_save_interval_seconds)
+        self.poll_seconds = poll_seconds
+        self.refit_margin = refit_margin
         self._clock = clock
         self._controls: dict[str, Control] = {}
         self._dirty: set[str] = set()
@@ -150,7 +159,7 @@ class UsageLearner:
         self._fold(self._backlog)
         self._backlog = ()
         self._backlog_folded.set()
-        interval = min(self.settings.sync_interval_seconds, self.save_interval)
+        interval = min(self.poll_seconds, self.save_interval)
         while not self._stop.wait(interval):
             try:
                 self.tick()
@@ -181,7 +190,7 @@ class UsageLearner:
         compaction cuts events out of the log, so no learned evidence exists only in memory.
         False (the compaction waits) while the logged backlog is still being folded or a save
         failed; True when learning is off or every change is saved."""
-        if not self.settings.learning:
+        if not self.args.learning:
             return True
         if not self.attached or not self._backlog_folded.wait(timeout):
             return False
@@ -201,7 +210,7 @@ class UsageLearner:
     def enabled(self, registry: str) -> bool:
         """Learning is on globally (``SHORTLIST_LEARNING``) and for ``registry``."""
         control = self._controls.get(registry)
-        return bool(self.settings.learning) and (control is None or control.enabled)
+        return bool(self.args.learning) and (control is None or control.enabled)
 
     def observe(self, event: UsageEvent) -> str:
         """Fold one event (the feedback listener); returns what the memory said, or
@@ -300,7 +309,7 @@ class UsageLearner:
         rows = [e for e in events if e.registry == registry and e.query and e.used][-FIT_EVENTS:]
         ids = snap.by_name
         rows = [e for e in rows if any(u in ids for u in e.used)]
-        cfg = profile_config(self.settings)
+        cfg = profile_config(self.args, self.refit_margin)
         if not self.attached or len(rows) < cfg.min_fit_events:
             fit = {"events": len(rows), "reason": f"{len(rows)} events; fitting a weight needs {cfg.min_fit_events}"}
             weight = 0.0
@@ -424,7 +433,7 @@ class UsageLearner:
             "companions": len(self._control(registry).companions),
             "companions_fit": self._control(registry).companions_fit,
             "enabled": self.enabled(registry),
-            "global_enabled": bool(self.settings.learning),
+            "global_enabled": bool(self.args.learning),
             "registry_enabled": self._control(registry).enabled,
             **self.memory.report(registry),
         }

@@ -23,7 +23,7 @@ from typing import Any
 from registry.errors import NotFound, RegistryNotFound
 from registry.feedback import FeedbackEvent, FeedbackLog
 from registry.jobs import OPEN_STATES, JobQueue, JobRecords, LocalJobRecords, RedisJobRecords, Task
-from registry.learning.evidence import evidence_config
+from registry.learning.evidence import EvidenceConfig, evidence_config
 from registry.learning.refit import refit
 from registry.learning.refit_data import Replay
 from registry.learning.refit_events import RefitEvents
@@ -33,7 +33,7 @@ from registry.serving.stop_rules import (
     PolicyStore,
     RedisPolicyStore,
 )
-from registry.settings import Settings
+from registry.settings import RefitArgs, Settings
 
 __all__ = ["JOB_STATES", "PolicyManager", "RefitHooks", "RefitJob", "refit_from_settings"]
 
@@ -99,30 +99,29 @@ class PolicyManager:
     Args:
         book: the active rules this replica serves.
         feedback_log: the log refits read (incrementally).
-        settings: refit knobs (``refit_min_events``, ``refit_margin``, ``refit_confidence``,
-            ``refit_queue_max``).
-        records: where refit jobs are kept (default: in the data directory).
+        refit: the refit group (``SHORTLIST_REFIT_*``).
+        records: where refit jobs are kept.
         hooks: the core's profile fit and replay (:class:`RefitHooks`; default: neither).
+        evidence: the evidence rule a refit counts events by (the learning group's).
+        lease_seconds: how long a dead replica's refit stays claimed (``SHORTLIST_JOB_LEASE_SECONDS``).
     """
 
     def __init__(
         self,
         book: PolicyBook,
         feedback_log: FeedbackLog,
-        settings: Settings,
-        records: JobRecords | None = None,
+        refit: RefitArgs,
+        records: JobRecords,
         hooks: RefitHooks | None = None,
+        *,
+        evidence: EvidenceConfig | None = None,
+        lease_seconds: float = 30.0,
     ) -> None:
         self.book = book
         self.events = RefitEvents(feedback_log)
-        self.settings = settings
-        self.queue = JobQueue(
-            "refit",
-            records or LocalJobRecords(settings.data_dir),
-            limit=settings.refit_queue_max,
-            what="refits",
-            lease_seconds=settings.job_lease_seconds,
-        )
+        self.args = refit
+        self.evidence = evidence or EvidenceConfig()
+        self.queue = JobQueue("refit", records, limit=refit.refit_queue_max, what="refits", lease_seconds=lease_seconds)
         self._open: dict[str, str] = {}  # registry -> its unfinished job here
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -151,7 +150,15 @@ class PolicyManager:
             jobs = jobs or RedisJobRecords(client, settings.redis_key_prefix())
         else:
             store = LocalPolicyStore(settings.data_dir)
-        return cls(PolicyBook(store), feedback_log, settings, jobs, hooks)
+        return cls(
+            PolicyBook(store),
+            feedback_log,
+            RefitArgs.of(settings),
+            jobs or LocalJobRecords(settings.data_dir),
+            hooks,
+            evidence=evidence_config(settings),
+            lease_seconds=settings.job_lease_seconds,
+        )
 
     # -- serving ----------------------------------------------------------------------------------
 
@@ -266,12 +273,12 @@ class PolicyManager:
                 events if replay is None else events[-REPLAY_EVENTS:],
                 registry,
                 current,
-                min_events=self.settings.refit_min_events,
-                margin=self.settings.refit_margin,
-                confidence=self.settings.refit_confidence,
-                evidence=evidence_config(self.settings),
-                max_mean_k=self.settings.refit_max_mean_k,
-                review_factor=self.settings.refit_review_factor,
+                min_events=self.args.refit_min_events,
+                margin=self.args.refit_margin,
+                confidence=self.args.refit_confidence,
+                evidence=self.evidence,
+                max_mean_k=self.args.refit_max_mean_k,
+                review_factor=self.args.refit_review_factor,
                 replay=replay,
             )
             version = None

@@ -87,7 +87,7 @@ class TunableDepthPolicy(DepthPolicy, Protocol):
 
 
 class RuleSettings(Protocol):
-    """What the fixed-rule policies are built from (:class:`registry.settings.Settings` has it)."""
+    """What the fixed-rule policies are built from (:class:`registry.settings.ServingArgs` has it)."""
 
     @property
     def fixed_k(self) -> int: ...

@@ -65,7 +65,7 @@ from registry.serving.replay import (
 )
 from registry.serving.scope import ScopeCache, allows
 from registry.serving.stop_rules import PolicyBook
-from registry.settings import Settings
+from registry.settings import ServingArgs
 
 __all__ = ["QueryRunner", "Shortlist", "ShortlistItem", "UsageRerank"]
 
@@ -169,7 +169,7 @@ class QueryRunner:
 
     def __init__(
         self,
-        settings: Settings,
+        serving: ServingArgs,
         embedder: Embedder,
         bor_policy: TunableDepthPolicy,
         relevance: RelevanceModel | None = None,
@@ -177,16 +177,16 @@ class QueryRunner:
         usage: UsageRerank | None = None,
         policy_book: PolicyBook | None = None,
     ) -> None:
-        self.settings = settings
+        self.serving = serving  # the serving group alone: defaults, ranking and depth knobs
         self.embedder = embedder
         self.bor_policy = bor_policy
-        self.relevance = relevance or RelevanceModel.load(settings.resolved_relevance_model())
-        self.coverage = CoverageModel.load(settings.coverage_model) if settings.coverage_model else None
+        self.relevance = relevance or RelevanceModel.load(serving.resolved_relevance_model())
+        self.coverage = CoverageModel.load(serving.coverage_model) if serving.coverage_model else None
         self.scorers: dict[str, Scorer] = dict(SCORERS)
-        self.policies: dict[str, DepthPolicy] = depth_policies(settings, bor_policy)
+        self.policies: dict[str, DepthPolicy] = depth_policies(serving, bor_policy)
         self.usage = usage  # the usage memory's lift (learning), when the core has one
         self.policy_book = policy_book or PolicyBook()  # per-registry stop rules
-        self.explorer = Explorer(settings.explore_share)
+        self.explorer = Explorer(serving.explore_share)
         self._no_explore = Explorer(0.0)
         self.scopes = ScopeCache()
 
@@ -301,7 +301,7 @@ class QueryRunner:
         """``text`` ranked on ``snap`` as this runner serves it now, with ``depth`` policy
         states: what a depth refit fits on (:mod:`registry.serving.replay`)."""
         return replay_ranking(
-            snap, text, depth, scorer=self.settings.default_scorer, embedder=self.embedder,
+            snap, text, depth, scorer=self.serving.default_scorer, embedder=self.embedder,
             policy=self.bor_policy, usage=self.usage,
         )
 
@@ -379,7 +379,7 @@ class QueryRunner:
         return append_companions(picks, companions, score_of, name_of, cap=cap, called=called, allowed=allowed)
 
     def _intents(self, query: str, request: ResolvedRequest) -> tuple[Intent, ...]:
-        if request.k is not None or not self.settings.multi_intent:
+        if request.k is not None or not self.serving.multi_intent:
             return ()
         intents = split_request(query)
         return intents if len(intents) > 1 else ()
@@ -435,7 +435,7 @@ class QueryRunner:
     ) -> list[Pick]:
         # names are only read to fold declared equivalents
         names = [t.name for t in snap.tools] if len(snap.equivalence) else []
-        threshold = self.settings.duplicate_similarity
+        threshold = self.serving.duplicate_similarity
         folded = [
             fold_duplicates(ids, scores, names, snap.equivalence, snap.dense.embeddings, threshold)
             for ids, scores in rankings

@@ -20,7 +20,7 @@ from registry.index.graph import NO_EDITS, EdgeEdits
 from registry.index.snapshot import Snapshot, build_snapshot
 from registry.names import validate_registry_name
 from registry.runtime import trim_heap
-from registry.settings import Settings
+from registry.settings import EngineArgs
 from registry.store.base import RegistryRecord, SharedStore, Store
 from registry.tools import Tool, ToolLimits
 from registry.writes.jobs import (
@@ -65,7 +65,7 @@ RegistryListener = Callable[[RegistryChange], None]
 class CommitPath:
     """Snapshots, locks and the commit path of an engine (see ShortlistEngine)."""
 
-    settings: Settings
+    settings: EngineArgs
     store: Store
     embedder: Embedder
     limits: ToolLimits

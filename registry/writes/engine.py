@@ -26,7 +26,7 @@ from registry.serving.depth_policies import TunableDepthPolicy
 from registry.serving.relevance import RelevanceModel
 from registry.serving.shortlist import QueryRunner, Shortlist, ShortlistItem, UsageRerank
 from registry.serving.stop_rules import PolicyBook
-from registry.settings import Settings
+from registry.settings import EngineArgs, ServingArgs
 from registry.store.base import SharedStore, Store
 from registry.tools import Tool, ToolLimits, parse_tools
 from registry.writes.commits import CommitPath, RegistryChange, RegistryInfo, RegistryListener
@@ -68,7 +68,7 @@ class ShortlistEngine(CommitPath):
 
     def __init__(
         self,
-        settings: Settings,
+        settings: EngineArgs,
         store: Store,
         embedder: Embedder,
         bor_policy: TunableDepthPolicy,
@@ -82,7 +82,7 @@ class ShortlistEngine(CommitPath):
         self.embedder = embedder
         self.bor_policy = bor_policy
         self.queries = QueryRunner(
-            settings, embedder, bor_policy, relevance, usage=usage, policy_book=policy_book
+            ServingArgs.of(settings), embedder, bor_policy, relevance, usage=usage, policy_book=policy_book
         )
         self.limits = ToolLimits(
             max_tools=settings.max_tools_per_registry,
