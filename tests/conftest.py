@@ -180,3 +180,15 @@ def make_core(settings, bor_policy):
     yield make
     for core in cores:
         core.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with its file's kind (tests/kinds.py) unless it is marked with one itself."""
+    from tests.kinds import KINDS, kind_of
+
+    for item in items:
+        if any(item.get_closest_marker(kind) for kind in KINDS):
+            continue
+        kind = kind_of(item.path.stem)
+        if kind is not None:
+            item.add_marker(kind)
