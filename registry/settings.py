@@ -15,7 +15,7 @@ generated from both (``python -m service.settings_doc``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, TypeVar, get_args
+from typing import Literal, TypeVar, cast, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -46,8 +46,8 @@ class SettingsGroup(BaseModel):
     @classmethod
     def of(cls: type[G], settings: BaseModel) -> G:
         """This group's values out of ``settings`` (any object with its fields, e.g. :class:`Settings`)."""
-        # A dict, not the object: pydantic hands back a subclass instance (Settings) unchanged.
-        return cls.model_validate({name: getattr(settings, name) for name in cls.model_fields})
+        # Copied, not validated again: the values are the settings' own (checked when read).
+        return cast(G, cls.model_construct(**{name: getattr(settings, name) for name in cls.model_fields}))
 
 
 class DataDir(SettingsGroup):

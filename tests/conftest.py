@@ -18,7 +18,6 @@ os.environ.setdefault("SHORTLIST_EXPLORE_SHARE", "0")
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-POLICY_DIR = ROOT / "models" / "default"
 
 
 class CountingEmbedder:
@@ -47,17 +46,16 @@ def hashing_embedder():
 
 @pytest.fixture(scope="session")
 def bor_policy():
-    from registry.serving.depth_policies import OnnxDepthPolicy
+    from tests.cores import shipped_policy
 
-    return OnnxDepthPolicy.from_dir(POLICY_DIR)
+    return shipped_policy()
 
 
 @pytest.fixture
 def settings(tmp_path: Path):
-    from service.settings import ServiceSettings
+    from tests.cores import settings_for
 
-    # TestClient sends Host: testserver
-    return ServiceSettings(data_dir=tmp_path / "data", demo_registry=None, allowed_hosts=("localhost", "testserver"))
+    return settings_for(tmp_path / "data")
 
 
 @pytest.fixture
@@ -126,10 +124,9 @@ def tools_payload() -> list[dict]:
 
 @pytest.fixture
 def engine(settings, hashing_embedder, bor_policy) -> Iterator:
-    from registry.store.local import LocalStore
-    from registry.writes.engine import ShortlistEngine
+    from tests.cores import new_engine
 
-    yield ShortlistEngine(settings, LocalStore(settings.data_dir), hashing_embedder, bor_policy)
+    yield new_engine(settings, embedder=hashing_embedder, bor_policy=bor_policy)
 
 
 @pytest.fixture
@@ -162,18 +159,12 @@ def redis_prefix() -> str:
 @pytest.fixture
 def make_core(settings, bor_policy):
     """Cores built from the test settings (hashing embedder), closed after the test."""
-    from registry.core import Shortlister
-    from registry.index.embed import HashingEmbedder
+    from tests.cores import new_core
 
     cores = []
 
     def make(start: bool = True, **overrides):
-        core = Shortlister.from_settings(
-            settings.model_copy(update=overrides),
-            embedder_factory=lambda _: HashingEmbedder(),
-            bor_policy=bor_policy,
-            start=start,
-        )
+        core = new_core(settings, bor_policy=bor_policy, start=start, **overrides)
         cores.append(core)
         return core
 

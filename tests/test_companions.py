@@ -26,6 +26,7 @@ from registry.learning.companions import (
 from registry.learning.profiles import held_out
 from registry.learning.usage import UsageConfig, UsageMemory
 from registry.request import ShortlistRequest
+from tests.cores import new_core
 from tests.test_graph import REST
 
 EMBED = HashingEmbedder()
@@ -135,10 +136,7 @@ CITIES = ["paris", "rome", "berlin", "madrid", "lisbon", "vienna", "prague", "os
 
 
 def core_for(settings, bor_policy) -> Shortlister:
-    return Shortlister.from_settings(
-        settings.model_copy(update=LEARN), embedder_factory=lambda _: HashingEmbedder(), bor_policy=bor_policy,
-        start=True,
-    )
+    return new_core(settings.model_copy(update=LEARN), bor_policy=bor_policy)
 
 
 def teach(core: Shortlister, n: int = 16) -> None:

@@ -10,7 +10,7 @@ import pytest
 from pydantic import SecretStr
 
 from registry.core import Shortlister
-from registry.index.embed import HashingEmbedder
+from tests.cores import new_core
 from tests.redis_server import RedisServer
 from tests.test_companions import PAIR, names, teach
 from tests.test_graph import REST
@@ -28,7 +28,7 @@ def own_redis(tmp_path) -> Iterator[RedisServer]:
 
 def replica(settings, bor_policy, url: str, prefix: str, tmp) -> Shortlister:
     s = settings.model_copy(update={"redis_url": SecretStr(url), "redis_prefix": prefix, "data_dir": tmp, **KNOBS})
-    return Shortlister.from_settings(s, embedder_factory=lambda _: HashingEmbedder(), bor_policy=bor_policy, start=True)
+    return new_core(s, bor_policy=bor_policy)
 
 
 def companion(c: Shortlister) -> tuple[str, str | None] | None:

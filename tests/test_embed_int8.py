@@ -14,6 +14,7 @@ import pytest
 
 from registry.request import ShortlistRequest
 from tests.conftest import FIXTURES, CountingEmbedder
+from tests.cores import new_core
 
 PARITY_SETS = ("eval_office", "eval_weather")
 # Stated tolerances for int8 against fp32 on the fixtures (44 queries, 36 tools). Measured when
@@ -128,7 +129,7 @@ def test_int8_found_at_1_within_tolerance_of_fp32(minilm, minilm_int8) -> None:
 def test_switching_embedder_reembeds_every_registry_never_mixed(
     int8_cache: Path, tmp_path: Path, bor_policy, minilm, minilm_int8
 ) -> None:
-    from registry.core import Shortlister, default_embedder
+    from registry.core import default_embedder
     from registry.settings import EmbedderArgs, Settings
 
     payload = json.loads((FIXTURES / "eval_office" / "tools.json").read_text())
@@ -143,12 +144,7 @@ def test_switching_embedder_reembeds_every_registry_never_mixed(
             counters.append(CountingEmbedder(default_embedder(s)))
             return counters[-1]
 
-        core = Shortlister.from_settings(
-            settings.model_copy(update={"embedder": embedder}),
-            embedder_factory=factory,
-            bor_policy=bor_policy,
-            start=True,
-        )
+        core = new_core(settings, embedder_factory=factory, bor_policy=bor_policy, embedder=embedder)
         try:
             if write:
                 core.put_registry("office", payload)

@@ -13,8 +13,7 @@ from registry.errors import (
     ValidationFailed,
 )
 from registry.request import ShortlistRequest
-from registry.store.local import LocalStore
-from registry.writes.engine import ShortlistEngine
+from tests.cores import new_engine
 
 
 def test_put_creates_and_versions_increase(engine, tools_payload):
@@ -62,7 +61,7 @@ def test_upsert_merges_by_name_and_keeps_definitions(engine, tools_payload):
 
 def test_upsert_creates_missing_registry_and_respects_the_tool_limit(settings, hashing_embedder, bor_policy, tools_payload):
     small = settings.model_copy(update={"max_tools_per_registry": 4})
-    engine = ShortlistEngine(small, LocalStore(small.data_dir), hashing_embedder, bor_policy)
+    engine = new_engine(small, embedder=hashing_embedder, bor_policy=bor_policy)
     assert engine.upsert_tools("new", tools_payload[:3]).version == 1
     with pytest.raises(PayloadTooLarge):
         engine.upsert_tools("new", [{"name": "x"}, {"name": "y"}])
@@ -83,12 +82,12 @@ def test_deletes(engine, tools_payload):
 
 
 def test_reupload_reuses_cached_embeddings_across_restarts(settings, hashing_embedder, bor_policy, tools_payload):
-    engine = ShortlistEngine(settings, LocalStore(settings.data_dir), hashing_embedder, bor_policy)
+    engine = new_engine(settings, embedder=hashing_embedder, bor_policy=bor_policy)
     engine.put_registry("r", tools_payload)
     assert hashing_embedder.documents == 4
     engine.put_registry("r", tools_payload)
     assert hashing_embedder.documents == 4
-    restarted = ShortlistEngine(settings, LocalStore(settings.data_dir), hashing_embedder, bor_policy)
+    restarted = new_engine(settings, embedder=hashing_embedder, bor_policy=bor_policy)
     assert restarted.load_all() == 1
     assert hashing_embedder.documents == 4
     assert restarted.snapshot("r").version == 2
@@ -149,7 +148,7 @@ def test_bad_shortlist_requests_name_the_field(engine, tools_payload, kwargs, fi
 
 def test_depth_bias_moves_the_bor_cut_and_defaults_to_the_setting(settings, hashing_embedder, bor_policy):
     tools = [{"name": f"tool_{i}", "description": f"does thing {i} with item {i % 7}"} for i in range(60)]
-    engine = ShortlistEngine(settings, LocalStore(settings.data_dir), hashing_embedder, bor_policy)
+    engine = new_engine(settings, embedder=hashing_embedder, bor_policy=bor_policy)
     engine.put_registry("r", tools)
     queries = [f"do thing {i} with item {i % 5}" for i in range(25)]
     lengths = {b: [engine.shortlist(ShortlistRequest("r", q, depth_bias=b)).k for q in queries] for b in (-10, -0.5, 0, 0.5, 10)}
@@ -164,7 +163,7 @@ def test_depth_bias_moves_the_bor_cut_and_defaults_to_the_setting(settings, hash
     assert engine.shortlist(ShortlistRequest("r", queries[0], k=2)).depth_bias is None
 
     longer_settings = settings.model_copy(update={"depth_bias": 10.0})
-    longer = ShortlistEngine(longer_settings, engine.store, hashing_embedder, bor_policy)
+    longer = new_engine(longer_settings, store=engine.store, embedder=hashing_embedder, bor_policy=bor_policy)
     longer.load_all()
     assert longer.shortlist(ShortlistRequest("r", queries[0])).k == 20
     assert longer.shortlist(ShortlistRequest("r", queries[0], depth_bias=-10)).k == 1  # the request wins
@@ -185,7 +184,7 @@ def test_writes_to_a_large_registry_derive_the_hnsw_graph(settings, hashing_embe
     """Above hnsw_min_tools an upsert or delete reuses the previous graph; search stays right:
     the new tool is found, the deleted one never comes back, changed text is searched anew."""
     small = settings.model_copy(update={"hnsw_min_tools": 50})
-    engine = ShortlistEngine(small, LocalStore(small.data_dir), hashing_embedder, bor_policy)
+    engine = new_engine(small, embedder=hashing_embedder, bor_policy=bor_policy)
     tools = [{"name": f"tool_{i}", "description": f"handles topic{i} and subject{i % 9}"} for i in range(120)]
     engine.put_registry("big", tools)
     assert engine.snapshot("big").dense.kind == "hnsw"
@@ -201,7 +200,7 @@ def test_writes_to_a_large_registry_derive_the_hnsw_graph(settings, hashing_embe
     for query in ("handles topic7 and subject7", "topic7"):
         names = [t.name for t in engine.shortlist(ShortlistRequest("big", query, scorer="dense", k=50)).tools]
         assert "tool_7" not in names and len(names) == 50
-    restarted = ShortlistEngine(small, LocalStore(small.data_dir), hashing_embedder, bor_policy)
+    restarted = new_engine(small, embedder=hashing_embedder, bor_policy=bor_policy)
     restarted.load_all()  # a fresh build gives the same answers
     assert restarted.snapshot("big").dense.dead_slots == 0
     assert restarted.shortlist(ShortlistRequest("big", "counts zebras on the savanna", scorer="dense", k=1)).tools[0].name == "zebra_tool"

@@ -8,6 +8,7 @@ import pytest
 from registry.feedback import FeedbackRequest
 from registry.request import ShortlistRequest
 from tests.conftest import weather_tools
+from tests.cores import new_core
 
 
 def _tools(n: int = 40) -> list[dict]:
@@ -76,13 +77,8 @@ def test_the_shown_shortlist_and_its_feedback_event_carry_one_trace():
 
 @pytest.fixture
 def core(settings, bor_policy):
-    from registry.core import Shortlister
-    from registry.index.embed import HashingEmbedder
 
-    core = Shortlister.from_settings(
-        settings.model_copy(update={"explore_share": 0.0}),
-        embedder_factory=lambda _: HashingEmbedder(), bor_policy=bor_policy, start=True,
-    )
+    core = new_core(settings.model_copy(update={"explore_share": 0.0}), bor_policy=bor_policy)
     yield core
     core.close()
 

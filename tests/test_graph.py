@@ -14,6 +14,7 @@ from registry.errors import RegistryNotFound, ValidationFailed
 from registry.index.graph import EdgeEdits, ToolGraph, tool_facts
 from registry.request import ShortlistRequest
 from registry.tools import parse_tools
+from tests.cores import new_engine
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -133,11 +134,9 @@ def test_edit_graph_is_a_versioned_write_and_unknown_names_change_nothing(engine
     engine.delete_tool("shop", "get_customer")
     assert engine.snapshot("shop").edits.added == ()  # the deleted tool took its edit
 
-    from registry.store.local import LocalStore
-    from registry.writes.engine import ShortlistEngine
 
     engine.edit_graph("shop", remove=[["list_orders", "get_order"]])
-    restarted = ShortlistEngine(settings, LocalStore(settings.data_dir), hashing_embedder, bor_policy)
+    restarted = new_engine(settings, embedder=hashing_embedder, bor_policy=bor_policy)
     restarted.load_all()
     assert edges(restarted.snapshot("shop").graph) == edges(engine.snapshot("shop").graph)
     assert restarted.snapshot("shop").edits.removed == (("search_films", "get_film"), ("list_orders", "get_order"))

@@ -17,9 +17,9 @@ from registry.jobs import LocalJobRecords
 from registry.request import ShortlistRequest
 from registry.store.local import LocalStore
 from registry.tools import ToolLimits, parse_tools
-from registry.writes.engine import ShortlistEngine
 from registry.writes.jobs import stored_tools
 from registry.writes.write_jobs import WriteJobs
+from tests.cores import new_engine
 
 WORDS = "invoice order flight hotel payment report user zebra weather stock ticket email calendar".split()
 QUERIES = ["book a flight and hotel", "zebra weather report", "send an email about the invoice",
@@ -96,7 +96,7 @@ def test_derived_snapshot_ranks_like_a_rebuilt_one_and_embeds_only_new_text(tmp_
 
 
 def test_one_tool_upsert_embeds_one_text_and_shares_unchanged_parts(settings, hashing_embedder, bor_policy):
-    engine = ShortlistEngine(settings, LocalStore(settings.data_dir), hashing_embedder, bor_policy)
+    engine = new_engine(settings, embedder=hashing_embedder, bor_policy=bor_policy)
     rng = random.Random(1)
     engine.put_registry("r", {"tools": [_tool(f"t{i}", rng) for i in range(50)], "equivalents": [["t1", "t2"]]})
     before = engine.snapshot("r")
@@ -112,7 +112,7 @@ def test_one_tool_upsert_embeds_one_text_and_shares_unchanged_parts(settings, ha
 
 
 def test_stored_tools_reuses_parsed_tools_and_matches_the_parser(settings, hashing_embedder, bor_policy):
-    engine = ShortlistEngine(settings, LocalStore(settings.data_dir), hashing_embedder, bor_policy)
+    engine = new_engine(settings, embedder=hashing_embedder, bor_policy=bor_policy)
     rng = random.Random(2)
     definitions = [_tool(f"t{i}", rng) for i in range(20)]
     definitions.append({"type": "function", "function": {"name": "openai_style", "description": "x"}})
@@ -132,7 +132,7 @@ def test_stored_tools_reuses_parsed_tools_and_matches_the_parser(settings, hashi
 
 
 def test_write_jobs_report_done_and_failed(settings, hashing_embedder, bor_policy):
-    engine = ShortlistEngine(settings, LocalStore(settings.data_dir), hashing_embedder, bor_policy)
+    engine = new_engine(settings, embedder=hashing_embedder, bor_policy=bor_policy)
     jobs = WriteJobs(LocalJobRecords(settings.data_dir))
     ok = jobs.submit(engine.prepare_put("r", [{"name": "a", "description": "alpha"}]), "put", [{"name": "a", "description": "alpha"}])
     assert ok.new_texts == 1
@@ -217,7 +217,7 @@ def test_queued_writes_commit_together_and_keep_their_own_errors(settings, hashi
         real_save(record)
 
     store.save = slow_save
-    engine = ShortlistEngine(settings, store, hashing_embedder, bor_policy)
+    engine = new_engine(settings, store=store, embedder=hashing_embedder, bor_policy=bor_policy)
     engine.put_registry("r", [{"name": "seed", "description": "seed"}])
     results, errors = {}, {}
 

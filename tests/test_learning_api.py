@@ -7,10 +7,9 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from registry.core import Shortlister
 from registry.feedback import FeedbackRequest
-from registry.index.embed import HashingEmbedder
 from registry.request import ShortlistRequest
+from tests.cores import new_core
 
 TOOLS = [
     {"name": "get_weather", "description": "Current weather conditions in a city"},
@@ -118,10 +117,7 @@ def test_with_tokens_only_callers_count_and_a_dominant_one_weighs_less(make_clie
         # ... but its repeats decay: 40 claims of one tool weigh ~11, not 40
         assert learning["profiles"][0]["evidence"] < 0.5 * 60
     # the core called in-process without a caller: not counted while query tokens are set
-    core = Shortlister.from_settings(
-        settings.model_copy(update={"query_token": tokens}),
-        embedder_factory=lambda _: HashingEmbedder(), bor_policy=bor_policy, start=True,
-    )
+    core = new_core(settings, bor_policy=bor_policy, query_token=tokens)
     try:
         result = core.shortlist(ShortlistRequest("w", "weather today in oslo city", k=2))
         core.feedback(FeedbackRequest(result.shortlist_id, ["weather_forecast"]))

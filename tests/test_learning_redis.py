@@ -10,8 +10,8 @@ from pydantic import SecretStr
 
 from registry.core import Shortlister
 from registry.feedback import FeedbackRequest
-from registry.index.embed import HashingEmbedder
 from registry.request import ShortlistRequest
+from tests.cores import new_core
 from tests.test_learning_api import CITIES, TOOLS
 
 KNOBS = {"learning_beta": 1.0, "learning_similarity": 0.5, "learning_save_interval_seconds": 0.2,
@@ -21,7 +21,7 @@ QUERY = "weather today in london city"
 
 def core(settings, bor_policy, url: str, prefix: str, tmp) -> Shortlister:
     s = settings.model_copy(update={"redis_url": SecretStr(url), "redis_prefix": prefix, "data_dir": tmp, **KNOBS})
-    return Shortlister.from_settings(s, embedder_factory=lambda _: HashingEmbedder(), bor_policy=bor_policy, start=True)
+    return new_core(s, bor_policy=bor_policy)
 
 
 def top(c: Shortlister) -> str:

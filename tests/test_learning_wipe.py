@@ -14,9 +14,9 @@ from pydantic import SecretStr
 from registry.core import Shortlister
 from registry.errors import ShortlistExpired, ShortlistNotFound
 from registry.feedback import FeedbackRequest
-from registry.index.embed import HashingEmbedder
 from registry.request import ShortlistRequest
 from registry.serving.stop_rules import StopRule
+from tests.cores import new_core
 from tests.redis_server import RedisServer
 from tests.test_learning_api import CITIES, TOOLS
 from tests.test_learning_redis import KNOBS, QUERY, eventually
@@ -31,7 +31,7 @@ def own_redis(tmp_path):
 
 def core(settings, bor_policy, url: str, prefix: str, tmp) -> Shortlister:
     s = settings.model_copy(update={"redis_url": SecretStr(url), "redis_prefix": prefix, "data_dir": tmp, **KNOBS})
-    return Shortlister.from_settings(s, embedder_factory=lambda _: HashingEmbedder(), bor_policy=bor_policy, start=True)
+    return new_core(s, bor_policy=bor_policy)
 
 
 def test_a_redis_wipe_keeps_policy_versions_usage_memory_and_says_410(
@@ -101,9 +101,7 @@ def test_every_usage_memory_is_checkpointed_at_a_graceful_shutdown(
 
 def test_pending_shortlists_survive_a_graceful_local_restart_and_a_crash_says_410(settings, bor_policy):
     def local() -> Shortlister:
-        return Shortlister.from_settings(
-            settings, embedder_factory=lambda _: HashingEmbedder(), bor_policy=bor_policy, start=True
-        )
+        return new_core(settings, bor_policy=bor_policy)
 
     first = local()
     first.put_registry("w", TOOLS)
@@ -143,7 +141,7 @@ def test_the_http_face_answers_410_shortlist_expired(make_client):
 def test_a_redis_wipe_keeps_the_jobs_a_replica_holds(settings, bor_policy, own_redis, redis_prefix, tmp_path):
     s = settings.model_copy(update={"redis_url": SecretStr(own_redis.url), "redis_prefix": redis_prefix,
                                     "data_dir": tmp_path / "a", "async_write_min_texts": 2, **KNOBS})
-    a = Shortlister.from_settings(s, embedder_factory=lambda _: HashingEmbedder(), bor_policy=bor_policy, start=True)
+    a = new_core(s, bor_policy=bor_policy)
     try:
         job = a.submit_write("put", "j", TOOLS)
         assert a.write_jobs.wait(job, 10) and job.state == "done"

@@ -14,6 +14,8 @@ import httpx
 import httpx2
 import pytest
 
+from tests.cores import new_core
+
 QUERY_TOKEN = "query-token-for-mcp-tests-0123"
 ADMIN_TOKEN = "admin-token-for-mcp-tests-4567"
 T = TypeVar("T")
@@ -224,10 +226,9 @@ def test_odd_ids_and_transport_errors_get_json_answers(server):
 
 
 def test_find_tools_before_the_core_is_ready_is_an_unhealthy_tool_error(settings, bor_policy):
-    from registry.core import Shortlister
     from service.mcp import McpFace
 
-    core = Shortlister.from_settings(settings, bor_policy=bor_policy)  # never started
+    core = new_core(settings, bor_policy=bor_policy, start=False)  # never started
     face = McpFace(core, settings)
     result = anyio.run(face._call_tool, "find_tools", {"query": "weather in Paris"})
     assert result.is_error

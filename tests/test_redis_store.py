@@ -35,6 +35,7 @@ from registry.store.redis import (
 from registry.writes.engine import ShortlistEngine
 from registry.writes.sync import StoreSync
 from tests.conftest import CountingEmbedder, weather_tools
+from tests.cores import new_engine
 from tests.redis_server import RedisServer
 
 
@@ -56,9 +57,7 @@ def record(name: str, version: int, n: int = 3) -> RegistryRecord:
 
 def replica(settings, bor_policy, url: str, prefix: str, embedder=None) -> ShortlistEngine:
     """One engine on its own Redis connection: what one service replica holds."""
-    return ShortlistEngine(
-        settings, RedisStore(connect(url), prefix), embedder or HashingEmbedder(), bor_policy
-    )
+    return new_engine(settings, store=RedisStore(connect(url), prefix), embedder=embedder, bor_policy=bor_policy)
 
 
 def tool(name: str, text: str) -> dict:
@@ -380,7 +379,7 @@ def test_outage_reads_keep_working_writes_fail_then_resync(settings, bor_policy,
     store = RedisStore(client, redis_prefix, health)
     memory = RedisShortlistMemory(client, 60, redis_prefix, health)
     feedback_log = RedisFeedbackLog(client, redis_prefix, health)
-    a = ShortlistEngine(settings, store, HashingEmbedder(), bor_policy)
+    a = new_engine(settings, store=store, bor_policy=bor_policy)
     b = replica(settings, bor_policy, own_redis.url, redis_prefix)
     a.put_registry("w", weather_tools())
     b.load_all()

@@ -16,12 +16,12 @@ from pydantic import SecretStr
 
 from registry.errors import RegistryNotFound, StoreUnavailable
 from registry.feedback import FeedbackRequest
-from registry.index.embed import HashingEmbedder
 from registry.request import ShortlistRequest
 from registry.store.redis import RedisStore, connect
 from registry.writes.engine import ShortlistEngine
 from registry.writes.sync import StoreSync
 from tests.conftest import weather_tools
+from tests.cores import new_core, new_engine
 from tests.redis_server import RedisServer
 
 DETECT_SECONDS = 5.0  # the bound: a wipe is noticed and repaired within this
@@ -37,18 +37,13 @@ def own_redis(tmp_path) -> Iterator[RedisServer]:
 
 @pytest.fixture
 def make_core(settings, bor_policy, own_redis, redis_prefix):
-    from registry.core import Shortlister
 
     cores = []
 
     def make():
-        core = Shortlister.from_settings(
-            settings.model_copy(
-                update={"redis_url": SecretStr(own_redis.url), "redis_prefix": redis_prefix, "sync_interval_seconds": 1.0}
-            ),
-            embedder_factory=lambda _: HashingEmbedder(),
-            bor_policy=bor_policy,
-            start=True,
+        core = new_core(
+            settings, bor_policy=bor_policy,
+            redis_url=SecretStr(own_redis.url), redis_prefix=redis_prefix, sync_interval_seconds=1.0,
         )
         cores.append(core)
         return core
@@ -221,7 +216,7 @@ def engines(settings, bor_policy, url: str, prefix: str, n: int = 2) -> list[Sho
     out = []
     for _ in range(n):
         store = RedisStore(connect(url), prefix)
-        engine = ShortlistEngine(settings, store, HashingEmbedder(), bor_policy)
+        engine = new_engine(settings, store=store, bor_policy=bor_policy)
         StoreSync(engine, store, settle_seconds=0.5)  # never started: registers what to write back
         out.append(engine)
     return out

@@ -14,8 +14,8 @@ from registry.index.hybrid import SCORERS
 from registry.request import MAX_QUERIES, ShortlistRequest
 from registry.serving.depth_policies import POLICIES
 from registry.settings import Settings
-from registry.store.local import LocalStore
 from registry.writes.engine import ShortlistEngine
+from tests.cores import new_engine
 
 GITHUB = ["create_issue", "close_issue", "list_issues", "merge_pull_request", "review_pull_request",
           "create_pull_request", "list_pull_requests", "comment_on_issue"]  # fmt: skip
@@ -89,9 +89,7 @@ def test_a_named_or_usage_lifted_tool_outside_the_scope_is_never_shown(
         def companions(self, snap):
             return None
 
-    engine = ShortlistEngine(
-        settings, LocalStore(settings.data_dir), hashing_embedder, bor_policy, usage=Intruder()
-    )
+    engine = new_engine(settings, embedder=hashing_embedder, bor_policy=bor_policy, usage=Intruder())
     engine.put_registry("r", toolbox())
     assert ask(engine, query="read a file", k=3)[0] == "github/create_issue"  # the lift works
     for fields in ({"k": 3}, {"max_k": 5}, {"policy": "gap"}):

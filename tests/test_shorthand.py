@@ -60,14 +60,15 @@ def test_the_fixture_pairs_differ_only_by_shorthand():
 
 @pytest.fixture(scope="module")
 def tuned_core(tmp_path_factory, minilm_cache):
-    from registry.core import Shortlister
+    from registry.core import default_embedder
     from registry.settings import Settings
+    from tests.cores import new_core
 
     settings = Settings(
         data_dir=tmp_path_factory.mktemp("shorthand"), embedder_cache_dir=minilm_cache,
         embedder="tuned", demo_registry=None,
     )
-    core = Shortlister.from_settings(settings, start=True)
+    core = new_core(settings, embedder_factory=default_embedder)  # the real tuned MiniLM
     for path in sorted({p["registry"] for p in PAIRS}):
         payload = json.loads((ROOT / path).read_text())
         core.put_registry(path.rsplit("/", 1)[-1].removesuffix(".json"), {"tools": payload["tools"]})
