@@ -47,7 +47,7 @@ class SettingsGroup(BaseModel):
     def of(cls: type[G], settings: BaseModel) -> G:
         """This group's values out of ``settings`` (any object with its fields, e.g. :class:`Settings`)."""
         # Copied, not validated again: the values are the settings' own (checked when read).
-        return cast(G, cls.model_construct(**{name: getattr(settings, name) for name in cls.model_fields}))
+        return cast(G, cls.model_construct(**settings.model_dump(include=set(cls.model_fields))))
 
 
 class DataDir(SettingsGroup):
