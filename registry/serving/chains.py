@@ -63,8 +63,8 @@ PREREQUISITE_LEVELS = 2  # a prerequisite's own prerequisite, and no further
 MAX_NEXT_STEPS = 3  # successors of the called tools moved to the front
 
 MAX_COMPANIONS = 2  # learned companions appended to one list
-COMPANION_ANCHORS = 3  # the shown tools (from the top) whose companions may be appended
-APPEND_SHARE = 0.3  # a companion is appended (or put first after a call) when it came this often
+COMPANION_ANCHORS = 2  # the shown tools (from the top) whose companions may be appended
+APPEND_SHARE = 0.5  # a companion is appended (or put first after a call) when it came this often
 
 ScoreFn = Callable[[Sequence[int]], dict[int, float]]
 """First-stage scores of the given tool positions for this request."""
@@ -78,7 +78,7 @@ def _anything(tool: int) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class LearnedEdge:
-    """``first`` -> ``then``: agents used ``then`` right after ``first`` (learned from feedback).
+    """``first`` -> ``then``: agents used ``then`` after ``first`` (learned from feedback).
 
     ``share`` is the fraction of the uses of ``first`` followed by ``then`` (``back``: of the
     uses of ``then`` preceded by ``first``); ``callers`` distinct callers reported it."""
@@ -239,8 +239,7 @@ def next_steps_first(
     next steps of a called tool (``companions``) that followed it in at least
     :data:`APPEND_SHARE` of its uses come before its read successors (a weaker follower would
     push a ranked tool out: on API-Bank, where a token precedes every action, learned next
-    steps of any share cut the next tool shown from 0.95 to 0.56; at 0.3 it is 0.94, and STAR's
-    rises from 0.89 at 0.5 to 0.94).
+    steps of any share cut the next tool shown from 0.95 to 0.56).
     """
     done = set(called)
     wanted: list[tuple[int, str]] = []
