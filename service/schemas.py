@@ -130,7 +130,7 @@ class LearnedCompanion(BaseModel):
     """A companion edge learned from agents' feedback: ``then`` followed ``first``."""
 
     first: str = Field(description="The tool used first.")
-    then: str = Field(description="The tool used right after it.")
+    then: str = Field(description="The tool used after it.")
     uses: float = Field(description="Weighted uses of the pair that no single caller carries alone.")
     callers: int = Field(description="Distinct callers who reported the pair.")
     share: float = Field(description="Share of the uses of 'first' followed by 'then'.")
