@@ -267,3 +267,33 @@ def test_only_a_strong_learned_follower_takes_a_ranked_tools_place_after_called(
         0, 7, 8, 9, 6]
     assert [p.tool for p in append_companions(shown, both, scores, name, cap=4)] == [0, 7, 8, 9]  # the cap
     assert [p.tool for p in append_companions(shown, weak, scores, name, cap=10)] == [0, 7, 8]  # too weak
+
+
+def test_a_scoped_request_caps_its_chain_step_at_the_scoped_count(settings, hashing_embedder, bor_policy):
+    """The depth limit of a scoped request is the scoped count's (half of 8 allowed tools: 4),
+    not the registry's (half of 12: 6), in the chain step as everywhere."""
+    from registry.serving.chains import Companions, LearnedEdge
+    from registry.store.local import LocalStore
+    from registry.writes.engine import ShortlistEngine
+
+    class Learned:
+        """A learning loop that shipped two strong companions of return_order_items."""
+
+        def rerank(self, snap, query, ids, scores, **_):
+            return ids, scores
+
+        def companions(self, snap):
+            at = snap.by_name
+            return Companions.of(
+                LearnedEdge(at["return_order_items"], at[t], 5.0, 3, 1.0, 1.0) for t in ("get_weather", "get_film")
+            )
+
+    engine = ShortlistEngine(settings, LocalStore(settings.data_dir), hashing_embedder, bor_policy, usage=Learned())
+    engine.put_registry("shop", REST)
+    query = "return the items of order 17"
+    whole = [t.name for t in engine.shortlist(ShortlistRequest("shop", query, max_k=10)).tools]
+    assert whole == ["return_order_items", "list_orders", "whoami", "get_film", "get_weather"]  # 5 > 4
+    allowed = ("return_order_items", "list_orders", "whoami", "get_film", "get_weather", "search_films",
+               "get_film_cast", "search_airport")  # fmt: skip
+    scoped = engine.shortlist(ShortlistRequest("shop", query, max_k=10, allowed_tools=allowed))
+    assert [t.name for t in scoped.tools] == whole[:4] and scoped.n_tools == len(allowed)
