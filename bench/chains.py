@@ -17,9 +17,8 @@ MiniLM, the default policy, exploration off), once per configuration:
   with the graph emptied, and the best fixed top-K of the three scorers at the graph lists'
   mean K (the frontier): any-found, recall, all-needed and mean K.
 
-``--learned``: what companions learned from agents' traces could add, estimated without the
-learning loop: the consecutive gold pairs of half of each source's tasks (seen ``--min-support``
-times) are added as graph edges, and the other half is measured with and without them.
+Companions learned from agents' feedback are measured through the learning loop by
+``bench/companions.py``.
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ import sys
 import tempfile
 import time
 from dataclasses import replace
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -172,56 +170,6 @@ def run_source(directory: Path, embedder: Any, policy_dir: Path, max_queries: in
     return row
 
 
-def _measure(engine: Any, queries: list[Any]) -> dict[str, float]:
-    """Whole-list recall / all-needed / mean K and step-wise next-tool-shown with ``called``."""
-    whole: list[tuple[float, float, float]] = []
-    steps: list[tuple[float, float]] = []
-    for q in queries:
-        gold = list(dict.fromkeys(q.gold))
-        answer = engine.shortlist(ShortlistRequest(REGISTRY, q.query))
-        shown = set().union(*_offered(answer)) if answer.tools else set()
-        hits = len(shown & set(gold))
-        whole.append((hits / len(gold), float(hits == len(gold)), float(len(answer.tools))))
-        for i in range(1, len(gold)):
-            step = engine.shortlist(ShortlistRequest(REGISTRY, q.query, called=tuple(gold[:i])))
-            seen = set().union(*_offered(step)) if step.tools else set()
-            steps.append((float(gold[i] in seen), float(len(step.tools))))
-    out = {"recall": float(np.mean([w[0] for w in whole])), "all": float(np.mean([w[1] for w in whole])),
-           "k": float(np.mean([w[2] for w in whole]))}
-    if steps:
-        out |= {"step": float(np.mean([s[0] for s in steps])), "step_k": float(np.mean([s[1] for s in steps]))}
-    return out
-
-
-def run_learned(directory: Path, embedder: Any, policy_dir: Path, max_queries: int, min_support: int) -> dict[str, Any] | None:
-    """Companions from half the tasks: the pairs of consecutive gold tools seen ``min_support``
-    times or more in one half become graph edges (the way learned edges would add to the read
-    graph); the other half is measured with and without them."""
-    from collections import Counter
-
-    from registry.index.graph import MAX_EDGE_EDITS
-    from registry.offline.datasets import load_dataset
-
-    tools = json.loads((directory / "tools.json").read_text(encoding="utf-8"))
-    queries = [q for q in load_dataset(directory).queries if q.gold]
-    if len(queries) > max_queries:
-        queries = random.Random(0).sample(queries, max_queries)
-    random.Random(1).shuffle(queries)
-    learn, held = queries[: len(queries) // 2], queries[len(queries) // 2 :]
-    pairs: Counter[tuple[str, str]] = Counter()
-    for q in learn:
-        gold = list(dict.fromkeys(q.gold))
-        pairs.update(pairwise(gold))
-    edges = [[a, b] for (a, b), n in pairs.most_common(MAX_EDGE_EDITS) if n >= min_support]
-    with tempfile.TemporaryDirectory(prefix="chains-learned-") as tmp:
-        engine = _engine(tools, REGISTRY, Path(tmp), embedder, policy_dir)
-        schema = _measure(engine, held)
-        if edges:
-            engine.edit_graph(REGISTRY, add=edges)
-        learned = _measure(engine, held)
-    return {"source": directory.name, "held_out": len(held), "edges": len(edges), "schema": schema, "learned": learned}
-
-
 def main() -> None:
     from registry.index.minilm_export import default_embedder
     from registry.settings import Settings
@@ -233,25 +181,11 @@ def main() -> None:
     ap.add_argument("--dirs", type=Path, nargs="*", default=[],
                     help="more data dirs (tools.json + queries.jsonl), e.g. single-tool sources")
     ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--learned", action="store_true",
-                    help="instead: companions from half of each source's tasks, measured on the other half")
-    ap.add_argument("--min-support", type=int, default=2, help="with --learned: times a pair must be seen")
     args = ap.parse_args()
     embedder = MemoEmbedder(default_embedder(Settings()))
     dirs = [SHARED / s for s in SOURCES] + [ROOT / "bench" / "data" / s for s in MCP_SOURCES]
     dirs = [d for d in dirs if (d / "queries.jsonl").is_file() and (args.sources is None or d.name in args.sources)]
     dirs += args.dirs
-    if args.learned:
-        print(f"{'source':24} {'edges':>5}  recall s/l      all-needed s/l   mean K s/l    step s/l       step K s/l")
-        for directory in dirs:
-            r = run_learned(directory, embedder, args.policy, args.max_queries, args.min_support)
-            if r is None:
-                continue
-            a, b = r["schema"], r["learned"]
-            print(f"{r['source']:24} {r['edges']:5d}  {a['recall']:.3f}/{b['recall']:.3f}  {a['all']:.3f}/{b['all']:.3f}"
-                  f"      {a['k']:.2f}/{b['k']:.2f}    {a.get('step', 0):.3f}/{b.get('step', 0):.3f}"
-                  f"    {a.get('step_k', 0):.2f}/{b.get('step_k', 0):.2f}", flush=True)
-        return
     rows = []
     for directory in dirs:
         row = run_source(directory, embedder, args.policy, args.max_queries)

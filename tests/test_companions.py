@@ -297,3 +297,18 @@ def test_a_scoped_request_caps_its_chain_step_at_the_scoped_count(settings, hash
                "get_film_cast", "search_airport")  # fmt: skip
     scoped = engine.shortlist(ShortlistRequest("shop", query, max_k=10, allowed_tools=allowed))
     assert [t.name for t in scoped.tools] == whole[:4] and scoped.n_tools == len(allowed)
+
+
+def test_pairs_and_their_callers_are_bounded(monkeypatch):
+    from registry.learning import companions
+
+    monkeypatch.setattr(companions, "MAX_PAIRS", 100)
+    counts = CompanionCounts()
+    counts.add(["a", "b"], {}, "c0")
+    for i in range(20):
+        counts.add(["a", "b"], {}, f"c{i}")  # the strongest pair, by 20 callers
+    for i in range(300):
+        counts.add([f"x{i}", f"y{i}"], {}, "c0")
+    assert len(counts.pairs) <= 100 and ("a", "b") in counts.pairs
+    assert len(counts.pairs[("a", "b")].callers) == companions.MAX_PAIR_CALLERS
+    assert counts.pairs[("a", "b")].uses == 21

@@ -56,8 +56,8 @@ __all__ = [
 ]
 
 MAX_SEQUENCE = 8  # tools of one event's sequence counted (its first ones)
-MAX_PAIRS = 20_000  # pairs kept per registry (the weakest go first)
-MAX_PAIR_CALLERS = 32  # callers kept per pair (the weakest go first)
+MAX_PAIRS = 10_000  # pairs kept per registry (the weakest go first)
+MAX_PAIR_CALLERS = 8  # callers kept per pair (the weakest go first): enough for the caller bars
 MAX_EDGES = 1000  # edges one refit ships
 
 
@@ -108,8 +108,9 @@ class CompanionCounts:
             stat.callers[caller] = stat.callers.get(caller, 0.0) + w
             if len(stat.callers) > MAX_PAIR_CALLERS:
                 del stat.callers[min(stat.callers, key=lambda c: (stat.callers[c], c))]
-        if len(self.pairs) > MAX_PAIRS:
-            for key in sorted(self.pairs, key=lambda k: (self.pairs[k].uses, k))[: len(self.pairs) - MAX_PAIRS]:
+        if len(self.pairs) > MAX_PAIRS:  # the weakest tenth goes at once: one sort per 1,000 new pairs
+            weakest = sorted(self.pairs, key=lambda k: (self.pairs[k].uses, k))
+            for key in weakest[: len(self.pairs) - MAX_PAIRS + MAX_PAIRS // 10]:
                 del self.pairs[key]
 
     def fit_part(self, logged: Iterable[tuple[Sequence[str], str, bool]]) -> CompanionCounts:
