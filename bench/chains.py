@@ -4,7 +4,7 @@
 
 Sources whose gold is in call order: nestful, nestools, api_bank, tooltalk, star
 (``../shared/data/train``) and the MCP tasks under ``bench/data``. Every query goes through an
-in-process :class:`registry.writes.engine.ShortlistEngine` built as the service builds it (real
+in-process :class:`registry.assembly.Registries` built as the service builds it (real
 MiniLM, the default policy, exploration off), once per configuration:
 
 * **step-wise** (queries needing 2+ tools; steps 2..m): at step ``i`` the agent has called gold
@@ -52,14 +52,14 @@ REGISTRY = "chains"
 def _engine(tools: Any, registry: str, tmp: Path, embedder: Any, policy_dir: Path) -> Any:
     """An engine built as the service builds it, exploration off (a benchmark comparing two
     configurations must not draw the 5% of adaptive lists served deeper at random)."""
+    from registry.assembly import Registries
     from registry.serving.depth_policies import OnnxDepthPolicy
     from registry.settings import Settings
     from registry.store.local import LocalStore
-    from registry.writes.engine import ShortlistEngine
 
     settings = Settings(data_dir=tmp, demo_registry=None, policy_dir=policy_dir, explore_share=0.0)
-    engine = ShortlistEngine(settings, LocalStore(tmp), embedder, OnnxDepthPolicy.from_dir(policy_dir))
-    engine.put_registry(registry, tools)
+    engine = Registries.build(settings, LocalStore(tmp), embedder, OnnxDepthPolicy.from_dir(policy_dir))
+    engine.writer.put_registry(registry, tools)
     return engine
 
 
@@ -105,18 +105,18 @@ def run_source(directory: Path, embedder: Any, policy_dir: Path, max_queries: in
     golds: list[set[str]] = []
     with tempfile.TemporaryDirectory(prefix="chains-") as tmp:
         engine = _engine(tools, REGISTRY, Path(tmp), embedder, policy_dir)
-        snap = engine.snapshot(REGISTRY)
+        snap = engine.snapshots.snapshot(REGISTRY)
         plain = replace(snap, graph=ToolGraph())
         for q in queries:
             gold = list(dict.fromkeys(q.gold))
             try:
                 with_graph = engine.shortlist(ShortlistRequest(REGISTRY, q.query))
-                engine._install(plain)
+                engine.snapshots.install(plain)
                 no_graph = engine.shortlist(ShortlistRequest(REGISTRY, q.query))
-                engine._install(snap)
+                engine.snapshots.install(snap)
                 lists = {s: engine.shortlist(ShortlistRequest(REGISTRY, q.query, k=DEEP_K, scorer=s)) for s in SCORERS}
             except ValidationFailed:  # a request over max_query_chars: the service's 422
-                engine._install(snap)
+                engine.snapshots.install(snap)
                 continue
             for name, answer in (("graph", with_graph), ("no_graph", no_graph)):
                 offered = set().union(*_offered(answer)) if answer.tools else set()

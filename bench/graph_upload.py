@@ -47,11 +47,11 @@ def pooled_tools(n: int) -> list[dict[str, Any]]:
 
 
 def one_round(tools: list[dict[str, Any]], upserts: int, with_graph: bool) -> tuple[float, float, int]:
+    from registry.assembly import Registries
     from registry.index.embed import HashingEmbedder
     from registry.serving.depth_policies import OnnxDepthPolicy
     from registry.settings import Settings
     from registry.store.local import LocalStore
-    from registry.writes.engine import ShortlistEngine
 
     real_build = ToolGraph.build
     if not with_graph:
@@ -59,10 +59,10 @@ def one_round(tools: list[dict[str, Any]], upserts: int, with_graph: bool) -> tu
     try:
         with tempfile.TemporaryDirectory(prefix="graph-upload-") as tmp:
             settings = Settings(data_dir=Path(tmp), demo_registry=None, max_tools_per_registry=100_000)
-            engine = ShortlistEngine(settings, LocalStore(Path(tmp)), HashingEmbedder(),
+            engine = Registries.build(settings, LocalStore(Path(tmp)), HashingEmbedder(),
                                      OnnxDepthPolicy.from_dir(ROOT / "models" / "default"))
             t0 = time.perf_counter()
-            engine.put_registry("big", tools)
+            engine.writer.put_registry("big", tools)
             upload = time.perf_counter() - t0
             times = []
             for i in range(upserts):
@@ -70,9 +70,9 @@ def one_round(tools: list[dict[str, Any]], upserts: int, with_graph: bool) -> tu
                        "parameters": {"type": "object", "properties": {"item_id": {"type": "string"}},
                                       "required": ["item_id"]}}
                 t1 = time.perf_counter()
-                engine.upsert_tools("big", [new])
+                engine.writer.upsert_tools("big", [new])
                 times.append(time.perf_counter() - t1)
-            edges = len(engine.snapshot("big").graph.edges)
+            edges = len(engine.snapshots.snapshot("big").graph.edges)
     finally:
         ToolGraph.build = real_build  # type: ignore[method-assign]
     return upload, statistics.median(times), edges
@@ -83,27 +83,27 @@ def query_cost(data: Path, n_tools: int, n_queries: int, rounds: int) -> None:
     and with it emptied, alternating rounds (hashing embedder: the rest of the path, unmasked)."""
     from dataclasses import replace
 
+    from registry.assembly import Registries
     from registry.index.embed import HashingEmbedder
     from registry.request import ShortlistRequest
     from registry.serving.depth_policies import OnnxDepthPolicy
     from registry.settings import Settings
     from registry.store.local import LocalStore
-    from registry.writes.engine import ShortlistEngine
 
     tools = json.loads((data / "tools.json").read_text(encoding="utf-8"))[:n_tools]
     lines = (data / "queries.jsonl").read_text(encoding="utf-8").splitlines()
     queries = [json.loads(line)["query"] for line in lines if line.strip()][:n_queries]
     with tempfile.TemporaryDirectory(prefix="graph-query-") as tmp:
-        engine = ShortlistEngine(Settings(data_dir=Path(tmp), demo_registry=None, explore_share=0.0),
+        engine = Registries.build(Settings(data_dir=Path(tmp), demo_registry=None, explore_share=0.0),
                                  LocalStore(Path(tmp)), HashingEmbedder(),
                                  OnnxDepthPolicy.from_dir(ROOT / "models" / "default"))
-        engine.put_registry("r", tools)
-        snap = engine.snapshot("r")
+        engine.writer.put_registry("r", tools)
+        snap = engine.snapshots.snapshot("r")
         plain = replace(snap, graph=ToolGraph())
         times: dict[bool, list[float]] = {True: [], False: []}
         for _ in range(rounds):
             for with_graph in (False, True):
-                engine._install(snap if with_graph else plain)
+                engine.snapshots.install(snap if with_graph else plain)
                 for query in queries:
                     t0 = time.perf_counter()
                     engine.shortlist(ShortlistRequest("r", query))

@@ -3,7 +3,7 @@
     python bench/mcp_registries.py [--json bench/out/mcp_registries.json] [--per-registry]
 
 Loads every harvested registry that has tasks (``bench/data/mcp_registries/<stem>.json``, plus
-the ``gateway`` union) into an in-process :class:`registry.writes.engine.ShortlistEngine` with the real
+the ``gateway`` union) into an in-process :class:`registry.assembly.Registries` with the real
 MiniLM embedder, the shipped ``bor`` policy and a throwaway local store, then asks
 ``engine.shortlist(ShortlistRequest(registry, query))`` for every task of ``bench/data/mcp_tasks.jsonl``: with the
 default policy, with fixed k = 1, 3, 5, and with k = N (the whole ranking, for the fixed-K curve).
@@ -38,11 +38,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from registry.assembly import Registries  # noqa: E402
 from registry.index.minilm_export import load_minilm  # noqa: E402
 from registry.serving.depth_policies import OnnxDepthPolicy  # noqa: E402
 from registry.settings import Settings  # noqa: E402
 from registry.store.local import LocalStore  # noqa: E402
-from registry.writes.engine import ShortlistEngine  # noqa: E402
 
 DATA = ROOT / "bench" / "data"
 DEFAULT_EMBEDDER_CACHE = ROOT / "data" / "cache" / "embedder"
@@ -75,7 +75,7 @@ class Outcome:
 
 
 def run(
-    engine: ShortlistEngine, tasks: list[dict[str, Any]], sizes: dict[str, int]
+    engine: Registries, tasks: list[dict[str, Any]], sizes: dict[str, int]
 ) -> list[Outcome]:
     outcomes = []
     for task in tasks:
@@ -138,10 +138,10 @@ def print_table(title: str, rows: list[tuple[str, dict[str, Any]]]) -> None:
               f"{_pct(at['any']):>9}/{_pct(at['all'])}")
 
 
-def build_engine(tmp: Path, embedder_cache: Path) -> ShortlistEngine:
+def build_engine(tmp: Path, embedder_cache: Path) -> Registries:
     settings = Settings(data_dir=tmp, demo_registry=None)
     policy = OnnxDepthPolicy.from_dir(settings.policy_dir)
-    return ShortlistEngine(settings, LocalStore(tmp), load_minilm(embedder_cache), policy)
+    return Registries.build(settings, LocalStore(tmp), load_minilm(embedder_cache), policy)
 
 
 def main() -> None:
@@ -161,7 +161,7 @@ def main() -> None:
         sizes = {}
         for reg in sorted({t["registry"] for t in tasks}):
             record = json.loads((args.registries / f"{reg}.json").read_text())
-            sizes[reg] = engine.put_registry(reg, record).tools
+            sizes[reg] = engine.writer.put_registry(reg, record).tools
         outcomes = run(engine, tasks, sizes)
         policy_name = engine.settings.default_policy
 

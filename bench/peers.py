@@ -9,7 +9,7 @@ hybrid top-K at our default's mean K (linear between integer K), per metric.
 
 Per source (the ten sets of ``../shared/data/train`` and the three dev sets, ``--max-queries``
 sampled with seed 0, the same sample as the score tables), every query goes through an
-in-process :class:`registry.writes.engine.ShortlistEngine` built as the service builds it (real
+in-process :class:`registry.assembly.Registries` built as the service builds it (real
 MiniLM, the ``--policy`` artifact, multi-intent composition on; exploration off, so two runs
 serve the same lists), once with the defaults and once per scorer with ``k=20`` (the plain
 ranking, from which every fixed-K point comes). ``--coverage FILE`` / ``--coverage-dir DIR``
@@ -75,17 +75,17 @@ def _sample(queries: list[Any], n: int | None) -> list[Any]:
 def _engine(
     tools: Any, registry: str, tmp: Path, embedder: Any, policy_dir: Path, coverage: Path | None = None
 ) -> Any:
+    from registry.assembly import Registries
     from registry.serving.depth_policies import OnnxDepthPolicy
     from registry.settings import Settings
     from registry.store.local import LocalStore
-    from registry.writes.engine import ShortlistEngine
 
     # exploration off: the service serves 5% of adaptive lists 1-3 tools deeper at random (the
     # learning loop's propensities); a benchmark comparing two configurations must not draw that noise
     settings = Settings(data_dir=tmp, demo_registry=None, policy_dir=policy_dir, coverage_model=coverage,
                         explore_share=0.0)
-    engine = ShortlistEngine(settings, LocalStore(tmp), embedder, OnnxDepthPolicy.from_dir(policy_dir))
-    engine.put_registry(registry, tools)
+    engine = Registries.build(settings, LocalStore(tmp), embedder, OnnxDepthPolicy.from_dir(policy_dir))
+    engine.writer.put_registry(registry, tools)
     return engine
 
 

@@ -84,11 +84,11 @@ def local_child(root: Path, n: int, repeat: int, vectors_path: Path) -> dict[str
     """Runs inside a process whose ``registry`` package is ``root``'s."""
     model_id, vectors = load_vectors(vectors_path)
     sys.path.insert(0, str(root))
+    from registry.assembly import Registries
     from registry.index.minilm_export import load_minilm
     from registry.serving.depth_policies import OnnxDepthPolicy
     from registry.settings import Settings
     from registry.store.local import LocalStore
-    from registry.writes.engine import ShortlistEngine
 
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(data_dir=Path(tmp), demo_registry=None, max_tools_per_registry=n + 10 * repeat + 10)
@@ -96,12 +96,12 @@ def local_child(root: Path, n: int, repeat: int, vectors_path: Path) -> dict[str
         embedder = load_minilm(DEFAULT_EMBEDDER_CACHE)
         assert embedder.model_id == model_id
         store.put_embeddings(model_id, vectors)
-        engine = ShortlistEngine(settings, store, embedder, OnnxDepthPolicy.from_dir(root / "models" / "default"))
+        engine = Registries.build(settings, store, embedder, OnnxDepthPolicy.from_dir(root / "models" / "default"))
         t0 = time.perf_counter()
-        engine.put_registry("big", synthetic_tools(n))
+        engine.writer.put_registry("big", synthetic_tools(n))
         initial = time.perf_counter() - t0
         times: dict[str, list[float]] = {"upsert": [], "update": [], "delete": []}
-        names = [t.name for t in engine.snapshot("big").tools]
+        names = [t.name for t in engine.snapshots.snapshot("big").tools]
         for i in range(repeat):
             stamp = f"{i} {time.time_ns()}"  # a text no cache has seen
             writes = {
@@ -112,9 +112,9 @@ def local_child(root: Path, n: int, repeat: int, vectors_path: Path) -> dict[str
             for kind, (call, arg) in writes.items():
                 t0 = time.perf_counter()
                 if call == "upsert":
-                    engine.upsert_tools("big", arg)
+                    engine.writer.upsert_tools("big", arg)
                 else:
-                    engine.delete_tool("big", arg)
+                    engine.writer.delete_tool("big", arg)
                 times[kind].append(time.perf_counter() - t0)
     out: dict[str, object] = {"initial_s": initial}
     for kind, values in times.items():
@@ -315,13 +315,13 @@ def run_upload(args: argparse.Namespace) -> None:
 
 def run_hnsw(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(ROOT))
+    from registry.assembly import Registries
     from registry.index.embed import HashingEmbedder
     from registry.index.snapshot import build_snapshot
     from registry.serving.depth_policies import OnnxDepthPolicy
     from registry.settings import Settings
     from registry.store.local import LocalStore
     from registry.tools import ToolLimits, parse_tools
-    from registry.writes.engine import ShortlistEngine
 
     def best(fn, repeat: int) -> float:
         times = []
@@ -335,19 +335,19 @@ def run_hnsw(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(data_dir=Path(tmp), demo_registry=None, max_tools_per_registry=args.tools + 10)
         embedder = HashingEmbedder()
-        engine = ShortlistEngine(settings, LocalStore(settings.data_dir), embedder,
+        engine = Registries.build(settings, LocalStore(settings.data_dir), embedder,
                                  OnnxDepthPolicy.from_dir(ROOT / "models" / "default"))
-        engine.put_registry("big", tools)
+        engine.writer.put_registry("big", tools)
         counter = iter(range(10**6))
-        upsert = best(lambda: engine.upsert_tools(
+        upsert = best(lambda: engine.writer.upsert_tools(
             "big", [{"name": f"new_tool_{next(counter)}", "description": "counts zebras on the savanna"}]), args.repeat)
         names = [t["name"] for t in tools]
-        delete = best(lambda: engine.delete_tool("big", names.pop()), args.repeat)
-        current = engine.snapshot("big")
+        delete = best(lambda: engine.writer.delete_tool("big", names.pop()), args.repeat)
+        current = engine.snapshots.snapshot("big")
         changed = [*current.tools[:-1], *parse_tools([{"name": "bench_extra", "description": "added"}], ToolLimits())]
 
         def build(previous):
-            return build_snapshot("big", current.version + 1, changed, embedder, engine.store,
+            return build_snapshot("big", current.version + 1, changed, embedder, engine.writer.store,
                                   hnsw_min_tools=settings.hnsw_min_tools, previous=previous)
 
         derived_s = best(lambda: build(current), args.repeat)

@@ -1,21 +1,19 @@
 """The Shortlister: the one core every face (HTTP, MCP, CLI, in-process users) calls.
 
-Built from settings alone, it owns what a running service needs::
+Built from settings alone: :func:`registry.assembly.assemble` builds its parts (stores,
+embedder, the snapshot map, the query runner and the writer over it, feedback, learning,
+policies, sync) and the core only uses them::
 
-    store          local directory, or Redis shared by replicas (with remembered shortlists
-                   and the feedback log in the same Redis)
-    engine         registries in, shortlists out (:class:`registry.writes.engine.ShortlistEngine`),
-                   loaded in the background so a face can answer health checks meanwhile
-    feedback       remembered shortlists, the durable log, live window and per-tool counts
-    sync           the thread keeping a replica in step with a shared store
-    demo registry  loaded at start-up when configured
+    shortlist(request)   the runner (registry.serving.shortlist.QueryRunner) applied to the
+                         registry's current snapshot and the resolved request, then remembered
+    feedback(...)        checked against the registry's current tools, recorded, learned from
+    admin writes         the writer (registry.writes.writer.RegistryWriter), then listeners told
 
-The start-up sequence, step by step, and the recovery after a wiped store are
-:class:`registry.startup.Startup`.
+Loading (the embedder, every registry, the demo registry) runs in the background, so a face can
+answer health checks meanwhile: :class:`registry.startup.Startup`.
 
-``shortlist()`` remembers what it served so ``feedback()`` can accept an agent's report,
-checked against the registry's current tools. Faces observe the core through listeners
-(registry changes, served shortlists, feedback events), e.g. to export metrics.
+Faces observe the core through listeners (registry changes, served shortlists, feedback
+events), e.g. to export metrics.
 """
 
 from __future__ import annotations
@@ -27,38 +25,22 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from registry.backends import (
-    build_backends,
-    build_learner,
-    refit_hooks,
-)
+from registry.assembly import EmbedderFactory, Parts, assemble
 from registry.errors import NotReady, RegistryNotFound
-from registry.feedback import (
-    EquivalenceClasses,
-    FeedbackEvent,
-    FeedbackListener,
-    FeedbackRecorder,
-    FeedbackRequest,
-    LiveWindow,
-    ToolEfficiency,
-)
-from registry.index.embed import Embedder
-from registry.index.minilm_export import default_embedder
+from registry.feedback import EquivalenceClasses, FeedbackEvent, FeedbackListener, FeedbackRequest
 from registry.index.query_cache import CachedEmbedder
 from registry.index.snapshot import Snapshot
-from registry.jobs import JobRecords
-from registry.learning.learner import UsageLearner
 from registry.names import validate_registry_name
 from registry.request import ShortlistRequest
-from registry.serving.depth_policies import OnnxDepthPolicy, TunableDepthPolicy
+from registry.serving.depth_policies import TunableDepthPolicy
 from registry.serving.shortlist import Shortlist
-from registry.settings import EmbedderArgs, Settings
-from registry.startup import DEMO_REGISTRY, Startup
+from registry.settings import Settings
+from registry.snapshots import RegistryChange, RegistryInfo, RegistryListener
+from registry.startup import DEMO_REGISTRY
 from registry.store.base import ReportsDamage, SharedStore, Store
-from registry.writes.engine import RegistryChange, RegistryInfo, ShortlistEngine
 from registry.writes.jobs import PreparedWrite
 from registry.writes.sync import StoreSync
-from registry.writes.write_jobs import WriteJob, WriteJobs, deleted, later_write
+from registry.writes.write_jobs import WriteJob, deleted, later_write
 
 log = logging.getLogger(__name__)
 
@@ -69,11 +51,8 @@ __all__ = [
     "RegistryListener",
     "ShortlistListener",
     "Shortlister",
-    "default_embedder",
 ]
 
-EmbedderFactory = Callable[[EmbedderArgs], Embedder]
-RegistryListener = Callable[[RegistryChange], None]
 ShortlistListener = Callable[[Shortlist], None]
 T = TypeVar("T")
 
@@ -87,13 +66,13 @@ class FeedbackResult:
 
 
 class Shortlister:
-    """Engine, stores, sync and the feedback loop behind one object.
+    """The parts of :func:`registry.assembly.assemble` behind one object.
 
     Args:
         settings: everything; nothing else is read from the environment.
         embedder_factory: builds the embedder when loading starts (tests inject a fast one).
         bor_policy: the learned depth policy (default: the ONNX policy in ``policy_dir``,
-            loaded here so a broken artifact fails at construction, before serving).
+            loaded at construction so a broken artifact fails before serving).
         store: a registry store to use instead of the one the settings choose.
     """
 
@@ -101,67 +80,39 @@ class Shortlister:
         self,
         settings: Settings,
         *,
-        embedder_factory: EmbedderFactory = default_embedder,
+        embedder_factory: EmbedderFactory | None = None,
         bor_policy: TunableDepthPolicy | None = None,
         store: Store | None = None,
     ) -> None:
+        parts: Parts = assemble(settings, store=store, embedder_factory=embedder_factory, bor_policy=bor_policy)
+        self.parts = parts
         self.settings = settings
-        self.bor_policy: TunableDepthPolicy = bor_policy or OnnxDepthPolicy.from_dir(
-            settings.policy_dir
-        )
-        backends = build_backends(settings, store)
-        self.store: Store = backends.store
-        self.store_health: Any = backends.store_health  # registry.store.redis.StoreHealth in Redis mode
-        self.caller_key: Callable[[], bytes] = backends.caller_key  # the faces key caller hashes with it
-        self.job_records: JobRecords = backends.job_records
-        self.write_jobs: WriteJobs = backends.write_jobs
-        self.window = LiveWindow(settings.live_window_seconds)
-        # usage memory (registry.learning): fed by feedback, lifts rankings, attached at load
-        self.learning: UsageLearner = build_learner(settings, backends.learning_store, lambda: self._startup.loading)
-        self.feedback_recorder = FeedbackRecorder(
-            backends.shortlists,
-            backends.feedback_log,
-            self.window,
-            ToolEfficiency(),
-            compact_after_events=settings.feedback_compact_events,
-            compact_after_bytes=settings.feedback_compact_bytes,
-            max_event_bytes=settings.max_feedback_event_bytes,
-            min_compact_interval_seconds=settings.feedback_compact_interval_seconds,
-            compact_margin_seconds=settings.feedback_compact_margin_seconds,
-            before_compact=self.learning.checkpoint,  # no learned evidence only in memory
-        )
-        # per-registry depth policies (registry.learning): versions, refits, hot swaps
-        self.policies = backends.policy_manager(
-            settings,
-            self.feedback_recorder.log,
-            self.job_records,
-            refit_hooks(settings, self.learning, lambda: self._startup.loading),
-        )
-        self._registry_listeners: list[RegistryListener] = []
+        self.bor_policy = parts.bor_policy
+        self.store: Store = parts.stores.registries
+        self.store_health: Any = parts.stores.health  # registry.store.redis.StoreHealth in Redis mode
+        self.caller_key: Callable[[], bytes] = parts.stores.caller_key  # the faces key caller hashes with it
+        self.job_records = parts.stores.job_records
+        self.write_jobs = parts.write_jobs
+        self.snapshots = parts.snapshots  # read by queries, installed into by the writer
+        self.queries = parts.queries
+        self.writer = parts.writer
+        self.window = parts.window
+        self.learning = parts.learner  # usage memory (registry.learning): lifts rankings
+        self.feedback_recorder = parts.recorder
+        self.policies = parts.policies  # per-registry depth policies: versions, refits, hot swaps
+        self._startup = parts.startup
+        self._listeners = parts.listeners
         self._shortlist_listeners: list[ShortlistListener] = []
         self._thread: threading.Thread | None = None
-        self._startup = Startup(  # the start-up sequence (registry.startup) and what it builds
-            settings,
-            self.store,
-            embedder_factory,
-            self.bor_policy,
-            self.learning,
-            self.policies,
-            self.feedback_recorder,
-            self.write_jobs,
-            on_change=self._notify,
-            wrap_write=self._notifying,
-        )
-        self.feedback_recorder.losses = self._startup.shortlist_losses
         self.add_feedback_listener(self._learn)
-        self._registry_listeners.append(self._learning_registry_changed)
+        self._listeners.add(self._learning_registry_changed)
 
     @classmethod
     def from_settings(
         cls,
         settings: Settings | None = None,
         *,
-        embedder_factory: EmbedderFactory = default_embedder,
+        embedder_factory: EmbedderFactory | None = None,
         bor_policy: TunableDepthPolicy | None = None,
         store: Store | None = None,
         start: bool = False,
@@ -182,7 +133,7 @@ class Shortlister:
     def add_registry_listener(self, listener: RegistryListener) -> None:
         """Called with every registry installed at load, written here, or synced from elsewhere
         (``change.info`` None: deleted). Add listeners before :meth:`start`."""
-        self._registry_listeners.append(listener)
+        self._listeners.add(listener)
 
     def add_shortlist_listener(self, listener: ShortlistListener) -> None:
         """Called with every shortlist served (on the serving thread; keep it cheap)."""
@@ -193,19 +144,10 @@ class Shortlister:
         self.feedback_recorder.add_listener(listener)
 
     def _changed(self, info: RegistryInfo) -> RegistryInfo:
-        self._notify(RegistryChange(info.registry, info))
+        self._listeners(RegistryChange(info.registry, info))
         return info
 
-    def _notify(self, change: RegistryChange) -> None:
-        for listener in self._registry_listeners:
-            listener(change)
-
     # -- lifecycle ------------------------------------------------------------------------------
-
-    @property
-    def engine(self) -> ShortlistEngine | None:
-        """The loaded engine (None while loading, or when loading failed)."""
-        return self._startup.engine
 
     def store_warnings(self) -> list[str]:
         """What the store found damaged and is serving around (a newest version file that
@@ -226,16 +168,17 @@ class Shortlister:
     @property
     def query_cache(self) -> CachedEmbedder | None:
         """The query-embedding cache, once loaded with ``query_cache_size`` > 0."""
-        return self._startup.query_cache
+        return self.parts.embedder.query_cache
 
     @property
     def sync(self) -> StoreSync | None:
         """The thread keeping a replica in step with a shared store (None: local store)."""
-        return self._startup.sync
+        return self.parts.sync
 
     @property
     def ready(self) -> bool:
-        return self.engine is not None
+        """Loaded: the embedder and every registry (queries and writes are answered)."""
+        return self._startup.ready
 
     def start(self, background: bool = True) -> None:
         """Load the embedder and every registry; in a thread so a face answers health meanwhile."""
@@ -262,21 +205,16 @@ class Shortlister:
         self.policies.close()
         self.write_jobs.close()
         self.learning.close()
-        if self.engine is not None:
+        if self.ready:
             self.feedback_recorder.save_pending(self._startup.pending_path)
         if isinstance(self.store, SharedStore):
             self.store.close()
 
-    def require_engine(self) -> ShortlistEngine:
-        """The loaded engine.
-
-        Raises:
-            NotReady: still loading, or loading failed (the message says why).
-        """
-        if self.engine is None:
+    def require_ready(self) -> None:
+        """Raises NotReady while loading, or when loading failed (the message says why)."""
+        if not self.ready:
             reason = self.load_error or "models and registries are still loading"
             raise NotReady(f"service not ready: {reason}")
-        return self.engine
 
     # -- queries and feedback -------------------------------------------------------------------
 
@@ -287,14 +225,20 @@ class Shortlister:
         caller: str | None = None,
         token_scope: Sequence[str] | None = None,
     ) -> Shortlist:
-        """Shortlist for ``request`` (see :meth:`ShortlistEngine.shortlist`) and remember it, so
-        feedback can quote its ``shortlist_id``. ``caller``: a hash of the bearer token that
+        """Rank the registry's tools for ``request`` and cut the list where the policy says; remember
+        it, so feedback can quote its ``shortlist_id``.
+
+        The request is checked first (every invalid field at once, see
+        :meth:`~registry.request.ShortlistRequest.resolve`), then the registry's snapshot is read
+        once and the runner answers on it (:meth:`registry.serving.shortlist.QueryRunner.run`). ``caller``: a hash of the bearer token that
         asked (None without tokens), logged for the learning loop. ``token_scope``: the tool
         patterns bound to that token (None: unbound), which the request can only narrow.
 
         A shortlist of several ``queries`` is remembered without a query text: its feedback
         counts everywhere but in the usage memory (:mod:`registry.serving.batch`)."""
-        result = self.require_engine().shortlist(request, token_scope)
+        self.require_ready()
+        resolved = request.resolve(self.settings, self.queries, token_scope)
+        result = self.queries.run(self.snapshots.snapshot(request.registry), resolved)
         for listener in self._shortlist_listeners:
             listener(result)
         self.feedback_recorder.remember(result.shown(time.time(), request.query or "", caller))
@@ -310,14 +254,15 @@ class Shortlister:
             ShortlistNotFound: unknown or expired id.
             ValidationFailed: bad names or calls; nothing is recorded.
         """
-        engine = self.require_engine()
+        self.require_ready()
+        snapshots = self.snapshots
 
         def known_tools(registry: str) -> Collection[str]:
-            snap = engine.current(registry)
+            snap = snapshots.current(registry)
             return snap.by_name if snap else ()
 
         def equivalence(registry: str) -> EquivalenceClasses:
-            snap = engine.current(registry)
+            snap = snapshots.current(registry)
             return snap.equivalence if snap else EquivalenceClasses()
 
         event, resent = self.feedback_recorder.submit(
@@ -331,7 +276,7 @@ class Shortlister:
     def report(self, registry: str) -> dict[str, Any]:
         """Tool efficiency from agents' feedback: per-tool utility and the tools worth pruning,
         and what the usage memory learned (``learning``)."""
-        snap = self.require_engine().snapshot(registry)
+        snap = self.snapshot(registry)
         report = self.feedback_recorder.efficiency.report(
             registry,
             tools=list(snap.by_name),
@@ -344,17 +289,17 @@ class Shortlister:
 
     def learning_report(self, registry: str) -> dict[str, Any]:
         """The usage memory of a registry (raises RegistryNotFound)."""
-        self.require_engine().snapshot(registry)
+        self.snapshot(registry)
         return self.learning.report(registry)
 
     def set_learning(self, registry: str, enabled: bool) -> dict[str, Any]:
         """Switch learning on or off for one registry, on every replica (memory is kept)."""
-        self.require_engine().snapshot(registry)
+        self.snapshot(registry)
         return self.learning.set_enabled(registry, enabled)
 
     def wipe_learning(self, registry: str) -> dict[str, Any]:
         """Forget what a registry learned from feedback, on every replica."""
-        self.require_engine().snapshot(registry)
+        self.snapshot(registry)
         return self.learning.wipe(registry)
 
     def _learn(self, event: FeedbackEvent) -> None:
@@ -368,21 +313,25 @@ class Shortlister:
     # -- registries -----------------------------------------------------------------------------
 
     def list_registries(self) -> list[RegistryInfo]:
-        return self.require_engine().list_registries()
+        self.require_ready()
+        return self.snapshots.list_registries()
 
     def snapshot(self, registry: str) -> Snapshot:
         """The registry's current version (raises RegistryNotFound)."""
-        return self.require_engine().snapshot(registry)
+        self.require_ready()
+        return self.snapshots.snapshot(registry)
 
     def put_registry(self, registry: str, payload: Any) -> RegistryInfo:
         """Replace a registry's tools (creating it if needed); the version increases."""
-        prepared = self.require_engine().prepare_put(registry, payload)
+        self.require_ready()
+        prepared = self.writer.prepare_put(registry, payload)
         self._overtake(registry)
         return self._changed(prepared.run())
 
     def upsert_tools(self, registry: str, payload: Any) -> RegistryInfo:
         """Add or replace tools by name, keeping the rest; creates the registry if missing."""
-        prepared = self.require_engine().prepare_upsert(registry, payload)
+        self.require_ready()
+        prepared = self.writer.prepare_upsert(registry, payload)
         self._overtake(registry)
         return self._changed(prepared.run())
 
@@ -395,22 +344,15 @@ class Shortlister:
         """``put_registry`` (kind "put") or ``upsert_tools`` ("upsert"), validated now (errors
         raised before anything is accepted); with more than ``async_write_min_texts`` texts
         to embed, returns a :class:`WriteJob` running in the background instead of waiting."""
-        engine = self.require_engine()
-        prepare = engine.prepare_put if kind == "put" else engine.prepare_upsert
-        prepared: PreparedWrite = prepare(registry, payload)
+        self.require_ready()
+        prepare = self.writer.prepare_put if kind == "put" else self.writer.prepare_upsert
+        prepared: PreparedWrite = prepare(registry, payload).announcing(self._listeners)
         limit = self.settings.async_write_min_texts
-        prepared = self._notifying(prepared)
         if limit and prepared.new_texts > limit and prepared.uncached() > limit:
             return self.write_jobs.submit(prepared, kind, payload)
         self._overtake(registry)
         info: RegistryInfo = prepared.run()
         return info
-
-    def _notifying(self, prepared: PreparedWrite) -> PreparedWrite:
-        """``prepared`` telling the registry listeners about the version it commits."""
-        run = prepared.apply
-        prepared.apply = lambda: self._changed(run())
-        return prepared
 
     def write_job(self, registry: str, job_id: str) -> WriteJob | None:
         """A job :meth:`submit_write` accepted (here, before a restart, or on another replica
@@ -431,14 +373,14 @@ class Shortlister:
     def edit_graph(self, registry: str, add: Any = None, remove: Any = None) -> RegistryInfo:
         """Add or remove prerequisite edges ``[[provider, consumer], ...]``; the version
         increases (unknown tool names: ``ValidationFailed`` naming them, nothing changed)."""
-        return self._changed(self.require_engine().edit_graph(registry, add, remove))
+        self.require_ready()
+        return self._changed(self.writer.edit_graph(registry, add, remove))
 
     def delete_tool(self, registry: str, name: str) -> RegistryInfo:
         """Remove one tool; the version increases."""
-        engine = self.require_engine()
-        if name in engine.snapshot(registry).by_name:  # a 404 supersedes nothing
+        if name in self.snapshot(registry).by_name:  # a 404 supersedes nothing
             self._overtake(registry)
-        return self._changed(engine.delete_tool(registry, name))
+        return self._changed(self.writer.delete_tool(registry, name))
 
     def delete_registry(self, registry: str) -> None:
         """Delete a registry and all its versions, and supersede its unfinished upload jobs
@@ -447,13 +389,13 @@ class Shortlister:
         Raises:
             RegistryNotFound: no such registry and no upload of it queued.
         """
-        engine = self.require_engine()
+        self.require_ready()
         validate_registry_name(registry)
         cancelled = self._overtake(registry, deleted(registry))
         try:
-            engine.delete_registry(registry)
+            self.writer.delete_registry(registry)
         except RegistryNotFound:
             if not cancelled:
                 raise
-        self._notify(RegistryChange(registry, None))
+        self._listeners(RegistryChange(registry, None))
         self.policies.forget(registry)

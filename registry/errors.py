@@ -115,7 +115,7 @@ class VersionConflict(ShortlistError):
     """A shared store refused a registry version: another replica wrote that version first.
 
     ``latest`` is the newest version the store has assigned for the registry (0 if none).
-    The engine resynchronises and retries; the client sees this only if retries run out.
+    The writer resynchronises and retries; the client sees this only if retries run out.
     """
 
     error_type = "conflict"

@@ -370,7 +370,7 @@ class RefitArgs(SettingsGroup):
 
 
 class StoreArgs(DataDir):
-    """Store and replicas: the shared Redis, sync, job leases, the caller key (registry.backends)."""
+    """Store and replicas: the shared Redis, sync, job leases, the caller key (registry.store)."""
 
     redis_url: SecretStr | None = Field(
         None,

@@ -1,21 +1,23 @@
-"""Bringing the core up: the start-up sequence of :class:`registry.core.Shortlister`, in order.
+"""Bringing the core up: the loading sequence of :class:`registry.core.Shortlister`, in order.
 
+Every part is built beforehand by :func:`registry.assembly.assemble`; start-up only loads.
 :meth:`Startup.run` runs on the core's loader thread (or inline) and, step by step:
 
-1. builds the embedder (behind the query cache when it is on) and the engine;
-2. arms the wipe recovery: from here on a shared store that lost its data is refilled from
-   this replica, not mirrored (:func:`registry.writes.sync.republish_from`);
-3. loads every stored registry, then the demo registry when configured;
-4. restores what feedback needs: the shortlists a graceful shutdown saved (local mode) and the
+1. loads the embedder (behind the query cache when it is on) into the handle every part holds,
+   and the relevance model ``allow_empty`` reads;
+2. loads every stored registry into the snapshot map, then the demo registry when configured;
+3. restores what feedback needs: the shortlists a graceful shutdown saved (local mode) and the
    feedback log, compacting it when due;
-5. starts the usage memory (registry.learning) on the loaded engine;
-6. tells the registry listeners, starts the replica sync (shared store) and the policy poll,
-   publishes the engine (the core is ready), and resumes unfinished background jobs.
+4. starts the usage memory (registry.learning) on the loaded registries;
+5. tells the registry listeners, and (shared store) subscribes them to what other replicas
+   write; starts the policy poll; marks the core ready, resumes unfinished background jobs
+   and starts the replica sync.
 
 While the shared store is unreachable each step is retried, and ``load_error`` says so; any
 other failure ends the sequence with ``load_error`` set, and the core keeps answering health
-checks. :meth:`Startup.write_back_after_wipe` is the recovery step 2 arms. The core hands over
-its parts and callbacks; this module never imports it.
+checks. A shared store that loses its data from assembly on is refilled from this replica, not
+mirrored (:func:`registry.writes.sync.republish_from`, armed when the sync is built), and
+:class:`WriteBackAfterWipe` is what the learning loop and the job queues write back then.
 """
 
 from __future__ import annotations
@@ -24,57 +26,102 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from registry.backends import HoldsBackWrites, start_learner
 from registry.errors import ShortlistError, StoreUnavailable
-from registry.feedback import FeedbackRecorder
-from registry.index.embed import Embedder
-from registry.index.query_cache import CachedEmbedder
+from registry.feedback import FeedbackRecorder, LogCompacted
+from registry.index.embedder_handle import EmbedderHandle
 from registry.learning.learner import UsageLearner
 from registry.learning.manager import PolicyManager
-from registry.serving.depth_policies import TunableDepthPolicy
-from registry.settings import EmbedderArgs, Settings
-from registry.store.base import SharedStore, Store, WipeableStore
+from registry.learning.usage import UsageEvent
+from registry.serving.relevance import RelevanceFile
+from registry.settings import Settings
+from registry.snapshots import RegistryChange
+from registry.store.base import Store, WipeableStore
+from registry.store.stores import Stores
 from registry.tools import ToolLimits, parse_tools
-from registry.writes.engine import RegistryChange, ShortlistEngine
 from registry.writes.jobs import PreparedWrite
-from registry.writes.sync import StoreSync, republish_from
+from registry.writes.sync import StoreSync
 from registry.writes.write_jobs import WriteJobs
+from registry.writes.writer import RegistryWriter
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEMO_REGISTRY", "Startup"]
+__all__ = ["DEMO_REGISTRY", "ShortlistLosses", "Startup", "WriteBackAfterWipe"]
 
 DEMO_REGISTRY = "demo"
 T = TypeVar("T")
 
 
+class ShortlistLosses:
+    """What lost remembered shortlists, and when: an unclean restart (start-up adds it), a
+    wiped shared store (its epoch's recoveries). The feedback recorder asks, so feedback for a
+    shortlist served before gets 410 saying why, not 404."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._found: list[tuple[float, str]] = []
+
+    def add(self, at: float, why: str) -> None:
+        self._found.append((at, why))
+
+    def __call__(self) -> list[tuple[float, str]]:
+        if not isinstance(self._store, WipeableStore):
+            return list(self._found)
+        wipes = [(r.at, "the shared store (Redis) lost its data") for r in self._store.epoch.recoveries]
+        return [*self._found, *wipes]
+
+
+@dataclass(frozen=True, slots=True)
+class WriteBackAfterWipe:
+    """The shared store lost its data: every replica writes back the jobs it holds; the winner
+    what the learning loop holds (policy versions, usage memories and switches), as it does the
+    registries. Called with whether this replica won."""
+
+    write_jobs: WriteJobs
+    policies: PolicyManager
+    learner: UsageLearner
+
+    def __call__(self, won: bool) -> None:
+        try:  # every replica: the jobs it holds (so their polls keep answering)
+            self.write_jobs.queue.republish()
+            self.policies.queue.republish()
+        except ShortlistError as exc:
+            log.warning("background jobs not written back: %s", exc.message)
+        if not won:
+            return
+        try:
+            self.policies.book.write_back()
+            saved = self.learner.write_back()
+            log.warning("wrote %d usage memories back to the shared store", saved)
+        except ShortlistError as exc:  # retried: the policy poll and the next saves write again
+            log.warning("learning state not written back yet: %s", exc.message)
+
+
 @dataclass(eq=False)
 class Startup:
-    """The start-up sequence and what it produces (``engine``, ``sync``, ``query_cache``)."""
+    """The loading sequence over assembled parts, and its outcome (``ready``, ``load_error``)."""
 
     settings: Settings
-    store: Store
-    embedder_factory: Callable[[EmbedderArgs], Embedder]
-    bor_policy: TunableDepthPolicy
-    learning: UsageLearner
+    stores: Stores
+    embedder: EmbedderHandle
+    relevance: RelevanceFile
+    writer: RegistryWriter
+    learner: UsageLearner
     policies: PolicyManager
-    feedback_recorder: FeedbackRecorder
+    recorder: FeedbackRecorder
     write_jobs: WriteJobs
+    sync: StoreSync | None  # shared store: the replica sync, started last
+    losses: ShortlistLosses
     on_change: Callable[[RegistryChange], None]  # every registry change, to the core's listeners
     wrap_write: Callable[[PreparedWrite], PreparedWrite]  # a resumed write job's notification
     closing: threading.Event = field(default_factory=threading.Event)
     started: float = field(default_factory=time.time)
-    engine: ShortlistEngine | None = None  # set when the core is ready
-    loading: ShortlistEngine | None = None  # the engine from the learner's start on
-    sync: StoreSync | None = None
-    query_cache: CachedEmbedder | None = None
+    ready: bool = False
     load_error: str | None = None
-    losses: list[tuple[float, str]] = field(default_factory=list)  # what lost pending shortlists
 
     @property
     def pending_path(self) -> Path:
@@ -82,7 +129,7 @@ class Startup:
         return Path(self.settings.data_dir) / "feedback" / "pending-shortlists.jsonl"
 
     def run(self) -> None:
-        """The start-up sequence (module docstring)."""
+        """The loading sequence (module docstring)."""
         try:
             self._run()
         except ShortlistError as exc:
@@ -107,86 +154,65 @@ class Startup:
             return result
 
     def _run(self) -> None:
-        settings, recorder, store = self.settings, self.feedback_recorder, self.store
-        embedder = self.embedder_factory(EmbedderArgs.of(settings))
-        if settings.query_cache_size > 0:
-            embedder = self.query_cache = CachedEmbedder(embedder, settings.query_cache_size)
-        engine = ShortlistEngine(
-            settings, store, embedder, self.bor_policy, usage=self.learning, policy_book=self.policies.book
-        )
-        # before the first store call: a store wiped from here on is refilled, not mirrored
-        republish_from(engine, store, recorder, self.write_back_after_wipe)
-        log.info("loaded %d registries", self._until_store_answers(engine.load_all))
-        self._until_store_answers(lambda: self._load_demo(engine))
-        self._restore_pending(engine)
+        recorder, writer = self.recorder, self.writer
+        self.embedder.load()
+        self.relevance.load()
+        log.info("loaded %d registries", self._until_store_answers(writer.load_all))
+        self._until_store_answers(self._load_demo)
+        self._restore_pending()
         log.info("restored %d feedback events from the log", self._until_store_answers(recorder.restore))
         recorder.maybe_compact()
-        self.loading = engine
-        self._until_store_answers(lambda: start_learner(
-            self.learning, engine, embedder, recorder.log, store, key_prefix=settings.redis_key_prefix()
-        ))
-        for info in engine.list_registries():
+        self._until_store_answers(self._start_learner)
+        for info in writer.snapshots.list_registries():
             self.on_change(RegistryChange(info.registry, info))
-        if isinstance(store, SharedStore):
-            engine.add_listener(self.on_change)
-            memory = recorder.memory
-            self.sync = StoreSync(
-                engine,
-                store,
-                interval=settings.sync_interval_seconds,
-                feedback=recorder,
-                on_tick=memory.flush_pending if isinstance(memory, HoldsBackWrites) else None,
-                learned=self.write_back_after_wipe,
-            )
-        self.policies.start(settings.sync_interval_seconds if isinstance(store, SharedStore) else None)
-        self.engine = engine
-        resumed = self._until_store_answers(lambda: self.write_jobs.resume(engine, self.wrap_write))
+        if self.sync is not None:
+            writer.add_listener(self.on_change)
+        self.policies.start(self.settings.sync_interval_seconds if self.stores.shared else None)
+        self.ready = True
+        resumed = self._until_store_answers(lambda: self.write_jobs.resume(writer, self.wrap_write))
         resumed += self._until_store_answers(self.policies.resume)
         if resumed:
             log.warning("%d unfinished background jobs resumed after a restart", resumed)
         if self.sync is not None and not self.closing.is_set():
             self.sync.start()
 
-    def shortlist_losses(self) -> list[tuple[float, str]]:
-        """What lost remembered shortlists, and when: an unclean restart, a wiped shared store."""
-        if not isinstance(self.store, WipeableStore):
-            return list(self.losses)
-        wipes = [(r.at, "the shared store (Redis) lost its data") for r in self.store.epoch.recoveries]
-        return [*self.losses, *wipes]
-
-    def write_back_after_wipe(self, won: bool) -> None:
-        """The shared store lost its data: every replica writes back the jobs it holds; the
-        winner what the learning loop holds (policy versions, usage memories and switches), as
-        it does the registries."""
-        try:  # every replica: the jobs it holds (so their polls keep answering)
-            self.write_jobs.queue.republish()
-            self.policies.queue.republish()
-        except ShortlistError as exc:
-            log.warning("background jobs not written back: %s", exc.message)
-        if not won:
+    def _start_learner(self, background: bool = True) -> None:
+        """Attach the learner to the loaded registries: restore saved memories, then fold the
+        logged events after them (own log), or tail the shared log on the learner's thread."""
+        learner, snapshots = self.learner, self.writer.snapshots
+        registries = [info.registry for info in snapshots.list_registries()]
+        open_reader = self.stores.log_reader
+        if open_reader is None:
+            backlog = self.recorder.log.replay()
+            learner.attach(self.embedder.embed_query, registries, backlog=backlog, background=background)
             return
-        try:
-            self.policies.book.write_back()
-            saved = self.learning.write_back()
-            log.warning("wrote %d usage memories back to the shared store", saved)
-        except ShortlistError as exc:  # retried: the policy poll and the next saves write again
-            log.warning("learning state not written back yet: %s", exc.message)
+        reader = open_reader()
 
-    def _restore_pending(self, engine: ShortlistEngine) -> None:
+        def shared_events() -> Iterable[UsageEvent]:
+            try:
+                return reader.read_new(include_own=True)
+            except LogCompacted:  # fell behind a compaction: the compactor's saved memories
+                learner.restore_saved(info.registry for info in snapshots.list_registries())
+                reader.rewind()  # then what is left (duplicates are skipped)
+                return reader.read_new(include_own=True)
+
+        learner.attach(self.embedder.embed_query, registries, source=shared_events, background=background)
+
+    def _restore_pending(self) -> None:
         """Local mode: take back the shortlists a graceful shutdown saved; after any other
         stop, feedback for one served before this start gets 410 saying why."""
-        if not self.feedback_recorder.restore_pending(self.pending_path) and engine.list_registries():
-            self.losses.append(
-                (self.started, "the service restarted without a graceful shutdown (pending "
-                 "shortlists are kept across a graceful one only)")
+        if not self.recorder.restore_pending(self.pending_path) and len(self.writer.snapshots):
+            self.losses.add(
+                self.started, "the service restarted without a graceful shutdown (pending "
+                "shortlists are kept across a graceful one only)"
             )
 
-    def _load_demo(self, engine: ShortlistEngine) -> None:
+    def _load_demo(self) -> None:
         path: Path | None = self.settings.demo_registry
-        if path is None or engine.has_registry(DEMO_REGISTRY):
+        if path is None or self.writer.snapshots.has_registry(DEMO_REGISTRY):
             return
         payload = json.loads(Path(path).read_text(encoding="utf-8"))
         parse_tools(payload, ToolLimits())  # fail on a broken demo file before writing anything
-        info = engine.create_registry(DEMO_REGISTRY, payload)  # replicas racing: one creates it
+        info = self.writer.create_registry(DEMO_REGISTRY, payload)  # replicas racing: one creates it
         if info is not None:
             log.info("loaded demo registry from %s (%d tools)", path, info.tools)

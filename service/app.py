@@ -28,7 +28,7 @@ from service.routes import policies as policy_routes
 from service.schemas import error_responses
 from service.schemas_openapi import document_settings
 from service.settings import ServiceSettings
-from service.state import EmbedderFactory, ServiceState, default_embedder
+from service.state import EmbedderFactory, ServiceState
 
 DESCRIPTION = """Per-query tool shortlists for LLM agents. Upload tool registries, ask
 `POST /shortlist`, get back the tools the agent should see: as many as a learned
@@ -38,7 +38,7 @@ Bits-over-Random depth policy judges this query needs."""
 def create_app(
     settings: ServiceSettings | None = None,
     *,
-    embedder_factory: EmbedderFactory = default_embedder,
+    embedder_factory: EmbedderFactory | None = None,
     bor_policy: TunableDepthPolicy | None = None,
     background_load: bool = True,
 ) -> FastAPI:

@@ -122,8 +122,8 @@ def _refit(args: argparse.Namespace) -> int:
     2 when the registry does not exist in the configured store)."""
     import json
 
+    from registry.assembly import refit_from_settings
     from registry.errors import ShortlistError
-    from registry.learning.manager import refit_from_settings
     from registry.settings import Settings
 
     try:

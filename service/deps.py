@@ -31,7 +31,7 @@ StateDep = Annotated[ServiceState, Depends(_state)]
 
 async def get_core(state: StateDep) -> Shortlister:
     """The core once it is ready (503 before: checked ahead of the body, like any dependency)."""
-    state.core.require_engine()
+    state.core.require_ready()
     return state.core
 
 

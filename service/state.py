@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from registry.core import DEMO_REGISTRY, EmbedderFactory, Shortlister, default_embedder
+from registry.core import DEMO_REGISTRY, EmbedderFactory, Shortlister
 from registry.feedback import FeedbackRecorder
 from registry.serving.depth_policies import TunableDepthPolicy
-from registry.writes.engine import RegistryChange, ShortlistEngine
+from registry.snapshots import RegistryChange
 from service.feedback_metrics import FeedbackMetrics
 from service.metrics import Metrics, QueryCacheCollector
 from service.settings import ServiceSettings
 
-__all__ = ["DEMO_REGISTRY", "EmbedderFactory", "ServiceState", "default_embedder"]
+__all__ = ["DEMO_REGISTRY", "EmbedderFactory", "ServiceState"]
 
 
 class ServiceState:
@@ -20,7 +20,7 @@ class ServiceState:
         self,
         settings: ServiceSettings,
         *,
-        embedder_factory: EmbedderFactory = default_embedder,
+        embedder_factory: EmbedderFactory | None = None,
         bor_policy: TunableDepthPolicy | None = None,
     ) -> None:
         self._settings = settings  # the core keeps the domain's part; the faces read the rest
@@ -56,10 +56,6 @@ class ServiceState:
     @property
     def settings(self) -> ServiceSettings:
         return self._settings
-
-    @property
-    def engine(self) -> ShortlistEngine | None:
-        return self.core.engine
 
     @property
     def feedback(self) -> FeedbackRecorder:

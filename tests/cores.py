@@ -12,13 +12,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from registry.assembly import Registries
 from registry.core import EmbedderFactory, Shortlister
 from registry.index.embed import Embedder, HashingEmbedder
 from registry.serving.depth_policies import OnnxDepthPolicy, TunableDepthPolicy
 from registry.settings import EngineArgs, Settings
 from registry.store.base import Store
 from registry.store.local import LocalStore
-from registry.writes.engine import ShortlistEngine
 from service.settings import ServiceSettings
 
 POLICY_DIR = Path(__file__).resolve().parent.parent / "models" / "default"
@@ -69,13 +69,13 @@ def new_engine(
     embedder: Embedder | None = None,
     bor_policy: TunableDepthPolicy | None = None,
     **kwargs: Any,
-) -> ShortlistEngine:
-    """A bare engine (no core around it) on ``store`` (default: a local store in the settings'
+) -> Registries:
+    """A bare engine (a writer and a query runner over one snapshot map, no core around it) on ``store`` (default: a local store in the settings'
     data directory), with the hashing embedder and the shipped policy unless given; ``kwargs``
     go to the engine (``usage=``, ``policy_book=``)."""
     if store is None:
         assert isinstance(settings, Settings), "a local store needs the settings' data_dir"
         store = LocalStore(settings.data_dir)
-    return ShortlistEngine(
+    return Registries.build(
         settings, store, embedder or HashingEmbedder(), bor_policy or shipped_policy(), **kwargs
     )

@@ -27,7 +27,7 @@ def test_the_checker_sees_every_import_form():
     source = (
         "import os\nimport fastapi.routing as r\nfrom service.app import create_app\n"
         "def f():\n    from prometheus_client import Counter\n    import starlette, uvicorn\n"
-        "from registry.writes.engine import ShortlistEngine\nfrom servicex import y\n"
+        "from registry.writes.writer import RegistryWriter\nfrom servicex import y\n"
     )
     assert forbidden_imports(source) == [
         "fastapi.routing", "service.app", "prometheus_client", "starlette", "uvicorn"
@@ -88,21 +88,65 @@ def test_the_query_path_never_imports_training_learning_or_the_write_path():
     assert offenders(
         "registry.serving",
         ("registry.offline", "registry.learning", "registry.writes", "registry.core", "registry.startup",
-         "registry.backends"),
+         "registry.assembly"),
     ) == {}
 
 
 def test_learning_memory_never_imports_the_core_the_write_path_or_training():
     assert offenders(
         "registry.learning",
-        ("registry.core", "registry.startup", "registry.writes", "registry.backends", "registry.offline"),
+        ("registry.core", "registry.startup", "registry.writes", "registry.assembly", "registry.offline"),
     ) == {}
 
 
 def test_the_write_path_never_imports_the_core_or_training():
     assert offenders(
-        "registry.writes", ("registry.core", "registry.startup", "registry.backends", "registry.offline")
+        "registry.writes", ("registry.core", "registry.startup", "registry.assembly", "registry.offline")
     ) == {}
+
+
+def test_the_write_path_never_imports_the_query_path():
+    """Queries apart from writes: the writer and the runner only share the snapshot map
+    (registry.snapshots); whatever a write needed of serving would be handed in by the core."""
+    assert offenders("registry.writes", ("registry.serving",)) == {}
+
+
+def test_the_snapshot_map_sits_below_both_paths():
+    graph = registry_imports()
+    assert not {d for d in graph["registry.snapshots"] if layer(d) in ("registry.serving", "registry.writes")}
+
+
+def top_modules_imported(source: str, filename: str = "<source>") -> set[str]:
+    """The top-level modules ``source`` imports, anywhere (functions included)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source, filename)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_the_redis_checker_sees_every_import_form():
+    source = "import os\ndef f():\n    from redis.cluster import RedisCluster\n"
+    assert "redis" in top_modules_imported(source)
+    assert "redis" not in top_modules_imported("from registry.store import redis_stores\nimport redisx\n")
+
+
+def test_only_the_store_package_and_the_assembly_import_redis():
+    """One place per backend: a Redis-backed part lives in registry/store/ and is chosen by the
+    assembly; nothing else (the web layer included) talks to Redis itself."""
+    allowed = ROOT / "registry" / "store"
+    files = sorted([*(ROOT / "registry").rglob("*.py"), *(ROOT / "service").rglob("*.py")])
+    offenders = sorted(
+        str(path.relative_to(ROOT))
+        for path in files
+        if allowed not in path.parents
+        and path != ROOT / "registry" / "assembly.py"
+        and "redis" in top_modules_imported(path.read_text(encoding="utf-8"), str(path))
+    )
+    assert offenders == []
+    assert any("redis" in top_modules_imported(p.read_text(encoding="utf-8")) for p in allowed.glob("redis*.py"))
 
 
 def test_settings_and_the_request_sit_at_the_bottom():
@@ -233,8 +277,7 @@ def test_at_most_five_attribute_probes_outside_offline_each_saying_why():
 # (registry.settings.ServingArgs, FeedbackArgs, ...). The offline package's command-line tools
 # read the environment themselves, as a service would.
 WHOLE_SETTINGS = frozenset({
-    "registry.core", "registry.startup", "registry.backends", "registry.assemble",
-    "registry.learning.manager",  # PolicyManager.for_settings and refit_from_settings assemble a manager
+    "registry.core", "registry.startup", "registry.assembly",
 })
 
 

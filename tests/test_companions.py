@@ -215,7 +215,7 @@ def test_the_switch_and_a_wipe_reset_companions(settings, bor_policy):
 
 
 def test_a_scoped_request_adds_only_allowed_tools_in_its_chain_step(engine):
-    engine.put_registry("shop", REST)
+    engine.writer.put_registry("shop", REST)
     query = "return the items of order 17"
     whole = [t.name for t in engine.shortlist(ShortlistRequest("shop", query, max_k=5)).tools]
     assert whole == ["return_order_items", "list_orders", "whoami"]  # whoami fills list_orders' need

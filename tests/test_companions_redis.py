@@ -42,7 +42,7 @@ def test_a_companion_learned_on_one_replica_is_served_by_the_other_and_survives_
     b = replica(settings, bor_policy, own_redis.url, redis_prefix, tmp_path / "b")
     try:
         a.put_registry("shop", REST)
-        eventually(lambda: b.engine is not None and b.engine.has_registry("shop"))
+        eventually(lambda: b.ready and b.snapshots.has_registry("shop"))
         assert companion(a) is None and companion(b) is None
         teach(a)
         eventually(lambda: b.learning_report("shop")["companion_pairs"] == a.learning_report("shop")["companion_pairs"] > 0)
@@ -58,7 +58,7 @@ def test_a_companion_learned_on_one_replica_is_served_by_the_other_and_survives_
         eventually(lambda: a.store.client.hexists(f"{redis_prefix}learning:control", "shop"), timeout=20)
         c = replica(settings, bor_policy, own_redis.url, redis_prefix, tmp_path / "c")
         try:
-            eventually(lambda: c.engine is not None and c.engine.has_registry("shop"), timeout=20)
+            eventually(lambda: c.ready and c.snapshots.has_registry("shop"), timeout=20)
             eventually(lambda: companion(c) == served)
         finally:
             c.close()

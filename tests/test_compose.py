@@ -106,7 +106,7 @@ TOOLS = [
 
 @pytest.fixture
 def loaded(engine):
-    engine.put_registry("r", {"tools": TOOLS, "equivalents": [["get_weather", "get_weather_copy"]]})
+    engine.writer.put_registry("r", {"tools": TOOLS, "equivalents": [["get_weather", "get_weather_copy"]]})
     return engine
 
 

@@ -21,7 +21,7 @@ def test_not_ready_until_started(make_core):
 
 
 def test_shortlist_then_feedback_shows_in_counts_and_report(make_core):
-    from registry.writes.engine import RegistryChange
+    from registry.snapshots import RegistryChange
 
     core = make_core()
     changes: list[RegistryChange] = []

@@ -100,9 +100,9 @@ SEED: dict[str, list[str]] = {"tools": [], "shortlist_ids": []}
 def seeded() -> Iterator[None]:
     """Seed the 'demo' registry and real shortlist ids (served through the API)."""
     state = APP.state.service
-    assert state.wait_ready(30) and state.engine is not None, state.load_error
+    assert state.wait_ready(30), state.load_error
     reseed()
-    SEED["tools"] = sorted(state.engine.snapshot(DEMO).by_name)
+    SEED["tools"] = sorted(state.core.snapshot(DEMO).by_name)
     client = TestClient(APP)  # no `with`: the lifespan already ran
     query_token = {"Authorization": f"Bearer {QUERY}"}
     SEED["shortlist_ids"] = [
@@ -115,10 +115,10 @@ def seeded() -> Iterator[None]:
 
 
 def reseed() -> None:
-    engine = APP.state.service.engine
+    core = APP.state.service.core
     for name in (DEMO, SCRATCH):
-        if not engine.has_registry(name):
-            engine.put_registry(name, demo_payload())
+        if not core.snapshots.has_registry(name):
+            core.writer.put_registry(name, demo_payload())
 
 
 # Half of the generated requests are steered at the seeded registry. Only a value that is

@@ -114,36 +114,36 @@ def test_edits_add_and_remove_edges_by_name_and_drop_with_a_deleted_tool():
 
 
 def test_edit_graph_is_a_versioned_write_and_unknown_names_change_nothing(engine, settings, hashing_embedder, bor_policy):
-    engine.put_registry("shop", REST)
-    info = engine.edit_graph("shop", add=[["get_customer", "get_order"]], remove=[["search_films", "get_film"]])
+    engine.writer.put_registry("shop", REST)
+    info = engine.writer.edit_graph("shop", add=[["get_customer", "get_order"]], remove=[["search_films", "get_film"]])
     assert info.version == 2
-    graph = engine.snapshot("shop").graph
+    graph = engine.snapshots.snapshot("shop").graph
     assert ("get_customer", "get_order", "", "admin") in edges(graph)
     with pytest.raises(ValidationFailed) as refused:
-        engine.edit_graph("shop", add=[["get_customer", "no_such_tool"], ["nope", "get_order"]])
+        engine.writer.edit_graph("shop", add=[["get_customer", "no_such_tool"], ["nope", "get_order"]])
     assert "no_such_tool" in refused.value.message and "nope" in refused.value.message
     with pytest.raises(ValidationFailed):
-        engine.edit_graph("shop", add=[["get_order", "get_order"]])
+        engine.writer.edit_graph("shop", add=[["get_order", "get_order"]])
     with pytest.raises(ValidationFailed):
-        engine.edit_graph("shop", add=[["only_one"]])
+        engine.writer.edit_graph("shop", add=[["only_one"]])
     with pytest.raises(RegistryNotFound):
-        engine.edit_graph("nowhere", add=[["a", "b"]])
-    assert engine.snapshot("shop").version == 2
-    engine.upsert_tools("shop", [fn("cancel_order", "Cancel an order.", {"order_id": "The order."})])
-    assert ("get_customer", "get_order", "", "admin") in edges(engine.snapshot("shop").graph)  # kept
-    engine.delete_tool("shop", "get_customer")
-    assert engine.snapshot("shop").edits.added == ()  # the deleted tool took its edit
+        engine.writer.edit_graph("nowhere", add=[["a", "b"]])
+    assert engine.snapshots.snapshot("shop").version == 2
+    engine.writer.upsert_tools("shop", [fn("cancel_order", "Cancel an order.", {"order_id": "The order."})])
+    assert ("get_customer", "get_order", "", "admin") in edges(engine.snapshots.snapshot("shop").graph)  # kept
+    engine.writer.delete_tool("shop", "get_customer")
+    assert engine.snapshots.snapshot("shop").edits.added == ()  # the deleted tool took its edit
 
 
-    engine.edit_graph("shop", remove=[["list_orders", "get_order"]])
+    engine.writer.edit_graph("shop", remove=[["list_orders", "get_order"]])
     restarted = new_engine(settings, embedder=hashing_embedder, bor_policy=bor_policy)
-    restarted.load_all()
-    assert edges(restarted.snapshot("shop").graph) == edges(engine.snapshot("shop").graph)
-    assert restarted.snapshot("shop").edits.removed == (("search_films", "get_film"), ("list_orders", "get_order"))
+    restarted.writer.load_all()
+    assert edges(restarted.snapshots.snapshot("shop").graph) == edges(engine.snapshots.snapshot("shop").graph)
+    assert restarted.snapshots.snapshot("shop").edits.removed == (("search_films", "get_film"), ("list_orders", "get_order"))
 
 
 def test_shortlist_appends_missing_prerequisites_two_levels_deep_with_their_reason(engine):
-    engine.put_registry("shop", REST)
+    engine.writer.put_registry("shop", REST)
     answer = engine.shortlist(ShortlistRequest("shop", "return the items of order 17", max_k=5))
     assert [(t.name, t.reason) for t in answer.tools] == [
         ("return_order_items", None),
@@ -160,7 +160,7 @@ def test_shortlist_appends_missing_prerequisites_two_levels_deep_with_their_reas
 
 
 def test_called_drops_the_called_tools_and_puts_their_next_steps_first(engine):
-    engine.put_registry("shop", REST)
+    engine.writer.put_registry("shop", REST)
     query = "my email is ann@example.com: return the items of my last order"
     answer = engine.shortlist(ShortlistRequest("shop", query, called=("find_customer_by_email",)))
     names = [t.name for t in answer.tools]
@@ -177,7 +177,7 @@ def test_called_drops_the_called_tools_and_puts_their_next_steps_first(engine):
 
 
 def test_called_with_a_fixed_k_keeps_k_tools(engine):
-    engine.put_registry("shop", REST)
+    engine.writer.put_registry("shop", REST)
     query = "my email is ann@example.com: return the items of my last order"
     first = engine.shortlist(ShortlistRequest("shop", query, k=2))
     after = engine.shortlist(ShortlistRequest("shop", query, k=2, called=(first.tools[0].name,)))

@@ -98,17 +98,17 @@ def test_derived_snapshot_ranks_like_a_rebuilt_one_and_embeds_only_new_text(tmp_
 def test_one_tool_upsert_embeds_one_text_and_shares_unchanged_parts(settings, hashing_embedder, bor_policy):
     engine = new_engine(settings, embedder=hashing_embedder, bor_policy=bor_policy)
     rng = random.Random(1)
-    engine.put_registry("r", {"tools": [_tool(f"t{i}", rng) for i in range(50)], "equivalents": [["t1", "t2"]]})
-    before = engine.snapshot("r")
+    engine.writer.put_registry("r", {"tools": [_tool(f"t{i}", rng) for i in range(50)], "equivalents": [["t1", "t2"]]})
+    before = engine.snapshots.snapshot("r")
     hashing_embedder.documents = 0
-    engine.upsert_tools("r", [{"name": "t3", "description": "counts zebras"}])
-    after = engine.snapshot("r")
+    engine.writer.upsert_tools("r", [{"name": "t3", "description": "counts zebras"}])
+    after = engine.snapshots.snapshot("r")
     assert hashing_embedder.documents == 1
     assert after.names is before.names and after.equivalence is before.equivalence  # shared
     assert after.tools[3].description == "counts zebras" and after.version == before.version + 1
     assert engine.shortlist(ShortlistRequest("r", "count the zebras", k=1)).tools[0].name == "t3"
-    engine.delete_tool("r", "t3")
-    assert "t3" not in engine.snapshot("r").by_name and hashing_embedder.documents == 1
+    engine.writer.delete_tool("r", "t3")
+    assert "t3" not in engine.snapshots.snapshot("r").by_name and hashing_embedder.documents == 1
 
 
 def test_stored_tools_reuses_parsed_tools_and_matches_the_parser(settings, hashing_embedder, bor_policy):
@@ -116,8 +116,8 @@ def test_stored_tools_reuses_parsed_tools_and_matches_the_parser(settings, hashi
     rng = random.Random(2)
     definitions = [_tool(f"t{i}", rng) for i in range(20)]
     definitions.append({"type": "function", "function": {"name": "openai_style", "description": "x"}})
-    engine.put_registry("r", definitions)
-    current = engine.snapshot("r")
+    engine.writer.put_registry("r", definitions)
+    current = engine.snapshots.snapshot("r")
     stored = [*definitions[:5], *definitions[6:], {"name": "fresh", "description": "new"}]
     stored[0] = {"name": "t0", "description": "changed"}
     limits = ToolLimits()
@@ -134,15 +134,15 @@ def test_stored_tools_reuses_parsed_tools_and_matches_the_parser(settings, hashi
 def test_write_jobs_report_done_and_failed(settings, hashing_embedder, bor_policy):
     engine = new_engine(settings, embedder=hashing_embedder, bor_policy=bor_policy)
     jobs = WriteJobs(LocalJobRecords(settings.data_dir))
-    ok = jobs.submit(engine.prepare_put("r", [{"name": "a", "description": "alpha"}]), "put", [{"name": "a", "description": "alpha"}])
+    ok = jobs.submit(engine.writer.prepare_put("r", [{"name": "a", "description": "alpha"}]), "put", [{"name": "a", "description": "alpha"}])
     assert ok.new_texts == 1
     assert jobs.wait(ok, 10) and ok.state == "done" and ok.info.version == 1
     assert jobs.get("r", ok.id).info == ok.info and jobs.get("other", ok.id) is None
-    engine.limits = ToolLimits(max_tools=2)
+    engine.writer.limits = ToolLimits(max_tools=2)
     two = [{"name": "b", "description": "b"}, {"name": "c", "description": "c"}]
-    bad = jobs.submit(engine.prepare_upsert("r", two), "upsert", two)
+    bad = jobs.submit(engine.writer.prepare_upsert("r", two), "upsert", two)
     assert jobs.wait(bad, 10) and bad.state == "failed" and bad.error.error_type == PayloadTooLarge.error_type
-    assert engine.snapshot("r").n_tools == 1
+    assert engine.snapshots.snapshot("r").n_tools == 1
 
 
 def test_dense_flat_index_update_matches_a_rebuild():
@@ -218,15 +218,15 @@ def test_queued_writes_commit_together_and_keep_their_own_errors(settings, hashi
 
     store.save = slow_save
     engine = new_engine(settings, store=store, embedder=hashing_embedder, bor_policy=bor_policy)
-    engine.put_registry("r", [{"name": "seed", "description": "seed"}])
+    engine.writer.put_registry("r", [{"name": "seed", "description": "seed"}])
     results, errors = {}, {}
 
     def write(i: int) -> None:
         try:
             if i == 5:
-                results[i] = engine.delete_tool("r", "missing")
+                results[i] = engine.writer.delete_tool("r", "missing")
             else:
-                results[i] = engine.upsert_tools("r", [{"name": f"t{i}", "description": f"tool {i}"}])
+                results[i] = engine.writer.upsert_tools("r", [{"name": f"t{i}", "description": f"tool {i}"}])
         except ToolNotFound as exc:
             errors[i] = exc
 
@@ -235,7 +235,7 @@ def test_queued_writes_commit_together_and_keep_their_own_errors(settings, hashi
         t.start()
     for t in threads:
         t.join()
-    snap = engine.snapshot("r")
+    snap = engine.snapshots.snapshot("r")
     assert set(errors) == {5} and len(results) == 11
     assert sorted(snap.by_name) == sorted(["seed", *(f"t{i}" for i in range(12) if i != 5)])
     assert len(saves) < 12  # grouped: fewer versions than writes

@@ -189,7 +189,7 @@ def test_an_acknowledged_upload_survives_a_restart_and_completes(settings, bor_p
         assert [r.status_code for r in accepted] == [202] * 3
         # the process "dies" here: its worker is stuck, nothing was committed
         core = client.app.state.service.core
-        assert all(core.engine.current(f"r{i}") is None for i in range(3))
+        assert all(core.snapshots.current(f"r{i}") is None for i in range(3))
     with _app(settings, bor_policy, async_write_min_texts=2) as again:
         for i, r in enumerate(accepted):
             done = _poll(again, r.headers["location"])
@@ -246,7 +246,7 @@ def test_refit_jobs_survive_a_restart(settings, bor_policy, blocked_refits):
 def test_a_dead_replicas_jobs_are_resumed_by_another(redis_server, redis_prefix, settings, bor_policy):
     import redis
 
-    from registry.jobs import RedisJobRecords
+    from registry.store.redis_jobs import RedisJobRecords
 
     records = RedisJobRecords(redis.Redis.from_url(redis_server.url), redis_prefix)
     record = {"id": "d" * 32, "registry": "r", "kind": "put", "new_texts": 3, "state": "queued",

@@ -41,7 +41,7 @@ def test_two_replicas_learn_together(settings, bor_policy, redis_server, redis_p
     b = core(settings, bor_policy, redis_server.url, redis_prefix, tmp_path / "b")
     try:
         a.put_registry("w", TOOLS)
-        eventually(lambda: b.engine is not None and b.engine.has_registry("w"))
+        eventually(lambda: b.ready and b.snapshots.has_registry("w"))
         assert top(a) == top(b) == "get_weather"
         for i in range(10):
             sl = a.shortlist(ShortlistRequest("w", f"weather today in {CITIES[i]} city"))
@@ -56,7 +56,7 @@ def test_two_replicas_learn_together(settings, bor_policy, redis_server, redis_p
         eventually(lambda: a.store.client.exists(f"{redis_prefix}usage:w") == 1)  # saved
         c = core(settings, bor_policy, redis_server.url, redis_prefix, tmp_path / "c")
         try:  # a new replica restores the saved memory (and skips the events it already holds)
-            eventually(lambda: c.engine is not None and c.learning_report("w")["events"] == 10)
+            eventually(lambda: c.ready and c.learning_report("w")["events"] == 10)
             assert top(c) == "weather_forecast"
             time.sleep(1.0)  # several ticks: the stream's 10 events are not counted again
             assert c.learning_report("w")["events"] == 10
@@ -76,7 +76,7 @@ def load_and_teach(a: Shortlister, b: Shortlister) -> None:
     """Registry "w" on replica a (seen by b), then 60 feedback events for new phrasings of a
     forecast, from ten callers."""
     a.put_registry("w", TOOLS)
-    eventually(lambda: b.engine is not None and b.engine.has_registry("w"))
+    eventually(lambda: b.ready and b.snapshots.has_registry("w"))
     for i in range(60):
         sl = a.shortlist(ShortlistRequest("w", f"forecast for {CITIES[i % len(CITIES)]} number {i}"))
         a.feedback(FeedbackRequest(sl.shortlist_id, ["weather_forecast"], success=True), caller=f"c{i % 10}")

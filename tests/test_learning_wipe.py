@@ -42,7 +42,7 @@ def test_a_redis_wipe_keeps_policy_versions_usage_memory_and_says_410(
     late = None
     try:
         a.put_registry("w", TOOLS)
-        eventually(lambda: b.engine is not None and b.engine.has_registry("w"))
+        eventually(lambda: b.ready and b.snapshots.has_registry("w"))
         a.policies.book.add(StopRule(bias_offset=1.0), "w", activate=True)
         eventually(lambda: b.shortlist(ShortlistRequest("w", QUERY)).policy_version == "refit-1")
         for i in range(10):
@@ -71,7 +71,7 @@ def test_a_redis_wipe_keeps_policy_versions_usage_memory_and_says_410(
 
         # a replica started after the wipe finds the policy and the usage memory
         late = core(settings, bor_policy, own_redis.url, redis_prefix, tmp_path / "late")
-        eventually(lambda: late.engine is not None)
+        eventually(lambda: late.ready)
         assert late.shortlist(ShortlistRequest("w", QUERY)).policy_version == "refit-1"
         assert late.learning_report("w")["events"] == 10
         assert late.shortlist(ShortlistRequest("w", QUERY, k=4)).tools[0].name == a.shortlist(ShortlistRequest("w", QUERY, k=4)).tools[0].name
@@ -153,7 +153,7 @@ def test_a_redis_wipe_keeps_the_jobs_a_replica_holds(settings, bor_policy, own_r
         eventually(lambda: a.store.client.exists(f"{redis_prefix}job:refit:{refit.job}") == 1)
         other = core(settings, bor_policy, own_redis.url, redis_prefix, tmp_path / "b")
         try:  # another replica answers the poll from Redis
-            eventually(lambda: other.engine is not None)
+            eventually(lambda: other.ready)
             found = other.write_job("j", job.id)
             assert found is not None and found.state == "done" and found.info.version == 1
             assert other.policies.job("j", refit.job).state == "refused"

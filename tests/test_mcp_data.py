@@ -101,7 +101,7 @@ def test_benchmark_scores_tasks_on_the_small_fixture(engine) -> None:
         import mcp_registries as bench  # type: ignore[import-not-found]  # bench/, on sys.path above
     finally:
         sys.path.pop(0)
-    n = engine.put_registry("small", json.loads(FIXTURE.read_text())).tools
+    n = engine.writer.put_registry("small", json.loads(FIXTURE.read_text())).tools
     tasks = [
         {"id": "a", "registry": "small", "query": "post a message to the releases channel",
          "gold": ["slack_post_message"], "kind": "single"},

@@ -10,6 +10,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from registry.assembly import Registries
 from registry.errors import ShortlistNotFound, StoreUnavailable, VersionConflict
 from registry.feedback import (
     EquivalenceClasses,
@@ -32,7 +33,6 @@ from registry.store.redis import (
     StoreHealth,
     connect,
 )
-from registry.writes.engine import ShortlistEngine
 from registry.writes.sync import StoreSync
 from tests.conftest import CountingEmbedder, weather_tools
 from tests.cores import new_engine
@@ -55,7 +55,7 @@ def record(name: str, version: int, n: int = 3) -> RegistryRecord:
     return RegistryRecord(name, version, [{"name": f"t{i}", "v": version} for i in range(n)])
 
 
-def replica(settings, bor_policy, url: str, prefix: str, embedder=None) -> ShortlistEngine:
+def replica(settings, bor_policy, url: str, prefix: str, embedder=None) -> Registries:
     """One engine on its own Redis connection: what one service replica holds."""
     return new_engine(settings, store=RedisStore(connect(url), prefix), embedder=embedder, bor_policy=bor_policy)
 
@@ -267,54 +267,54 @@ def test_replicas_refresh_install_and_drop(settings, bor_policy, redis_server, r
     a = replica(settings, bor_policy, redis_server.url, redis_prefix)
     b = replica(settings, bor_policy, redis_server.url, redis_prefix, embedder_b)
     seen = []
-    b.add_listener(seen.append)
-    a.put_registry("w", weather_tools())
-    assert b.load_all() == 1
-    assert b.snapshot("w").version == 1
-    info = a.upsert_tools("w", [tool("book_flight", "Book a flight between two airports.")])
-    assert b.refresh()[0].info == info
+    b.writer.add_listener(seen.append)
+    a.writer.put_registry("w", weather_tools())
+    assert b.writer.load_all() == 1
+    assert b.snapshots.snapshot("w").version == 1
+    info = a.writer.upsert_tools("w", [tool("book_flight", "Book a flight between two airports.")])
+    assert b.writer.refresh()[0].info == info
     assert [c.info.version for c in seen] == [2]
     assert embedder_b.documents == 0  # b reused the embeddings a cached in Redis
     query = "what is the weather in Paris"
     assert [t.name for t in b.shortlist(ShortlistRequest("w", query, k=3)).tools] == [
         t.name for t in a.shortlist(ShortlistRequest("w", query, k=3)).tools
     ]
-    assert b.refresh() == []
-    a.delete_registry("w")
-    (change,) = b.refresh()
-    assert change.info is None and not b.has_registry("w") and seen[-1] == change
+    assert b.writer.refresh() == []
+    a.writer.delete_registry("w")
+    (change,) = b.writer.refresh()
+    assert change.info is None and not b.snapshots.has_registry("w") and seen[-1] == change
 
 
 def test_a_lagging_replica_writes_on_top_of_the_newest_version(settings, bor_policy, redis_server, redis_prefix):
     a = replica(settings, bor_policy, redis_server.url, redis_prefix)
     b = replica(settings, bor_policy, redis_server.url, redis_prefix)
-    a.put_registry("w", weather_tools())
-    b.load_all()
-    a.upsert_tools("w", [tool("from_a", "Added on replica a.")])
+    a.writer.put_registry("w", weather_tools())
+    b.writer.load_all()
+    a.writer.upsert_tools("w", [tool("from_a", "Added on replica a.")])
     # b has not refreshed: its upsert catches up first, so a's tool is not lost.
-    info = b.upsert_tools("w", [tool("from_b", "Added on replica b.")])
+    info = b.writer.upsert_tools("w", [tool("from_b", "Added on replica b.")])
     assert info.version == 3
-    assert {"from_a", "from_b", "get_weather", "send_email"} <= set(b.snapshot("w").by_name)
-    assert a.refresh()[0].info == info
+    assert {"from_a", "from_b", "get_weather", "send_email"} <= set(b.snapshots.snapshot("w").by_name)
+    assert a.writer.refresh()[0].info == info
     # Deleting on a replica that has not seen the registry yet still works.
-    a.put_registry("fresh", weather_tools())
-    b.delete_registry("fresh")
-    assert a.store.load("fresh") is None
+    a.writer.put_registry("fresh", weather_tools())
+    b.writer.delete_registry("fresh")
+    assert a.writer.store.load("fresh") is None
     # Re-created after a delete: the version continues, so no replica confuses the two.
-    assert a.put_registry("fresh", weather_tools()).version == 2
+    assert a.writer.put_registry("fresh", weather_tools()).version == 2
 
 
 def test_racing_replicas_lose_no_update(settings, bor_policy, redis_server, redis_prefix):
     engines = [replica(settings, bor_policy, redis_server.url, redis_prefix) for _ in range(3)]
-    engines[0].put_registry("race", weather_tools())
+    engines[0].writer.put_registry("race", weather_tools())
     for e in engines[1:]:
-        e.load_all()
+        e.writer.load_all()
     errors = []
 
-    def add(e: ShortlistEngine, i: int) -> None:
+    def add(e: Registries, i: int) -> None:
         try:
             for j in range(4):
-                e.upsert_tools("race", [tool(f"tool_{i}_{j}", f"Tool number {i} {j}.")])
+                e.writer.upsert_tools("race", [tool(f"tool_{i}_{j}", f"Tool number {i} {j}.")])
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -324,8 +324,8 @@ def test_racing_replicas_lose_no_update(settings, bor_policy, redis_server, redi
     for t in threads:
         t.join(60)
     assert not errors
-    engines[0].refresh()
-    final = engines[0].snapshot("race")
+    engines[0].writer.refresh()
+    final = engines[0].snapshots.snapshot("race")
     assert {f"tool_{i}_{j}" for i in range(3) for j in range(4)} <= set(final.by_name)
     assert final.n_tools == 4 + 12 and final.version == 1 + 12
 
@@ -333,16 +333,16 @@ def test_racing_replicas_lose_no_update(settings, bor_policy, redis_server, redi
 def test_sync_thread_follows_notifications_and_polls(settings, bor_policy, redis_server, redis_prefix):
     a = replica(settings, bor_policy, redis_server.url, redis_prefix)
     b = replica(settings, bor_policy, redis_server.url, redis_prefix)
-    a.put_registry("w", weather_tools())
-    b.load_all()
+    a.writer.put_registry("w", weather_tools())
+    b.writer.load_all()
     # A 30 s poll: only the pub/sub notification can make b catch up quickly.
-    sync = StoreSync(b, b.store, interval=30)
+    sync = StoreSync(b.writer, b.writer.store, interval=30)
     sync.start()
     try:
         time.sleep(0.2)  # let it subscribe
         started = time.monotonic()
-        a.upsert_tools("w", [tool("book_flight", "Book a flight.")])
-        while b.snapshot("w").version != 2:
+        a.writer.upsert_tools("w", [tool("book_flight", "Book a flight.")])
+        while b.snapshots.snapshot("w").version != 2:
             assert time.monotonic() - started < 2, "notification not delivered"
             time.sleep(0.01)
     finally:
@@ -351,16 +351,16 @@ def test_sync_thread_follows_notifications_and_polls(settings, bor_policy, redis
     silent = RedisStore(connect(redis_server.url), redis_prefix)
     silent.channel = f"{redis_prefix}elsewhere"
     silent.save(RegistryRecord("w", 3, [tool("only", "The only tool.")]))
-    sync = StoreSync(b, b.store, interval=0.2)
+    sync = StoreSync(b.writer, b.writer.store, interval=0.2)
     sync.start()
     try:
         started = time.monotonic()
-        while b.snapshot("w").version != 3:
+        while b.snapshots.snapshot("w").version != 3:
             assert time.monotonic() - started < 2, "poll did not catch up"
             time.sleep(0.01)
     finally:
         sync.stop()
-    assert [t.name for t in b.snapshot("w").tools] == ["only"]
+    assert [t.name for t in b.snapshots.snapshot("w").tools] == ["only"]
 
 
 # -- outages -------------------------------------------------------------------------------------
@@ -381,20 +381,20 @@ def test_outage_reads_keep_working_writes_fail_then_resync(settings, bor_policy,
     feedback_log = RedisFeedbackLog(client, redis_prefix, health)
     a = new_engine(settings, store=store, bor_policy=bor_policy)
     b = replica(settings, bor_policy, own_redis.url, redis_prefix)
-    a.put_registry("w", weather_tools())
-    b.load_all()
-    sync = StoreSync(b, b.store, interval=0.2)
+    a.writer.put_registry("w", weather_tools())
+    b.writer.load_all()
+    sync = StoreSync(b.writer, b.writer.store, interval=0.2)
     sync.start()
     try:
         own_redis.stop()
         before = a.shortlist(ShortlistRequest("w", "weather in Paris", k=2))
         with pytest.raises(StoreUnavailable) as info:
-            a.upsert_tools("w", [tool("x", "Another tool.")])
+            a.writer.upsert_tools("w", [tool("x", "Another tool.")])
         assert "unavailable" in info.value.message and info.value.error_type == "unavailable"
         assert not health.up
         with pytest.raises(StoreUnavailable):
-            a.delete_registry("w")
-        assert a.snapshot("w").version == 1  # nothing changed locally either
+            a.writer.delete_registry("w")
+        assert a.snapshots.snapshot("w").version == 1  # nothing changed locally either
         memory.remember(shown("s-down"))  # held in memory, never raises on the query path
         assert memory.pending_shortlists() == 1 and memory.dropped == 0
         assert memory.get("s-down") is not None  # known here, not yet in Redis
@@ -405,7 +405,7 @@ def test_outage_reads_keep_working_writes_fail_then_resync(settings, bor_policy,
         with pytest.raises(StoreUnavailable):
             feedback_log.append(event(1))
         with pytest.raises(StoreUnavailable):
-            a.refresh()
+            a.writer.refresh()
         deadline = time.monotonic() + 3
         while sync.up:
             assert time.monotonic() < deadline
@@ -415,10 +415,10 @@ def test_outage_reads_keep_working_writes_fail_then_resync(settings, bor_policy,
         ]
 
         own_redis.start()  # same port, same data (append-only file)
-        info2 = a.upsert_tools("w", [tool("x", "Another tool.")])
+        info2 = a.writer.upsert_tools("w", [tool("x", "Another tool.")])
         assert info2.version == 2 and health.up
         deadline = time.monotonic() + 3
-        while b.snapshot("w").version != 2:
+        while b.snapshots.snapshot("w").version != 2:
             assert time.monotonic() < deadline, "replica did not resynchronise"
             time.sleep(0.05)
         assert sync.up
@@ -480,7 +480,7 @@ def test_replicas_racing_to_create_a_registry_make_one_version(settings, bor_pol
 
     def create(i: int) -> None:
         barrier.wait()
-        results[i] = engines[i].create_registry("demo", tools)
+        results[i] = engines[i].writer.create_registry("demo", tools)
 
     threads = [threading.Thread(target=create, args=(i,)) for i in range(len(engines))]
     for t in threads:
@@ -489,8 +489,8 @@ def test_replicas_racing_to_create_a_registry_make_one_version(settings, bor_pol
         t.join()
     created = [r for r in results if r is not None]
     assert len(created) == 1 and created[0].version == 1
-    assert engines[0].store.version("demo") == 1
-    assert engines[1].create_registry("demo", tools) is None
+    assert engines[0].writer.store.version("demo") == 1
+    assert engines[1].writer.create_registry("demo", tools) is None
 
 
 def test_outage_buffer_is_bounded_and_skips_expired(client, redis_prefix):
@@ -515,21 +515,21 @@ def test_a_write_from_a_stale_view_of_absence_never_overwrites(settings, bor_pol
     upserts: it must notice A's version and merge into it, not replace it."""
     a = replica(settings, bor_policy, redis_server.url, redis_prefix)
     b = replica(settings, bor_policy, redis_server.url, redis_prefix)
-    real_sync = b._sync_locked
+    real_sync = b.writer.commits.sync_locked
     calls: list[str] = []
 
     def stale_first_sync(registry: str):
         calls.append(registry)
         if len(calls) == 1:
-            a.put_registry("r", weather_tools())  # lands right after B's (empty) sync
+            a.writer.put_registry("r", weather_tools())  # lands right after B's (empty) sync
             return None
         return real_sync(registry)
 
-    b._sync_locked = stale_first_sync
-    b.upsert_tools("r", [tool("x", "Another tool.")])
-    names = sorted(t.name for t in b.snapshot("r").tools)
-    assert names == sorted([t.name for t in a.snapshot("r").tools] + ["x"])
-    assert b.snapshot("r").version == 2 and len(calls) >= 2
+    b.writer.commits.sync_locked = stale_first_sync
+    b.writer.upsert_tools("r", [tool("x", "Another tool.")])
+    names = sorted(t.name for t in b.snapshots.snapshot("r").tools)
+    assert names == sorted([t.name for t in a.snapshots.snapshot("r").tools] + ["x"])
+    assert b.snapshots.snapshot("r").version == 2 and len(calls) >= 2
 
 
 def test_replicas_share_one_caller_key_kept_in_redis(settings, bor_policy, redis_server, redis_prefix, make_core):
@@ -551,12 +551,12 @@ def test_graph_edits_replicate_and_a_lagging_replica_keeps_them(settings, bor_po
 
     a = replica(settings, bor_policy, redis_server.url, redis_prefix)
     b = replica(settings, bor_policy, redis_server.url, redis_prefix)
-    a.put_registry("shop", REST)
-    b.load_all()
-    a.edit_graph("shop", add=[["get_customer", "get_order"]], remove=[["search_films", "get_film"]])
-    b.refresh()
-    assert b.snapshot("shop").graph.edges == a.snapshot("shop").graph.edges
-    assert b.snapshot("shop").edits.added == (("get_customer", "get_order"),)
-    b.upsert_tools("shop", [tool("cancel_order", "Cancel an order.")])  # written on top, edits kept
-    a.refresh()
-    assert a.snapshot("shop").version == 3 and a.snapshot("shop").edits == b.snapshot("shop").edits
+    a.writer.put_registry("shop", REST)
+    b.writer.load_all()
+    a.writer.edit_graph("shop", add=[["get_customer", "get_order"]], remove=[["search_films", "get_film"]])
+    b.writer.refresh()
+    assert b.snapshots.snapshot("shop").graph.edges == a.snapshots.snapshot("shop").graph.edges
+    assert b.snapshots.snapshot("shop").edits.added == (("get_customer", "get_order"),)
+    b.writer.upsert_tools("shop", [tool("cancel_order", "Cancel an order.")])  # written on top, edits kept
+    a.writer.refresh()
+    assert a.snapshots.snapshot("shop").version == 3 and a.snapshots.snapshot("shop").edits == b.snapshots.snapshot("shop").edits

@@ -14,11 +14,11 @@ from itertools import pairwise
 import pytest
 from pydantic import SecretStr
 
+from registry.assembly import Registries
 from registry.errors import RegistryNotFound, StoreUnavailable
 from registry.feedback import FeedbackRequest
 from registry.request import ShortlistRequest
 from registry.store.redis import RedisStore, connect
-from registry.writes.engine import ShortlistEngine
 from registry.writes.sync import StoreSync
 from tests.conftest import weather_tools
 from tests.cores import new_core, new_engine
@@ -106,8 +106,8 @@ def seed(a, b) -> dict:
         "r2",
         {"tools": [tool("x", "Tool x."), tool("y", "Tool y.")], "equivalents": [["x", "y"]]},
     )
-    wait(lambda: b.engine.current("r1") is not None and b.engine.current("r1").version == 5, 5, "b in step")
-    wait(lambda: b.engine.current("r2") is not None, 5, "b has r2")
+    wait(lambda: b.snapshots.current("r1") is not None and b.snapshots.current("r1").version == 5, 5, "b in step")
+    wait(lambda: b.snapshots.current("r2") is not None, 5, "b has r2")
     for core in (a, b, a):
         served = core.shortlist(ShortlistRequest("r1", "weather in Paris", k=2))
         core.feedback(FeedbackRequest(served.shortlist_id, [served.tools[0].name]))
@@ -139,7 +139,7 @@ def check_after(a, b, load: Load, counts_before: dict, make_core) -> None:
     # had just written itself when the wipe came (the winner had not synced it yet)
     assert [r.registries for r in recoveries if not r.won] in ([0], [1])
     # Both replicas converge on the same versions, with the feedback counts of before the wipe.
-    wait(lambda: a.engine.current("r1").version == b.engine.current("r1").version == versions[-1], 5, "convergence")
+    wait(lambda: a.snapshots.current("r1").version == b.snapshots.current("r1").version == versions[-1], 5, "convergence")
     wait(lambda: a.feedback_recorder.efficiency.to_state() == b.feedback_recorder.efficiency.to_state(),
          5, "feedback counts in step after the wipe")
     assert a.feedback_recorder.efficiency.to_state() == counts_before
@@ -212,91 +212,91 @@ def test_restart_without_persistence_under_load_deletes_nothing(make_core, own_r
 # -- the protocol, step by step (engines without sync threads: nothing runs by itself) -----------
 
 
-def engines(settings, bor_policy, url: str, prefix: str, n: int = 2) -> list[ShortlistEngine]:
+def engines(settings, bor_policy, url: str, prefix: str, n: int = 2) -> list[Registries]:
     out = []
     for _ in range(n):
         store = RedisStore(connect(url), prefix)
         engine = new_engine(settings, store=store, bor_policy=bor_policy)
-        StoreSync(engine, store, settle_seconds=0.5)  # never started: registers what to write back
+        StoreSync(engine.writer, store, settle_seconds=0.5)  # never started: registers what to write back
         out.append(engine)
     return out
 
 
 def test_a_write_in_the_wipe_window_lands_on_the_held_version(settings, bor_policy, own_redis, redis_prefix):
     a, b = engines(settings, bor_policy, own_redis.url, redis_prefix)
-    a.put_registry("r", weather_tools())
+    a.writer.put_registry("r", weather_tools())
     for n in range(6):
-        a.upsert_tools("r", [tool(f"t{n}", f"Tool {n}.")])
-    b.refresh()
-    assert b.snapshot("r").version == 7
+        a.writer.upsert_tools("r", [tool(f"t{n}", f"Tool {n}.")])
+    b.writer.refresh()
+    assert b.snapshots.snapshot("r").version == 7
     own_redis.client().flushall()
     # b writes before anything noticed the wipe: version 8 on top of 7, not version 1 alone
-    info = b.upsert_tools("r", [tool("late", "A late tool.")])
+    info = b.writer.upsert_tools("r", [tool("late", "A late tool.")])
     assert info.version == 8 and info.tools == 4 + 6 + 1
-    assert [(r.won, r.registries) for r in b.store.epoch.recoveries] == [(True, 1)]
+    assert [(r.won, r.registries) for r in b.writer.store.epoch.recoveries] == [(True, 1)]
     # a notices at its next poll, re-publishes nothing (the store is not behind it) and follows
-    a.refresh()
-    assert [(r.won, r.registries) for r in a.store.epoch.recoveries] == [(False, 0)]
-    assert a.snapshot("r").version == 8 and "late" in a.snapshot("r").by_name
-    assert b.store.load("r").version == 8
+    a.writer.refresh()
+    assert [(r.won, r.registries) for r in a.writer.store.epoch.recoveries] == [(False, 0)]
+    assert a.snapshots.snapshot("r").version == 8 and "late" in a.snapshots.snapshot("r").by_name
+    assert b.writer.store.load("r").version == 8
     # the winner re-published the embedding cache too: a replica started now embeds nothing
-    snap = b.snapshot("r")
-    assert set(b.store.get_embeddings(snap.embedder, list(snap.content_hashes))) == set(snap.content_hashes)
+    snap = b.snapshots.snapshot("r")
+    assert set(b.writer.store.get_embeddings(snap.embedder, list(snap.content_hashes))) == set(snap.content_hashes)
 
 
 def test_a_replica_ahead_of_the_winner_fills_in_and_counters_survive(settings, bor_policy, own_redis, redis_prefix):
     a, b = engines(settings, bor_policy, own_redis.url, redis_prefix)
-    a.put_registry("r", weather_tools())
-    a.put_registry("gone", [tool("g", "Gone soon.")])
-    a.upsert_tools("gone", [tool("h", "Gone too.")])
-    b.refresh()
-    a.upsert_tools("r", [tool("newest", "Only a has seen this.")])  # a: r v2, b still at v1
-    a.delete_registry("gone")  # version counter of "gone": 2, kept for a re-creation
-    a.refresh()  # a's last poll saw the counters
+    a.writer.put_registry("r", weather_tools())
+    a.writer.put_registry("gone", [tool("g", "Gone soon.")])
+    a.writer.upsert_tools("gone", [tool("h", "Gone too.")])
+    b.writer.refresh()
+    a.writer.upsert_tools("r", [tool("newest", "Only a has seen this.")])  # a: r v2, b still at v1
+    a.writer.delete_registry("gone")  # version counter of "gone": 2, kept for a re-creation
+    a.writer.refresh()  # a's last poll saw the counters
     own_redis.client().flushall()
-    b.refresh()  # b wins and re-publishes what it holds: r v1, and "gone" (it missed the delete)
-    assert [(r.won, r.registries) for r in b.store.epoch.recoveries] == [(True, 2)]
-    assert b.store.version("gone") == 2
-    a.refresh()  # a holds r v2, newer than the store: re-published; "gone" v2 is older than its delete
-    assert [(r.won, r.registries) for r in a.store.epoch.recoveries] == [(False, 1)]
-    assert a.snapshot("r").version == 2
-    b.refresh()
-    assert b.snapshot("r").version == 2 and "newest" in b.snapshot("r").by_name
+    b.writer.refresh()  # b wins and re-publishes what it holds: r v1, and "gone" (it missed the delete)
+    assert [(r.won, r.registries) for r in b.writer.store.epoch.recoveries] == [(True, 2)]
+    assert b.writer.store.version("gone") == 2
+    a.writer.refresh()  # a holds r v2, newer than the store: re-published; "gone" v2 is older than its delete
+    assert [(r.won, r.registries) for r in a.writer.store.epoch.recoveries] == [(False, 1)]
+    assert a.snapshots.snapshot("r").version == 2
+    b.writer.refresh()
+    assert b.snapshots.snapshot("r").version == 2 and "newest" in b.snapshots.snapshot("r").by_name
     # the deleted registry stays deleted and its numbers are not reused
-    assert not a.has_registry("gone") and not b.has_registry("gone")
-    assert b.put_registry("gone", [tool("g", "Back.")]).version == 3
+    assert not a.snapshots.has_registry("gone") and not b.snapshots.has_registry("gone")
+    assert b.writer.put_registry("gone", [tool("g", "Back.")]).version == 3
 
 
 def test_writes_wait_until_a_replica_ahead_has_written_back(settings, bor_policy, own_redis, redis_prefix):
     """The winner holds r v1, b holds v2 (its own write, not yet synced by the winner): the
     winner's next write waits for the settling window, so it lands on b's v2, not beside it."""
     a, b = engines(settings, bor_policy, own_redis.url, redis_prefix)
-    a.put_registry("r", weather_tools())
-    b.refresh()
-    b.upsert_tools("r", [tool("from_b", "Written on b just before the wipe.")])
+    a.writer.put_registry("r", weather_tools())
+    b.writer.refresh()
+    b.writer.upsert_tools("r", [tool("from_b", "Written on b just before the wipe.")])
     own_redis.client().flushall()
-    a.refresh()  # a wins and writes back r v1
-    assert [(r.won, r.registries) for r in a.store.epoch.recoveries] == [(True, 1)]
+    a.writer.refresh()  # a wins and writes back r v1
+    assert [(r.won, r.registries) for r in a.writer.store.epoch.recoveries] == [(True, 1)]
     result: list = []
-    writer = threading.Thread(target=lambda: result.append(a.upsert_tools("r", [tool("from_a", "After.")])))
+    writer = threading.Thread(target=lambda: result.append(a.writer.upsert_tools("r", [tool("from_a", "After.")])))
     writer.start()
     time.sleep(0.1)
-    b.refresh()  # b notices within the settling window and writes back its v2
+    b.writer.refresh()  # b notices within the settling window and writes back its v2
     writer.join(10)
-    assert [(r.won, r.registries) for r in b.store.epoch.recoveries] == [(False, 1)]
+    assert [(r.won, r.registries) for r in b.writer.store.epoch.recoveries] == [(False, 1)]
     assert result and result[0].version == 3
-    assert {"from_a", "from_b"} <= set(a.snapshot("r").by_name)
+    assert {"from_a", "from_b"} <= set(a.snapshots.snapshot("r").by_name)
 
 
 def test_a_fresh_store_is_adopted_and_a_second_flush_recovers_again(settings, bor_policy, own_redis, redis_prefix):
     (a,) = engines(settings, bor_policy, own_redis.url, redis_prefix, n=1)
-    assert a.load_all() == 0 and a.store.epoch.token is not None  # first use: the epoch is created
-    a.put_registry("r", weather_tools())
+    assert a.writer.load_all() == 0 and a.writer.store.epoch.token is not None  # first use: the epoch is created
+    a.writer.put_registry("r", weather_tools())
     for _ in range(2):
         own_redis.client().flushall()
-        assert a.store.versions() == {"r": 1}  # the poll itself repairs the store
-    assert [r.won for r in a.store.epoch.recoveries] == [True, True]
-    assert a.store.load("r").version == 1
+        assert a.writer.store.versions() == {"r": 1}  # the poll itself repairs the store
+    assert [r.won for r in a.writer.store.epoch.recoveries] == [True, True]
+    assert a.writer.store.load("r").version == 1
 
 
 def test_an_idle_flush_is_repaired_by_the_poll(make_core, own_redis):
@@ -305,19 +305,19 @@ def test_an_idle_flush_is_repaired_by_the_poll(make_core, own_redis):
     seed(a, b)
     wiped_at = time.time()
     own_redis.client().flushall()
-    wait(lambda: all(c.store.epoch.recoveries for c in (a, b)), DETECT_SECONDS, "both replicas recover")
+    wait(lambda: all(c.writer.store.epoch.recoveries for c in (a, b)), DETECT_SECONDS, "both replicas recover")
     seconds = time_to_recover([a, b]) - wiped_at
     print(f"idle flush: repaired on both replicas {seconds:.3f} s after FLUSHALL (poll every 1 s)")
     assert seconds < a.settings.sync_interval_seconds + 1.0
-    assert {i.registry: i.version for i in b.list_registries()} == {"r1": 5, "r2": 1}
-    assert a.store.versions() == {"r1": 5, "r2": 1}
+    assert {i.registry: i.version for i in b.snapshots.list_registries()} == {"r1": 5, "r2": 1}
+    assert a.writer.store.versions() == {"r1": 5, "r2": 1}
 
 
 def test_wiped_again_while_republishing(settings, bor_policy, own_redis, redis_prefix):
     (a,) = engines(settings, bor_policy, own_redis.url, redis_prefix, n=1)
-    a.put_registry("r", weather_tools())
-    a.upsert_tools("r", [tool("extra", "An extra tool.")])
-    store = a.store
+    a.writer.put_registry("r", weather_tools())
+    a.writer.upsert_tools("r", [tool("extra", "An extra tool.")])
+    store = a.writer.store
     assert isinstance(store, RedisStore)
     held = store._held
     flushes = []
@@ -332,7 +332,7 @@ def test_wiped_again_while_republishing(settings, bor_policy, own_redis, redis_p
     own_redis.client().flushall()
     assert store.versions() == {"r": 2}
     assert flushes == [1] and [r.won for r in store.epoch.recoveries] == [True]
-    assert store.load("r").version == 2 and a.upsert_tools("r", [tool("more", "More.")]).version == 3
+    assert store.load("r").version == 2 and a.writer.upsert_tools("r", [tool("more", "More.")]).version == 3
 
 
 def test_a_store_restarted_from_an_older_snapshot_goes_forward_again(settings, bor_policy, own_redis, redis_prefix):
@@ -340,20 +340,20 @@ def test_a_store_restarted_from_an_older_snapshot_goes_forward_again(settings, b
     it lost versions (and a registry created after the snapshot). The replicas write them back
     instead of following the store backwards."""
     a, b = engines(settings, bor_policy, own_redis.url, redis_prefix)
-    a.put_registry("r", weather_tools())
-    a.refresh()
-    b.refresh()
+    a.writer.put_registry("r", weather_tools())
+    a.writer.refresh()
+    b.writer.refresh()
     own_redis.client().save()  # the snapshot: r v1
-    a.upsert_tools("r", [tool("after_snapshot", "Written after the snapshot.")])  # r v2
-    a.put_registry("young", [tool("y", "Created after the snapshot.")])
-    b.refresh()
-    assert b.snapshot("r").version == 2 and b.has_registry("young")
+    a.writer.upsert_tools("r", [tool("after_snapshot", "Written after the snapshot.")])  # r v2
+    a.writer.put_registry("young", [tool("y", "Created after the snapshot.")])
+    b.writer.refresh()
+    assert b.snapshots.snapshot("r").version == 2 and b.snapshots.has_registry("young")
     own_redis.stop()
     own_redis.start()  # loads dump.rdb: r v1, no "young"
-    assert b.store.load("r").version == 2  # b's first call noticed and wrote back
-    assert b.store.epoch.recoveries == [] and len(b.store.epoch.catch_ups) == 1
-    assert b.store.versions() == {"r": 2, "young": 1}
-    info = a.upsert_tools("r", [tool("later", "After the restart.")])
-    assert info.version == 3 and {"after_snapshot", "later"} <= set(a.snapshot("r").by_name)
-    b.refresh()
-    assert b.snapshot("r").version == 3 and b.has_registry("young")
+    assert b.writer.store.load("r").version == 2  # b's first call noticed and wrote back
+    assert b.writer.store.epoch.recoveries == [] and len(b.writer.store.epoch.catch_ups) == 1
+    assert b.writer.store.versions() == {"r": 2, "young": 1}
+    info = a.writer.upsert_tools("r", [tool("later", "After the restart.")])
+    assert info.version == 3 and {"after_snapshot", "later"} <= set(a.snapshots.snapshot("r").by_name)
+    b.writer.refresh()
+    assert b.snapshots.snapshot("r").version == 3 and b.snapshots.has_registry("young")

@@ -9,12 +9,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from registry.assembly import Registries
 from registry.errors import ScopeForbidden, ValidationFailed
 from registry.index.hybrid import SCORERS
 from registry.request import MAX_QUERIES, ShortlistRequest
 from registry.serving.depth_policies import POLICIES
 from registry.settings import Settings
-from registry.writes.engine import ShortlistEngine
 from tests.cores import new_engine
 
 GITHUB = ["create_issue", "close_issue", "list_issues", "merge_pull_request", "review_pull_request",
@@ -43,11 +43,11 @@ def toolbox() -> list[dict]:
 
 @pytest.fixture
 def scoped(engine):
-    engine.put_registry("r", toolbox())
+    engine.writer.put_registry("r", toolbox())
     return engine
 
 
-def ask(engine: ShortlistEngine, token_scope=None, **fields) -> list[str]:
+def ask(engine: Registries, token_scope=None, **fields) -> list[str]:
     fields.setdefault("registry", "r")
     return [t.name for t in engine.shortlist(ShortlistRequest(**fields), token_scope).tools]
 
@@ -90,7 +90,7 @@ def test_a_named_or_usage_lifted_tool_outside_the_scope_is_never_shown(
             return None
 
     engine = new_engine(settings, embedder=hashing_embedder, bor_policy=bor_policy, usage=Intruder())
-    engine.put_registry("r", toolbox())
+    engine.writer.put_registry("r", toolbox())
     assert ask(engine, query="read a file", k=3)[0] == "github/create_issue"  # the lift works
     for fields in ({"k": 3}, {"max_k": 5}, {"policy": "gap"}):
         names = ask(
@@ -184,8 +184,8 @@ def test_sixteen_queries_are_answered(scoped):
 def test_a_remembered_scope_follows_the_registrys_new_versions(scoped):
     query = "read the file from the local disk"
     assert set(ask(scoped, query=query, k=20, allowed_tools=["fs/read_*"])) == {"fs/read_file", "fs/read_dir"}
-    scoped.upsert_tools("r", [{"name": "fs/read_link", "description": "Files: read a symbolic link."}])
+    scoped.writer.upsert_tools("r", [{"name": "fs/read_link", "description": "Files: read a symbolic link."}])
     assert "fs/read_link" in ask(scoped, query=query, k=20, allowed_tools=["fs/read_*"])
-    scoped.put_registry("r", [t for t in toolbox() if not t["name"].startswith("fs/")])
+    scoped.writer.put_registry("r", [t for t in toolbox() if not t["name"].startswith("fs/")])
     with pytest.raises(ValidationFailed):
         ask(scoped, query=query, allowed_tools=["fs/read_*"])

@@ -134,11 +134,11 @@ def test_a_registry_stored_before_the_rule_stays_readable_and_repairable(make_cl
 
 def test_a_replica_catching_up_reads_the_stored_names(engine, settings):
     LocalStore(settings.data_dir).save(RegistryRecord("legacy", 1, [{"name": "../x"}, {"name": "ok"}]))
-    assert engine.load_all() == 1
-    assert [t.name for t in engine.snapshot("legacy").tools] == ["../x", "ok"]
+    assert engine.writer.load_all() == 1
+    assert [t.name for t in engine.snapshots.snapshot("legacy").tools] == ["../x", "ok"]
     LocalStore(settings.data_dir).save(RegistryRecord("legacy", 2, [{"name": "../x"}, {"name": "ok2"}]))
-    engine.refresh()
-    assert [t.name for t in engine.snapshot("legacy").tools] == ["../x", "ok2"]
+    engine.writer.refresh()
+    assert [t.name for t in engine.snapshots.snapshot("legacy").tools] == ["../x", "ok2"]
     assert ToolLimits().for_stored().url_safe_names is False and ToolLimits().url_safe_names
 
 

@@ -195,7 +195,7 @@ def test_a_missing_or_broken_relevance_model_names_the_file_and_the_command(tmp_
 
 def test_a_missing_relevance_model_is_a_start_up_error(make_core, tmp_path: Path) -> None:
     core = make_core(relevance_dir=tmp_path / "nowhere")  # readiness reports it, naming file and command
-    assert core.engine is None and core.load_error
+    assert not core.ready and core.load_error
     assert "nowhere" in core.load_error and "calibrate_relevance.py" in core.load_error
 
 

@@ -92,7 +92,7 @@ def evaluate(
 ) -> dict[str, Any]:
     """Held-out metrics, overall and split into *seen tool, new phrasing* (a gold tool of the
     request received feedback in the stream) and *unseen tool*."""
-    queries = core.require_engine().queries if hasattr(core, "require_engine") else None
+    queries = core.queries if isinstance(core, Shortlister) else None
     explorer = queries.explorer if queries is not None else None
     if queries is not None:
         queries.explorer = Explorer(0.0)
@@ -209,8 +209,8 @@ def run_config(
     refits = config in ("refit", "both", "poison", "poison_refit", "poison_shared")
     core.set_learning(registry, learning)
     core.wipe_learning(registry)
-    if hasattr(core, "require_engine"):  # over HTTP the server's share applies to every config
-        core.require_engine().queries.explorer = Explorer(explore if refits else 0.0)
+    if isinstance(core, Shortlister):  # over HTTP the server's share applies to every config
+        core.queries.explorer = Explorer(explore if refits else 0.0)
     rng = random.Random(SEED + 1 + stream_seed)
     attacker = 0.3 if config.startswith("poison") else 0.0
     rows: list[dict[str, Any]] = []

@@ -10,7 +10,7 @@ Two query sets, both of queries with >= 2 gold tools:
 * MetaTool's multi-tool queries (``--metatool-multi``, 497 queries over 199 tools), which no
   policy was trained on.
 
-Each query goes through an in-process :class:`registry.writes.engine.ShortlistEngine` built as the
+Each query goes through an in-process :class:`registry.assembly.Registries` built as the
 service builds it (real MiniLM embedder, the shipped ``bor`` policy, a local store in a temp
 directory), once with ``multi_intent`` on and once off (off is the behaviour before multi-intent
 coverage). If ``Settings`` has no ``multi_intent`` field yet the bench runs the engine once and
@@ -86,11 +86,11 @@ def multi_queries(path: Path) -> tuple[Path, list[LabelledQuery]]:
 def build_engines(tools_payload: Any, registry: str, tmp: Path, embedder_cache: Path) -> dict[str, Any]:
     """Engines keyed by mode (``"multi-intent on"``, ``"multi-intent off"``; one ``"engine"``
     when ``Settings`` has no ``multi_intent`` field), sharing one store and one embedder."""
+    from registry.assembly import Registries
     from registry.index.minilm_export import load_minilm
     from registry.serving.depth_policies import OnnxDepthPolicy
     from registry.settings import Settings
     from registry.store.local import LocalStore
-    from registry.writes.engine import ShortlistEngine
 
     base: dict[str, Any] = {"data_dir": tmp, "demo_registry": None, "embedder_cache_dir": embedder_cache}
     has_flag = "multi_intent" in Settings.model_fields
@@ -101,11 +101,11 @@ def build_engines(tools_payload: Any, registry: str, tmp: Path, embedder_cache: 
         kwargs = dict(base, **({"multi_intent": flag} if flag is not None else {}))
         settings = Settings(**kwargs)
         policy = OnnxDepthPolicy.from_dir(settings.policy_dir)
-        engine = ShortlistEngine(settings, LocalStore(tmp), embedder, policy)
+        engine = Registries.build(settings, LocalStore(tmp), embedder, policy)
         if not engines:
-            engine.put_registry(registry, tools_payload)  # embeds the tools once
+            engine.writer.put_registry(registry, tools_payload)  # embeds the tools once
         else:
-            engine.load_all()  # same store: the cached tool vectors are reused
+            engine.writer.load_all()  # same store: the cached tool vectors are reused
         engines[mode] = engine
     return engines
 

@@ -63,6 +63,7 @@ class FeedbackRecorder:
         min_compact_interval_seconds: float = 300.0,
         max_event_bytes: int = 256 * 1024,
         before_compact: Callable[[], bool] | None = None,
+        losses: Callable[[], Iterable[tuple[float, str]]] = tuple,
     ) -> None:
         self.memory = memory
         self.log = log
@@ -84,7 +85,7 @@ class FeedbackRecorder:
         self.compactions = 0
         # (when, what) lost remembered shortlists: a restart without a graceful shutdown, a
         # wiped shared store; feedback for one served before gets 410, not 404
-        self.losses: Callable[[], Iterable[tuple[float, str]]] = lambda: ()
+        self.losses = losses
         # Called before a compaction cuts events out of the log; False postpones it (the usage
         # learner saves the evidence it derived from them first: UsageLearner.checkpoint).
         self.before_compact = before_compact

@@ -49,9 +49,13 @@ FloatArray = npt.NDArray[np.float32]
 class Embedder(Protocol):
     """Maps text to L2-normalised float32 vectors; cosine similarity is a dot product."""
 
-    model_id: str
-    """Identifies model and export, so cached embeddings from another model are never reused."""
-    dim: int
+    @property
+    def model_id(self) -> str:
+        """Identifies model and export, so cached embeddings from another model are never reused."""
+        ...
+
+    @property
+    def dim(self) -> int: ...
 
     def embed_query(self, text: str) -> FloatArray:
         """Embed one query; returns shape ``(dim,)``."""

@@ -32,11 +32,11 @@ from registry.index.snapshot import Snapshot
 from registry.learning.companions import CompanionConfig, fit_companions
 from registry.learning.configs import profile_config, usage_config
 from registry.learning.neighbourhood import Ranked, event_rankings, fit_similarity
-from registry.learning.persist import Control, LearningStore
 from registry.learning.profiles import ProfileConfig, fit_weight
 from registry.learning.usage import UsageEvent, UsageMemory
 from registry.serving.chains import Companions, LearnedEdge
 from registry.settings import LearningArgs
+from registry.store.learning import Control, LearningStore
 
 __all__ = ["UsageLearner"]
 

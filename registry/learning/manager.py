@@ -20,22 +20,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from registry.errors import NotFound, RegistryNotFound
+from registry.errors import NotFound
 from registry.feedback import FeedbackEvent, FeedbackLog
-from registry.jobs import OPEN_STATES, JobQueue, JobRecords, LocalJobRecords, RedisJobRecords, Task
-from registry.learning.evidence import EvidenceConfig, evidence_config
+from registry.jobs import OPEN_STATES, JobQueue, JobRecords, Task
+from registry.learning.evidence import EvidenceConfig
 from registry.learning.refit import refit
 from registry.learning.refit_data import Replay
 from registry.learning.refit_events import RefitEvents
-from registry.serving.stop_rules import (
-    LocalPolicyStore,
-    PolicyBook,
-    PolicyStore,
-    RedisPolicyStore,
-)
-from registry.settings import RefitArgs, Settings
+from registry.serving.stop_rules import PolicyBook
+from registry.settings import RefitArgs
 
-__all__ = ["JOB_STATES", "PolicyManager", "RefitHooks", "RefitJob", "refit_from_settings"]
+__all__ = ["JOB_STATES", "PolicyManager", "RefitHooks", "RefitJob"]
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +95,7 @@ class PolicyManager:
         book: the active rules this replica serves.
         feedback_log: the log refits read (incrementally).
         refit: the refit group (``SHORTLIST_REFIT_*``).
-        records: where refit jobs are kept.
+        records: where refit jobs are kept (beside the registries).
         hooks: the core's profile fit and replay (:class:`RefitHooks`; default: neither).
         evidence: the evidence rule a refit counts events by (the learning group's).
         lease_seconds: how long a dead replica's refit stays claimed (``SHORTLIST_JOB_LEASE_SECONDS``).
@@ -127,38 +122,6 @@ class PolicyManager:
         self._closing = threading.Event()
         self._poller: threading.Thread | None = None
         self.hooks = hooks or RefitHooks()
-
-    @classmethod
-    def for_settings(
-        cls,
-        settings: Settings,
-        feedback_log: FeedbackLog,
-        *,
-        shared: bool,
-        client: Any = None,
-        jobs: JobRecords | None = None,
-        hooks: RefitHooks | None = None,
-    ) -> PolicyManager:
-        """Redis-backed when the settings name a Redis and the registry store is shared; on
-        ``client`` when given (the connection :func:`registry.backends.build_backends` shares)."""
-        store: PolicyStore
-        if shared and settings.redis_url is not None:
-            from registry.store.redis import connect
-
-            client = client or connect(settings.redis_url.get_secret_value(), cluster=settings.redis_cluster_mode())
-            store = RedisPolicyStore(client, settings.redis_key_prefix())
-            jobs = jobs or RedisJobRecords(client, settings.redis_key_prefix())
-        else:
-            store = LocalPolicyStore(settings.data_dir)
-        return cls(
-            PolicyBook(store),
-            feedback_log,
-            RefitArgs.of(settings),
-            jobs or LocalJobRecords(settings.data_dir),
-            hooks,
-            evidence=evidence_config(settings),
-            lease_seconds=settings.job_lease_seconds,
-        )
 
     # -- serving ----------------------------------------------------------------------------------
 
@@ -296,44 +259,3 @@ class PolicyManager:
         except Exception as exc:
             log.exception("refit of %r failed", registry)
             return {"state": "failed", "reason": f"{type(exc).__name__}: {exc}"}
-
-
-def refit_from_settings(settings: Settings, registry: str) -> RefitJob:
-    """``shortlist refit``: refit one registry from the configured store's feedback log (local
-    directory or Redis), outside any server; running replicas pick the result up (Redis: on
-    their next policy poll; local: at restart).
-
-    Raises:
-        RegistryNotFound: Neither the store, the feedback log nor the policy book knows that name.
-    """
-    from registry.feedback import LocalFeedbackLog
-
-    feedback_log: FeedbackLog
-    shared = settings.redis_url is not None
-    if settings.redis_url is not None:
-        from registry.store.redis import RedisFeedbackLog, RedisStore, StoreHealth, connect
-
-        client = connect(settings.redis_url.get_secret_value(), cluster=settings.redis_cluster_mode())
-        health = StoreHealth()
-        known = RedisStore(client, settings.redis_key_prefix(), health).list_registries()
-        feedback_log = RedisFeedbackLog(client, settings.redis_key_prefix(), health)
-    else:
-        from registry.store.local import LocalStore
-
-        known = LocalStore(settings.data_dir).list_registries()
-        feedback_log = LocalFeedbackLog.in_data_dir(settings.data_dir, archive=settings.feedback_archive)
-    manager = PolicyManager.for_settings(settings, feedback_log, shared=shared)
-    try:
-        # A refit of a name nobody created (a typo) would find no feedback and report "refused":
-        # say so instead. A name the store lacks but the feedback log or the policy book knows
-        # is real (its shortlists were served; the refit runs before any server uploads it), so
-        # it refits. The events read here are cached: the refit does not read the log again.
-        if (
-            registry not in known
-            and not manager.events.of(registry)
-            and not manager.book.history(registry).versions
-        ):
-            raise RegistryNotFound(registry)
-        return manager.refit(registry)
-    finally:
-        manager.close()

@@ -22,12 +22,13 @@ import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
-from registry.errors import ArtifactError
+from registry.errors import ArtifactError, NotReady
 
-__all__ = ["RELEVANCE_WINDOW", "RelevanceModel", "relevance_features"]
+__all__ = ["RELEVANCE_WINDOW", "Relevance", "RelevanceFile", "RelevanceModel", "relevance_features"]
 
 RELEVANCE_WINDOW = 20
 
@@ -86,3 +87,44 @@ class RelevanceModel:
             json.dumps({**asdict(self), **provenance}, indent=2, sort_keys=True) + "\n",
             encoding="utf-8",
         )
+
+
+class Relevance(Protocol):
+    """What the query path asks of a relevance model (:class:`RelevanceModel` or a
+    :class:`RelevanceFile` start-up has loaded)."""
+
+    @property
+    def threshold(self) -> float: ...
+
+    def confidence(self, scores: np.ndarray) -> float: ...
+
+
+class RelevanceFile:
+    """The relevance model at ``path``, read by :meth:`load` (a running core's start-up, so a
+    missing file is a readiness error naming it, not a failure to construct the service).
+
+    Raises:
+        NotReady: asked before :meth:`load`.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._model: RelevanceModel | None = None
+
+    def load(self) -> RelevanceModel:
+        """Read the file (raises :class:`ArtifactError` naming it and the command that rebuilds it)."""
+        if self._model is None:
+            self._model = RelevanceModel.load(self.path)
+        return self._model
+
+    def _loaded(self) -> RelevanceModel:
+        if self._model is None:
+            raise NotReady("service not ready: the relevance model is not loaded yet")
+        return self._model
+
+    @property
+    def threshold(self) -> float:
+        return self._loaded().threshold
+
+    def confidence(self, scores: np.ndarray) -> float:
+        return self._loaded().confidence(scores)

@@ -54,7 +54,7 @@ from registry.serving.explore import DepthTrace, Explorer
 from registry.serving.features import FEATURE_WINDOW
 from registry.serving.intents import Intent, split_request
 from registry.serving.needs import request_signals
-from registry.serving.relevance import RelevanceModel
+from registry.serving.relevance import Relevance, RelevanceModel
 from registry.serving.replay import (
     ReplayedRanking,
     UsageRerank,
@@ -172,7 +172,7 @@ class QueryRunner:
         serving: ServingArgs,
         embedder: Embedder,
         bor_policy: TunableDepthPolicy,
-        relevance: RelevanceModel | None = None,
+        relevance: Relevance | None = None,
         *,
         usage: UsageRerank | None = None,
         policy_book: PolicyBook | None = None,
@@ -180,7 +180,7 @@ class QueryRunner:
         self.serving = serving  # the serving group alone: defaults, ranking and depth knobs
         self.embedder = embedder
         self.bor_policy = bor_policy
-        self.relevance = relevance or RelevanceModel.load(serving.resolved_relevance_model())
+        self.relevance: Relevance = relevance or RelevanceModel.load(serving.resolved_relevance_model())
         self.coverage = CoverageModel.load(serving.coverage_model) if serving.coverage_model else None
         self.scorers: dict[str, Scorer] = dict(SCORERS)
         self.policies: dict[str, DepthPolicy] = depth_policies(serving, bor_policy)

@@ -4,36 +4,30 @@ A registry's policy is the default ONNX Q-network plus a :class:`StopRule`: the 
 ``Q_stop - Q_continue`` margin is compared with ``request bias + bias_offset`` and the depth is
 at most ``max_depth``. The default rule (version ``"default"``) changes nothing. A refit
 (:mod:`registry.learning.refit`) proposes a new rule; the :class:`PolicyHistory` of a registry
-keeps every version and which one is active, in a :class:`PolicyStore` (a directory locally,
-keys in Redis across replicas). Every replica holds the active rules in a :class:`PolicyBook`,
+keeps every version and which one is active, in a :class:`registry.store.policies.PolicyStore`
+(a directory locally, keys in Redis across replicas). Every replica holds the active rules in a :class:`PolicyBook`,
 read on the query path without a lock and reloaded when the store says something changed.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from registry.errors import NotFound, StoreUnavailable, ValidationFailed
-from registry.fsio import atomic_write_bytes, storage_errors
-from registry.names import validate_registry_name
+from registry.errors import NotFound, ValidationFailed
 from registry.serving.depth_policies import first_stop
+from registry.store.policies import PolicyStore
 
 __all__ = [
     "DEFAULT_VERSION",
-    "LocalPolicyStore",
     "PolicyBook",
     "PolicyHistory",
-    "PolicyStore",
-    "RedisPolicyStore",
     "StopRule",
 ]
 
@@ -204,143 +198,6 @@ class PolicyHistory:
         )
 
 
-class PolicyStore(Protocol):
-    """Where policy histories live; ``epoch`` changes whenever one is written or deleted."""
-
-    def load(self, registry: str) -> PolicyHistory: ...
-
-    def save(self, history: PolicyHistory) -> None: ...
-
-    def delete(self, registry: str) -> None: ...
-
-    def registries(self) -> list[str]: ...
-
-    def epoch(self) -> str: ...
-
-    def lost(self) -> bool:
-        """Whether the store lost its data (a shared store wiped; never a local one)."""
-        ...
-
-    def restore(self, histories: list[PolicyHistory]) -> int:
-        """Write back the ``histories`` a wiped store lost, each only if absent; how many."""
-        ...
-
-
-class LocalPolicyStore:
-    """One JSON file per registry under ``<data_dir>/policies/`` (atomic replace)."""
-
-    def __init__(self, data_dir: Path | str) -> None:
-        self.root = Path(data_dir) / "policies"
-        self._lock = threading.Lock()
-        self._epoch = 0
-
-    def _path(self, registry: str) -> Path:
-        return self.root / f"{validate_registry_name(registry)}.json"
-
-    def load(self, registry: str) -> PolicyHistory:
-        try:
-            return PolicyHistory.from_json(json.loads(self._path(registry).read_text("utf-8")))
-        except FileNotFoundError:
-            return PolicyHistory(registry)
-
-    def save(self, history: PolicyHistory) -> None:
-        path = self._path(history.registry)
-        raw = json.dumps(history.to_json(), separators=(",", ":")).encode("utf-8")
-        with self._lock, storage_errors("saving a registry's depth policies"):
-            self.root.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(path, raw)  # whole or absent; no temporary left on failure
-            self._epoch += 1
-
-    def delete(self, registry: str) -> None:
-        with self._lock, storage_errors("deleting a registry's depth policies"):
-            self._path(registry).unlink(missing_ok=True)
-            self._epoch += 1
-
-    def registries(self) -> list[str]:
-        if not self.root.is_dir():
-            return []
-        return sorted(p.stem for p in self.root.glob("*.json"))
-
-    def epoch(self) -> str:
-        return str(self._epoch)
-
-    def lost(self) -> bool:
-        return False  # files are not wiped behind this process's back
-
-    def restore(self, histories: list[PolicyHistory]) -> int:
-        return 0
-
-
-class _Guarded:
-    """A Redis client whose errors surface as :class:`StoreUnavailable` (a 503, not a 500)."""
-
-    def __init__(self, client: Any) -> None:
-        self._client = client
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._client, name)  # a proxy: every client method, wrapped
-        if not callable(attr) or name == "pipeline":
-            return attr
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return attr(*args, **kwargs)
-            except Exception as exc:
-                if type(exc).__module__.startswith("redis"):
-                    raise StoreUnavailable(f"policy store unavailable: {exc}") from exc
-                raise
-
-        return call
-
-
-class RedisPolicyStore:
-    """``<prefix>policies:<registry>`` (JSON) and a ``<prefix>policies-epoch`` counter every
-    replica polls (one GET per sync interval) to hot-swap the active rules."""
-
-    def __init__(self, client: Any, prefix: str) -> None:
-        self._client = _Guarded(client)
-        self._key = f"{prefix}policies:"
-        self._epoch_key = f"{prefix}policies-epoch"
-
-    def load(self, registry: str) -> PolicyHistory:
-        raw = self._client.get(self._key + registry)
-        return PolicyHistory(registry) if raw is None else PolicyHistory.from_json(json.loads(raw))
-
-    def save(self, history: PolicyHistory) -> None:
-        pipe = self._client.pipeline(transaction=True)
-        pipe.set(self._key + history.registry, json.dumps(history.to_json(), separators=(",", ":")))
-        pipe.incr(self._epoch_key)
-        pipe.execute()
-
-    def delete(self, registry: str) -> None:
-        pipe = self._client.pipeline(transaction=True)
-        pipe.delete(self._key + registry)
-        pipe.incr(self._epoch_key)
-        pipe.execute()
-
-    def registries(self) -> list[str]:
-        names = (k.decode() if isinstance(k, bytes) else str(k) for k in self._client.scan_iter(self._key + "*"))
-        return sorted(n[len(self._key) :] for n in names)
-
-    def epoch(self) -> str:
-        raw = self._client.get(self._epoch_key)
-        return "0" if raw is None else (raw.decode() if isinstance(raw, bytes) else str(raw))
-
-    def lost(self) -> bool:
-        """Whether the store lost its data (its epoch counter, set by every save, is gone)."""
-        return not self._client.exists(self._epoch_key)
-
-    def restore(self, histories: list[PolicyHistory]) -> int:
-        """Write back histories the store lost, each only if absent (the first replica to
-        write one back wins); returns how many this call wrote."""
-        written = 0
-        for history in histories:
-            raw = json.dumps(history.to_json(), separators=(",", ":"))
-            written += bool(self._client.set(self._key + history.registry, raw, nx=True))
-        self._client.incr(self._epoch_key)
-        return written
-
-
 class PolicyBook:
     """The active rule of every registry, as served by this replica.
 
@@ -367,7 +224,7 @@ class PolicyBook:
             epoch = store.epoch()
             if epoch == self._epoch and not force:
                 return False
-            histories = {registry: store.load(registry) for registry in store.registries()}
+            histories = {registry: self._load(store, registry) for registry in store.registries()}
             if not histories and self._histories and store.lost():
                 # the shared store lost its data: keep serving, and write back what is held
                 self.write_back()
@@ -388,22 +245,27 @@ class PolicyBook:
         store = self.store
         if store is None or not self._histories:
             return 0
-        written = store.restore(list(self._histories.values()))
+        written = store.restore({name: history.to_json() for name, history in self._histories.items()})
         if written:
             log.warning("wrote %d depth-policy histories back to the shared store", written)
         return written
 
     def history(self, registry: str) -> PolicyHistory:
-        return self.store.load(registry) if self.store is not None else PolicyHistory(registry)
+        return self._load(self.store, registry) if self.store is not None else PolicyHistory(registry)
+
+    @staticmethod
+    def _load(store: PolicyStore, registry: str) -> PolicyHistory:
+        doc = store.load(registry)
+        return PolicyHistory(registry) if doc is None else PolicyHistory.from_json(doc)
 
     def add(self, rule: StopRule, registry: str, *, activate: bool) -> PolicyHistory:
         """Store ``rule`` as a new version of ``registry``'s policy (activating it or not)."""
         store = self._require_store()
         with self._lock:
-            history = store.load(registry)
+            history = self._load(store, registry)
             rule = replace(rule, version=history.next_version(), created=rule.created or time.time())
             history = history.with_rule(rule, activate=activate)
-            store.save(history)
+            store.save(registry, history.to_json())
         self.refresh(force=True)
         return history
 
@@ -411,8 +273,8 @@ class PolicyBook:
         """Make ``version`` (``"default"`` included) the active one: a rollback or a roll-forward."""
         store = self._require_store()
         with self._lock:
-            history = store.load(registry).activated(version)
-            store.save(history)
+            history = self._load(store, registry).activated(version)
+            store.save(registry, history.to_json())
         self.refresh(force=True)
         return history
 

@@ -14,7 +14,7 @@ nothing changed (the embedding cache, being a cache, only logs it: see :meth:`pu
 
 Version numbers are never reused, as in Redis mode: a save at or below the newest number ever
 written for the name (a damaged newest file, or a deleted registry's last version, included)
-raises :class:`~registry.errors.VersionConflict` and the engine retries above it. A newest
+raises :class:`~registry.errors.VersionConflict` and the writer retries above it. A newest
 version that cannot be read is logged once, served from the one before, and listed by
 :meth:`LocalStore.damaged` (``/readyz``, a metric) until a newer version replaces it.
 """

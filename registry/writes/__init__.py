@@ -1,6 +1,8 @@
-"""The write path: registries as immutable snapshots, and how a new version gets in.
+"""The write path: how a new registry version gets into the snapshot map (:mod:`registry.snapshots`).
 
-* :mod:`registry.writes.engine`: ``ShortlistEngine``, the registry snapshots and their writes.
+Never imports the query path (:mod:`registry.serving`; ``tests/test_architecture.py``).
+
+* :mod:`registry.writes.writer`: ``RegistryWriter``: load, replicate and change the registries.
 * :mod:`registry.writes.jobs`: prepared writes (parse, validate, embed off the lock), group
   commit.
 * :mod:`registry.writes.write_jobs`: 202 write jobs, durable across restarts

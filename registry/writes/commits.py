@@ -1,7 +1,9 @@
-"""The commit half of the engine's write path: sync with the store, derive, persist, install.
+"""How a write commits: sync with the store, derive, persist, install.
 
-:class:`CommitPath` is mixed into :class:`registry.writes.engine.ShortlistEngine`; the prepared
-writes, group commit and write jobs it uses live in :mod:`registry.writes.jobs`.
+:class:`CommitPath` is what :class:`registry.writes.writer.RegistryWriter` hands a validated
+change to: per-registry locks, group commit, version races with other replicas, and the swap
+into the :class:`~registry.snapshots.Snapshots` map queries read. The prepared writes and group
+commit it uses live in :mod:`registry.writes.jobs`.
 """
 
 from __future__ import annotations
@@ -10,8 +12,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from registry.errors import ShortlistError, ValidationFailed, VersionConflict
@@ -21,6 +22,7 @@ from registry.index.snapshot import Snapshot, build_snapshot
 from registry.names import validate_registry_name
 from registry.runtime import trim_heap
 from registry.settings import EngineArgs
+from registry.snapshots import RegistryChange, RegistryInfo, RegistryListener, Snapshots
 from registry.store.base import RegistryRecord, SharedStore, Store
 from registry.tools import Tool, ToolLimits
 from registry.writes.jobs import (
@@ -31,7 +33,7 @@ from registry.writes.jobs import (
     stored_tools,
 )
 
-log = logging.getLogger("registry.writes.engine")
+log = logging.getLogger("registry.writes.writer")
 
 # A write that loses a version race resynchronises and tries again, this many times in all,
 # after a random pause that grows with each attempt up to a cap (so racing replicas spread
@@ -41,44 +43,33 @@ CONFLICT_BACKOFF_SECONDS = 0.01
 MAX_BACKOFF_SECONDS = 0.25
 
 
-@dataclass(frozen=True, slots=True)
-class RegistryInfo:
-    registry: str
-    version: int
-    tools: int
-    written_at: float | None = None  # Unix time this version was written (None: unknown)
-
-
-@dataclass(frozen=True, slots=True)
-class RegistryChange:
-    """A registry brought in line with the store: new version installed, or deleted (``info``
-    is None). Reported for changes made elsewhere (another replica), not for this engine's own
-    writes."""
-
-    registry: str
-    info: RegistryInfo | None
-
-
-RegistryListener = Callable[[RegistryChange], None]
-
-
 class CommitPath:
-    """Snapshots, locks and the commit path of an engine (see ShortlistEngine)."""
+    """Locks, group commit and the swap of one replica's registries.
 
-    settings: EngineArgs
-    store: Store
-    embedder: Embedder
-    limits: ToolLimits
-    _snapshots: dict[str, Snapshot]
-    _locks: dict[str, threading.Lock]
-    _locks_guard: threading.Lock
-    _swap_lock: threading.Lock
-    _group: GroupCommit
-    _shared: bool
-    _listeners: list[RegistryListener]
-    _unloadable: dict[str, int]
+    Args:
+        settings: ``hnsw_min_tools`` (when a snapshot gets an HNSW index).
+        store: where versions are persisted (a :class:`SharedStore`: several replicas).
+        embedder: embeds the texts a new version brings (most are cached by then).
+        snapshots: the map this path installs into.
+        limits: what a stored version may hold.
+    """
 
-    def _lock(self, registry: str) -> threading.Lock:
+    def __init__(
+        self, settings: EngineArgs, store: Store, embedder: Embedder, snapshots: Snapshots, limits: ToolLimits
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.embedder = embedder
+        self.snapshots = snapshots
+        self.limits = limits
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        self._group = GroupCommit(self.lock)  # queued writes to a registry commit together
+        self.shared = isinstance(store, SharedStore)
+        self.listeners: list[RegistryListener] = []
+        self.unloadable: dict[str, int] = {}  # registry -> stored version that failed to load
+
+    def lock(self, registry: str) -> threading.Lock:
         with self._locks_guard:
             return self._locks.setdefault(registry, threading.Lock())
 
@@ -86,13 +77,13 @@ class CommitPath:
         if current is not None:
             return current.version + 1
         stored = self.store.load(registry)
-        if stored is not None and self._shared:
+        if stored is not None and self.shared:
             # Another replica created the registry after our sync: building on "absent" would
             # overwrite it (an upsert would lose its tools, a create would happen twice).
             raise VersionConflict(registry, stored.version, stored.version)
         return stored.version + 1 if stored else 1
 
-    def _build(
+    def build(
         self, registry: str, version: int, tools: list[Tool], equivalents: Any, edits: EdgeEdits = NO_EDITS
     ) -> Snapshot:
         snap = build_snapshot(
@@ -103,7 +94,7 @@ class CommitPath:
             self.store,
             hnsw_min_tools=self.settings.hnsw_min_tools,
             equivalents=equivalents,
-            previous=self._snapshots.get(registry),
+            previous=self.snapshots.current(registry),
             edits=edits,
         )
         trim_heap()  # embedding batches leave hundreds of MB of freed heap behind
@@ -113,7 +104,7 @@ class CommitPath:
         self, registry: str, version: int, tools: list[Tool], equivalents: Any, edits: EdgeEdits = NO_EDITS
     ) -> RegistryInfo:
         written_at = time.time()
-        snap = replace(self._build(registry, version, tools, equivalents, edits), written_at=written_at)
+        snap = replace(self.build(registry, version, tools, equivalents, edits), written_at=written_at)
         self.store.save(
             RegistryRecord(
                 registry=registry,
@@ -125,16 +116,16 @@ class CommitPath:
                 edges=edits.to_json() if edits else {},
             )
         )
-        self._install(snap)
+        self.snapshots.install(snap)
         return RegistryInfo(registry, version, len(tools), written_at)
 
-    def _apply(self, registry: str, change: Change) -> RegistryInfo:
-        """:meth:`_write` for a change that always writes."""
-        info = self._write(registry, change)
+    def apply(self, registry: str, change: Change) -> RegistryInfo:
+        """:meth:`write` for a change that always writes."""
+        info = self.write(registry, change)
         assert info is not None
         return info
 
-    def _write(self, registry: str, change: Change) -> RegistryInfo | None:
+    def write(self, registry: str, change: Change) -> RegistryInfo | None:
         """Apply ``change`` to the registry's current version and commit the result.
 
         ``change`` returning ``None`` means "nothing to write" (checked against the synced
@@ -158,9 +149,9 @@ class CommitPath:
             if attempt:
                 pause = min(MAX_BACKOFF_SECONDS, CONFLICT_BACKOFF_SECONDS * 2**attempt)
                 time.sleep(random.uniform(0, pause))
-            if self._shared:
-                self._sync_locked(registry)
-            current = self._snapshots.get(registry)
+            if self.shared:
+                self.sync_locked(registry)
+            current = self.snapshots.current(registry)
             try:
                 version = max(self._next_version(registry, current), floor)
                 draft, outcomes = apply_group(current, group)
@@ -181,8 +172,8 @@ class CommitPath:
         assert conflict is not None
         raise conflict
 
-    def _sync_locked(self, registry: str) -> RegistryChange | None:
-        current = self._snapshots.get(registry)
+    def sync_locked(self, registry: str) -> RegistryChange | None:
+        current = self.snapshots.current(registry)
         if isinstance(self.store, SharedStore):
             stored_version = self.store.version(registry)
             if current is not None and current.version == stored_version:
@@ -197,16 +188,16 @@ class CommitPath:
         if record is None:
             if current is None:
                 return None
-            self._remove(registry)
+            self.snapshots.remove(registry)
             return self._notify(RegistryChange(registry, None))
         if current is not None and current.version == record.version:
             return None
         tools = stored_tools(record.tools, current, self.limits)
-        snap = self._build(
+        snap = self.build(
             registry, record.version, tools, record.equivalents, EdgeEdits.from_json(record.edges)
         )
-        self._install(replace(snap, written_at=record.written_at))
-        self._unloadable.pop(registry, None)
+        self.snapshots.install(replace(snap, written_at=record.written_at))
+        self.unloadable.pop(registry, None)
         return self._notify(
             RegistryChange(
                 registry, RegistryInfo(registry, record.version, len(tools), record.written_at)
@@ -219,22 +210,9 @@ class CommitPath:
             change.registry,
             f"version {change.info.version} installed" if change.info else "deleted",
         )
-        for listener in self._listeners:
+        for listener in self.listeners:
             try:
                 listener(change)
             except Exception:
                 log.exception("registry listener %r failed", listener)
         return change
-
-    def _install(self, snap: Snapshot) -> None:
-        with self._swap_lock:
-            snapshots = dict(self._snapshots)
-            snapshots[snap.registry] = snap
-            self._snapshots = snapshots  # one reference swap: readers see old or new, never half
-
-    def _remove(self, registry: str) -> None:
-        with self._swap_lock:
-            snapshots = dict(self._snapshots)
-            snapshots.pop(registry, None)
-            self._snapshots = snapshots
-

@@ -21,6 +21,7 @@ from registry.errors import ShortlistError
 from registry.index.embed import Embedder
 from registry.index.graph import NO_EDITS, EdgeEdits
 from registry.index.snapshot import Snapshot, embed_tools
+from registry.snapshots import RegistryChange
 from registry.store.base import Store
 from registry.tools import Tool, ToolLimits, parse_tools
 
@@ -104,6 +105,20 @@ class PreparedWrite:
     @property
     def new_texts(self) -> int:
         return len(self.fresh)
+
+    def announcing(self, listener: Callable[[RegistryChange], None]) -> PreparedWrite:
+        """This write, telling ``listener`` about the version it commits (the core's registry
+        listeners: a face counts the registry's tools)."""
+        run = self.apply
+
+        def apply() -> Any:
+            info = run()
+            if info is not None:
+                listener(RegistryChange(info.registry, info))
+            return info
+
+        self.apply = apply
+        return self
 
     def uncached(self) -> int:
         """Drop the fresh tools whose vectors the store already caches; returns how many are

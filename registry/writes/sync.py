@@ -4,7 +4,7 @@ One background thread per process::
 
     loop:
         wait for a change notification, at most `interval` seconds   (pub/sub; wakes early)
-        engine.refresh()         compare every registry's stored version with ours; rebuild the
+        writer.refresh()         compare every registry's stored version with ours; rebuild the
                                  changed ones off the request path, swap them in; drop deleted
         feedback.catch_up()      count the feedback other replicas recorded
         feedback.maybe_compact() fold old feedback into the checkpoint (rarely; one replica)
@@ -16,7 +16,7 @@ from what the replicas hold instead of being mirrored (:func:`republish_from`, a
 
 The notification makes replication fast (a write is served everywhere after one snapshot
 build); the poll makes it certain (a notification lost while a connection was down is caught
-at the next tick). During an outage the engine keeps serving its snapshots; the first
+at the next tick). During an outage the replica keeps serving its snapshots; the first
 successful poll after it resynchronises everything, without a restart.
 """
 
@@ -29,8 +29,9 @@ from collections.abc import Callable
 
 from registry.errors import StoreUnavailable
 from registry.feedback import FeedbackRecorder
+from registry.snapshots import Snapshots
 from registry.store.base import RegistryRecord, SharedStore, Store, WipeableStore
-from registry.writes.engine import ShortlistEngine
+from registry.writes.writer import RegistryWriter
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +39,11 @@ StatusListener = Callable[[bool], None]
 _STOP_CHECK_SECONDS = 0.25  # how promptly stop() ends a long wait
 
 
-def held_records(engine: ShortlistEngine) -> list[RegistryRecord]:
-    """Every registry version ``engine`` serves, as the records that stored them."""
+def held_records(snapshots: Snapshots) -> list[RegistryRecord]:
+    """Every registry version held in ``snapshots``, as the records that stored them."""
     records = []
-    for info in engine.list_registries():
-        snap = engine.current(info.registry)
+    for info in snapshots.list_registries():
+        snap = snapshots.current(info.registry)
         if snap is None:
             continue
         records.append(
@@ -59,24 +60,25 @@ def held_records(engine: ShortlistEngine) -> list[RegistryRecord]:
 
 
 def republish_from(
-    engine: ShortlistEngine,
+    writer: RegistryWriter,
     store: Store,
     feedback: FeedbackRecorder | None = None,
     learned: Callable[[bool], None] | None = None,
 ) -> None:
-    """Tell a store that can lose its data what to re-publish then: ``engine``'s registry
+    """Tell a store that can lose its data what to re-publish then: ``writer``'s registry
     versions, then (the winner) their embeddings, then ``feedback``'s counts, then ``learned``
     (called with whether this replica won: policy versions, usage memories) (a no-op for
     stores that cannot lose their data, e.g. local)."""
     if not isinstance(store, WipeableStore):
         return
+    snapshots = writer.snapshots
 
     def after(won: bool) -> None:
         if won:  # the embedding cache too, so a replica started later embeds nothing again
-            for info in engine.list_registries():
-                snap = engine.current(info.registry)
+            for info in snapshots.list_registries():
+                snap = snapshots.current(info.registry)
                 if snap is not None and len(snap.content_hashes) == len(snap.dense):
-                    model_id = snap.embedder or engine.embedder.model_id
+                    model_id = snap.embedder or writer.embedder.model_id
                     store.put_embeddings(model_id, dict(zip(snap.content_hashes, snap.dense.embeddings)))
         if feedback is not None:
             feedback.republish_counts()
@@ -84,9 +86,9 @@ def republish_from(
             learned(won)
 
     store.set_republish_source(
-        lambda: held_records(engine),
+        lambda: held_records(snapshots),
         after,
-        lambda: {info.registry: info.version for info in engine.list_registries()},
+        lambda: {info.registry: info.version for info in snapshots.list_registries()},
     )
 
 
@@ -94,7 +96,7 @@ class StoreSync:
     """The sync thread of one replica.
 
     Args:
-        engine: the engine to keep in step (its store must be ``store``).
+        writer: the registries to keep in step (its store must be ``store``).
         store: the shared store.
         interval: poll period in seconds, and the pause after a failure.
         feedback: when given, its shared log is tailed on every tick.
@@ -107,7 +109,7 @@ class StoreSync:
 
     def __init__(
         self,
-        engine: ShortlistEngine,
+        writer: RegistryWriter,
         store: SharedStore,
         *,
         interval: float = 1.0,
@@ -119,7 +121,7 @@ class StoreSync:
     ) -> None:
         if not interval > 0:
             raise ValueError(f"interval must be > 0, got {interval}")
-        self.engine = engine
+        self.writer = writer
         self.store = store
         self.interval = float(interval)
         self.feedback = feedback
@@ -129,7 +131,7 @@ class StoreSync:
         self.ticks = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        republish_from(engine, store, feedback, learned)
+        republish_from(writer, store, feedback, learned)
         if isinstance(store, WipeableStore):
             settle = settle_seconds if settle_seconds is not None else max(5.0, 3 * interval + 2)
             store.epoch.settle_ms = int(settle * 1000)
@@ -152,7 +154,7 @@ class StoreSync:
         Raises:
             StoreUnavailable: the store cannot be reached.
         """
-        self.engine.refresh()
+        self.writer.refresh()
         if self.feedback is not None:
             self.feedback.catch_up()
             self.feedback.maybe_compact()

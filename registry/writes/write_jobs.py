@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from registry.errors import ShortlistError
 from registry.index.snapshot import Snapshot
 from registry.jobs import JobQueue, JobRecords, Task, new_job_id
+from registry.snapshots import RegistryInfo, Snapshots
 from registry.tools import ToolLimits, parse_tools
 from registry.writes.jobs import JobState, PreparedWrite
 
@@ -54,14 +55,12 @@ class WriteJob:
     state: JobState = "queued"
     created_at: float = 0.0
     finished_at: float | None = None
-    info: Any = None  # registry.writes.commits.RegistryInfo
+    info: RegistryInfo | None = None
     error: ShortlistError | None = None
     resumed: bool = field(default=False)
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> WriteJob:
-        from registry.writes.commits import RegistryInfo
-
         result, error = record.get("result"), record.get("error")
         return cls(
             id=record["id"],
@@ -78,16 +77,15 @@ class WriteJob:
         )
 
 
-class WriteEngine(Protocol):
-    """What resuming a write needs of the engine."""
+class Writer(Protocol):
+    """What resuming a write needs of the writer (:class:`registry.writes.writer.RegistryWriter`)."""
 
     limits: ToolLimits
+    snapshots: Snapshots
 
     def prepare_put(self, registry: str, payload: Any) -> PreparedWrite: ...
 
     def prepare_upsert(self, registry: str, payload: Any) -> PreparedWrite: ...
-
-    def current(self, registry: str) -> Snapshot | None: ...
 
 
 def _error(exc: ShortlistError) -> dict[str, Any]:
@@ -216,12 +214,12 @@ class WriteJobs:
         job.state, job.info, job.error, job.finished_at = done.state, done.info, done.error, done.finished_at
         return True
 
-    def resume(self, engine: WriteEngine, wrap: Callable[[PreparedWrite], PreparedWrite]) -> int:
+    def resume(self, writer: Writer, wrap: Callable[[PreparedWrite], PreparedWrite]) -> int:
         """Queue again the jobs a stopped process left unfinished (``wrap`` hooks each
         prepared write as :meth:`submit`'s caller does). Returns how many."""
 
         def version(registry: str) -> int | None:
-            snap = engine.current(registry)
+            snap = writer.snapshots.current(registry)
             return None if snap is None else snap.version
 
         self._version = version
@@ -235,8 +233,8 @@ class WriteJobs:
             if reason is not None:
                 return _superseded(kind, registry, reason)
             if record["state"] == "running" and record.get("before") != version(registry):
-                snap = engine.current(registry)
-                if holds(snap, kind, payload, engine.limits):
+                snap = writer.snapshots.current(registry)
+                if holds(snap, kind, payload, writer.limits):
                     return lambda: {"state": "done", "result": _info(_snap_info(snap))}
                 message = (
                     "the service stopped while this upload was being committed and registry "
@@ -245,7 +243,7 @@ class WriteJobs:
                 )
                 error = {"type": "interrupted", "message": message, "details": {"registry": registry}}
                 return lambda: {"state": "failed", "error": error}
-            prepare = engine.prepare_put if kind == "put" else engine.prepare_upsert
+            prepare = writer.prepare_put if kind == "put" else writer.prepare_upsert
             try:
                 prepared = wrap(prepare(registry, payload))
             except ShortlistError as exc:
@@ -274,7 +272,5 @@ def deleted(registry: str) -> str:
 
 
 def _snap_info(snap: Snapshot | None) -> Any:
-    from registry.writes.commits import RegistryInfo
-
     assert snap is not None
     return RegistryInfo(snap.registry, snap.version, snap.n_tools, snap.written_at)

@@ -18,7 +18,7 @@ from registry.names import (
     url_name_problem,
     validate_registry_name,
 )
-from registry.writes.engine import RegistryInfo
+from registry.snapshots import RegistryInfo
 from registry.writes.write_jobs import WriteJob
 from service.deps import CoreDep, require_json
 from service.errors import invalid_body

@@ -1,10 +1,16 @@
-"""The shortlist engine: registries in, adaptive shortlists out. No HTTP in here."""
+"""The write path of the registries: load, replicate and change them.
+
+:class:`RegistryWriter` validates every write (raising its errors before anything is accepted)
+and hands the change to its :class:`~registry.writes.commits.CommitPath`, which commits it and
+swaps the new snapshot into the :class:`~registry.snapshots.Snapshots` map queries read. It
+never answers a query: that is :class:`registry.serving.shortlist.QueryRunner`, which reads the
+same map; the core (:class:`registry.core.Shortlister`) holds both.
+"""
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -19,84 +25,52 @@ from registry.errors import (
 from registry.feedback import validate_equivalents
 from registry.index.embed import Embedder
 from registry.index.graph import EdgeEdits, edge_list_problems
-from registry.index.snapshot import Snapshot
 from registry.names import validate_registry_name
-from registry.request import ShortlistRequest
-from registry.serving.depth_policies import TunableDepthPolicy
-from registry.serving.relevance import RelevanceModel
-from registry.serving.shortlist import QueryRunner, Shortlist, ShortlistItem, UsageRerank
-from registry.serving.stop_rules import PolicyBook
-from registry.settings import EngineArgs, ServingArgs
+from registry.settings import EngineArgs
+from registry.snapshots import RegistryChange, RegistryInfo, RegistryListener, Snapshots
 from registry.store.base import SharedStore, Store
 from registry.tools import Tool, ToolLimits, parse_tools
-from registry.writes.commits import CommitPath, RegistryChange, RegistryInfo, RegistryListener
-from registry.writes.jobs import (
-    GroupCommit,
-    PreparedWrite,
-    RegistryState,
-    new_tools,
-)
+from registry.writes.commits import CommitPath
+from registry.writes.jobs import PreparedWrite, RegistryState, new_tools
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "RegistryChange",
-    "RegistryInfo",
-    "Shortlist",
-    "ShortlistEngine",
-    "ShortlistItem",
-]
+__all__ = ["RegistryWriter"]
 
 
 def _equivalents_field(payload: Any) -> Any:
     return payload.get("equivalents") if isinstance(payload, dict) else None
 
 
-class ShortlistEngine(CommitPath):
-    """Owns the registry snapshots and answers shortlist queries.
+class RegistryWriter:
+    """Loads, replicates and changes the registries of one replica.
 
-    Reads take the current snapshot reference once and never lock; writes to one registry are
-    serialised, build a new snapshot off to the side, persist it, then swap the reference.
+    Writes to one registry are serialised, build a new snapshot off to the side, persist it,
+    then swap the reference; readers never lock. With a
+    :class:`~registry.store.base.SharedStore` several replicas share the registries: a write
+    first catches up with the store's current version, and a write that loses a version race
+    resynchronises and retries; :meth:`refresh` (called by :class:`registry.writes.sync.StoreSync`)
+    installs what other replicas wrote.
 
-    With a :class:`~registry.store.base.SharedStore` several engines (replicas) share the
-    registries: a write first catches up with the store's current version, and a write that
-    loses a version race resynchronises and retries; :meth:`refresh` (called by
-    :class:`registry.writes.sync.StoreSync`) installs what other replicas wrote. The commit path
-    (sync, derive, persist, install) is :class:`registry.writes.commits.CommitPath`; prepared writes,
-    group commit and write jobs are in :mod:`registry.writes.jobs`.
+    Args:
+        settings: the tool limits and ``hnsw_min_tools``.
+        store: where versions are persisted.
+        embedder: embeds the texts a write brings (outside the registry lock).
+        snapshots: the map this writer installs into (default: a new one).
     """
 
     def __init__(
-        self,
-        settings: EngineArgs,
-        store: Store,
-        embedder: Embedder,
-        bor_policy: TunableDepthPolicy,
-        relevance: RelevanceModel | None = None,
-        *,
-        usage: UsageRerank | None = None,
-        policy_book: PolicyBook | None = None,
+        self, settings: EngineArgs, store: Store, embedder: Embedder, snapshots: Snapshots | None = None
     ) -> None:
-        self.settings = settings
         self.store = store
         self.embedder = embedder
-        self.bor_policy = bor_policy
-        self.queries = QueryRunner(
-            ServingArgs.of(settings), embedder, bor_policy, relevance, usage=usage, policy_book=policy_book
-        )
+        self.snapshots = snapshots if snapshots is not None else Snapshots()
         self.limits = ToolLimits(
             max_tools=settings.max_tools_per_registry,
             max_tool_bytes=settings.max_tool_bytes,
             max_description_chars=settings.max_description_chars,
         )
-        self._snapshots: dict[str, Snapshot] = {}
-        self._locks: dict[str, threading.Lock] = {}
-        self._locks_guard = threading.Lock()
-        self._group = GroupCommit(self._lock)  # queued writes to a registry commit together
-        self._swap_lock = threading.Lock()  # writers of different registries; readers never lock
-        self._shared = isinstance(store, SharedStore)
-        self._listeners: list[RegistryListener] = []
-        self._unloadable: dict[str, int] = {}  # registry -> stored version that failed to load
+        self.commits = CommitPath(settings, store, embedder, self.snapshots, self.limits)
 
     # -- loading ------------------------------------------------------------------------------
 
@@ -107,13 +81,13 @@ class ShortlistEngine(CommitPath):
             if record is None:
                 continue
             tools = parse_tools(record.tools, self.limits.for_stored())
-            snap = self._build(name, record.version, tools, record.equivalents, EdgeEdits.from_json(record.edges))
-            self._install(replace(snap, written_at=record.written_at))
-        return len(self._snapshots)
+            snap = self.commits.build(name, record.version, tools, record.equivalents, EdgeEdits.from_json(record.edges))
+            self.snapshots.install(replace(snap, written_at=record.written_at))
+        return len(self.snapshots)
 
     def add_listener(self, listener: RegistryListener) -> None:
         """Call ``listener`` for every change installed from the store (see RegistryChange)."""
-        self._listeners.append(listener)
+        self.commits.listeners.append(listener)
 
     def refresh(self) -> list[RegistryChange]:
         """Install every registry version the store holds that differs from ours; drop the
@@ -138,19 +112,19 @@ class ShortlistEngine(CommitPath):
                 if record is not None:
                     stored[name] = record.version
         changes = []
-        for name in sorted(set(stored) | set(self._snapshots)):
-            snap = self._snapshots.get(name)
+        for name in sorted(set(stored) | set(self.snapshots.names())):
+            snap = self.snapshots.current(name)
             wanted = stored.get(name)
             if (snap.version if snap else None) == wanted:
                 continue
-            if wanted is not None and self._unloadable.get(name) == wanted:
+            if wanted is not None and self.commits.unloadable.get(name) == wanted:
                 continue
             try:
                 change = self.sync_from_store(name)
             except StoreUnavailable:
                 raise
             except ShortlistError as exc:
-                self._unloadable[name] = wanted or 0
+                self.commits.unloadable[name] = wanted or 0
                 log.error("cannot load registry %r version %s from the store: %s", name, wanted, exc)
                 continue
             if change is not None:
@@ -162,32 +136,10 @@ class ShortlistEngine(CommitPath):
 
         Raises:
             StoreUnavailable: the store cannot be reached.
-            ShortlistError: the stored version cannot be parsed under this engine's limits.
+            ShortlistError: the stored version cannot be parsed under this replica's limits.
         """
-        with self._lock(registry):
-            return self._sync_locked(registry)
-
-    # -- reads ----------------------------------------------------------------------------------
-
-    def list_registries(self) -> list[RegistryInfo]:
-        snapshots = self._snapshots
-        return [
-            RegistryInfo(s.registry, s.version, s.n_tools, s.written_at)
-            for s in sorted(snapshots.values(), key=lambda s: s.registry)
-        ]
-
-    def snapshot(self, registry: str) -> Snapshot:
-        snap = self._snapshots.get(registry)
-        if snap is None:
-            raise RegistryNotFound(registry)
-        return snap
-
-    def current(self, registry: str) -> Snapshot | None:
-        """The registry's current snapshot, or None."""
-        return self._snapshots.get(registry)
-
-    def has_registry(self, registry: str) -> bool:
-        return registry in self._snapshots
+        with self.commits.lock(registry):
+            return self.commits.sync_locked(registry)
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -219,7 +171,7 @@ class ShortlistEngine(CommitPath):
         equivalents = validate_equivalents(_equivalents_field(payload), {t.name for t in tools})
 
         # decided after the sync inside _write: a replica may have created it meanwhile
-        return self._write(registry, lambda current: None if current is not None else (tools, equivalents))
+        return self.commits.write(registry, lambda current: None if current is not None else (tools, equivalents))
 
     def upsert_tools(self, registry: str, payload: Any) -> RegistryInfo:
         """Add or replace tools by name, keeping the others; creates the registry if missing.
@@ -260,7 +212,7 @@ class ShortlistEngine(CommitPath):
         incoming: list[Tool],
         change: Callable[[RegistryState | None], tuple[list[Tool], Any]],
     ) -> PreparedWrite:
-        fresh = new_tools(incoming, self._snapshots.get(registry))
+        fresh = new_tools(incoming, self.snapshots.current(registry))
         prepared = PreparedWrite(registry, fresh, lambda: None, self.embedder, self.store)
 
         def guarded(current: RegistryState | None) -> tuple[list[Tool], Any]:
@@ -268,17 +220,17 @@ class ShortlistEngine(CommitPath):
                 prepared.guard()
             return change(current)
 
-        prepared.apply = lambda: self._apply(registry, guarded)
+        prepared.apply = lambda: self.commits.apply(registry, guarded)
         return prepared
 
     def delete_registry(self, registry: str) -> None:
-        with self._lock(registry):
-            if registry not in self._snapshots and self._shared:
-                self._sync_locked(registry)  # another replica may have created it just now
-            if registry not in self._snapshots:
+        with self.commits.lock(registry):
+            if not self.snapshots.has_registry(registry) and self.commits.shared:
+                self.commits.sync_locked(registry)  # another replica may have created it just now
+            if not self.snapshots.has_registry(registry):
                 raise RegistryNotFound(registry)
             self.store.delete(registry)
-            self._remove(registry)
+            self.snapshots.remove(registry)
 
     def delete_tool(self, registry: str, name: str) -> RegistryInfo:
         def change(current: RegistryState | None) -> tuple[list[Tool], Any]:
@@ -294,7 +246,7 @@ class ShortlistEngine(CommitPath):
             )
             return tools, equivalents
 
-        return self._apply(registry, change)
+        return self.commits.apply(registry, change)
 
     def edit_graph(self, registry: str, add: Any = None, remove: Any = None) -> RegistryInfo:
         """Add or remove prerequisite edges (``[[provider, consumer], ...]``): a write, so the
@@ -318,23 +270,4 @@ class ShortlistEngine(CommitPath):
                 )
             return list(current.tools), current.equivalents, current.edits.changed(added, removed)
 
-        return self._apply(registry, change)
-
-    # -- queries --------------------------------------------------------------------------------
-
-    def shortlist(
-        self, request: ShortlistRequest, token_scope: Sequence[str] | None = None
-    ) -> Shortlist:
-        """Rank the registry's tools for the request's query and cut the list where the policy says.
-
-        The request is checked first (every invalid field at once, see
-        :meth:`~registry.request.ShortlistRequest.resolve`), then the registry's snapshot is read
-        once. A request holding several intents gets each of them covered, tools it names
-        verbatim come first, near-duplicates share one slot (:mod:`registry.serving.shortlist`).
-        ``token_scope``: the tool patterns an admin bound to the caller's token, which
-        ``allowed_tools`` can only narrow (:mod:`registry.serving.scope`).
-        """
-        resolved = request.resolve(self.settings, self.queries, token_scope)
-        return self.queries.run(self.snapshot(request.registry), resolved)
-
-    # -- internals ------------------------------------------------------------------------------
+        return self.commits.apply(registry, change)

@@ -1,4 +1,5 @@
-"""Where learned state lives: next to the registries, locally or in the shared Redis.
+"""Where learned state lives: next to the registries, locally (here) or in the shared Redis
+(:mod:`registry.store.redis_learning`).
 
 Two things per registry:
 
@@ -18,16 +19,13 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from registry.errors import StoreUnavailable
 from registry.fsio import atomic_write_bytes, storage_errors
 
-__all__ = ["Control", "LearningStore", "LocalLearningStore", "RedisLearningStore"]
+__all__ = ["Control", "LearningStore", "LocalLearningStore"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,55 +116,3 @@ class LocalLearningStore:
             doc = {name: json.loads(c.to_json()) for name, c in sorted(controls.items())}
             with storage_errors("saving the learning switches"):
                 atomic_write_bytes(self.root / "control.json", json.dumps(doc).encode("utf-8"))
-
-
-class RedisLearningStore:
-    """Keys in the shared Redis (``client`` from ``registry.store.redis.connect``).
-
-    Raises:
-        StoreUnavailable: from every method, when Redis cannot be reached.
-    """
-
-    def __init__(self, client: Any, prefix: str) -> None:
-        self.client = client
-        self.prefix = prefix
-        self.control_key = f"{prefix}learning:control"
-
-    def _state_key(self, registry: str) -> str:
-        return f"{self.prefix}usage:{registry}"
-
-    @contextmanager
-    def _call(self, what: str) -> Iterator[None]:
-        import redis
-
-        try:
-            yield
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
-            raise StoreUnavailable(
-                f"the learning store (Redis) is unavailable: cannot {what}",
-                {"store": "redis", "operation": what},
-            ) from exc
-
-    def load_state(self, registry: str) -> bytes | None:
-        with self._call("load a usage memory"):
-            raw = self.client.get(self._state_key(registry))
-        return None if raw is None else bytes(raw)
-
-    def save_state(self, registry: str, raw: bytes) -> None:
-        with self._call("save a usage memory"):
-            self.client.set(self._state_key(registry), raw)
-
-    def delete_state(self, registry: str) -> None:
-        with self._call("delete a usage memory"):
-            self.client.delete(self._state_key(registry))
-
-    def controls(self) -> dict[str, Control]:
-        with self._call("read the learning controls"):
-            raw = self.client.hgetall(self.control_key) or {}
-        return {
-            (k.decode() if isinstance(k, bytes) else str(k)): Control.from_json(v) for k, v in raw.items()
-        }
-
-    def set_control(self, registry: str, control: Control) -> None:
-        with self._call("write a learning control"):
-            self.client.hset(self.control_key, registry, control.to_json())
