@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from registry.assembly import EmbedderFactory, Parts, assemble
 from registry.errors import NotReady, RegistryNotFound
@@ -54,7 +54,6 @@ __all__ = [
 ]
 
 ShortlistListener = Callable[[Shortlist], None]
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
