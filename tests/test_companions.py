@@ -272,9 +272,9 @@ def test_only_a_strong_learned_follower_takes_a_ranked_tools_place_after_called(
 def test_a_scoped_request_caps_its_chain_step_at_the_scoped_count(settings, hashing_embedder, bor_policy):
     """The depth limit of a scoped request is the scoped count's (half of 8 allowed tools: 4),
     not the registry's (half of 12: 6), in the chain step as everywhere."""
+    from registry.assembly import Registries
     from registry.serving.chains import Companions, LearnedEdge
     from registry.store.local import LocalStore
-    from registry.writes.engine import ShortlistEngine
 
     class Learned:
         """A learning loop that shipped two strong companions of return_order_items."""
@@ -288,8 +288,8 @@ def test_a_scoped_request_caps_its_chain_step_at_the_scoped_count(settings, hash
                 LearnedEdge(at["return_order_items"], at[t], 5.0, 3, 1.0, 1.0) for t in ("get_weather", "get_film")
             )
 
-    engine = ShortlistEngine(settings, LocalStore(settings.data_dir), hashing_embedder, bor_policy, usage=Learned())
-    engine.put_registry("shop", REST)
+    engine = Registries.build(settings, LocalStore(settings.data_dir), hashing_embedder, bor_policy, usage=Learned())
+    engine.writer.put_registry("shop", REST)
     query = "return the items of order 17"
     whole = [t.name for t in engine.shortlist(ShortlistRequest("shop", query, max_k=10)).tools]
     assert whole == ["return_order_items", "list_orders", "whoami", "get_film", "get_weather"]  # 5 > 4
