@@ -312,3 +312,22 @@ def test_pairs_and_their_callers_are_bounded(monkeypatch):
     assert len(counts.pairs) <= 100 and ("a", "b") in counts.pairs
     assert len(counts.pairs[("a", "b")].callers) == companions.MAX_PAIR_CALLERS
     assert counts.pairs[("a", "b")].uses == 21
+
+
+def test_a_learned_predecessor_is_the_provider_chosen_for_a_need():
+    from registry.index.graph import ToolGraph
+    from registry.serving.chains import Companions, LearnedEdge, append_prerequisites
+    from registry.serving.compose import Pick
+
+    graph = ToolGraph(edges=(), needs={0: (("order_id", (1, 2)),)}, successors={1: (0,), 2: (0,)})
+
+    def scores(tools):
+        return {t: {1: 0.9, 2: 0.1}.get(t, 0.0) for t in tools}
+
+    def name(tool: int) -> str:
+        return f"t{tool}"
+
+    assert [p.tool for p in append_prerequisites([Pick(0, 1.0)], graph, scores, name, cap=5)] == [0, 1]
+    learned = Companions.of([LearnedEdge(2, 0, 4.0, 2, 0.6, 0.6)])  # agents call t2 before t0
+    chosen = append_prerequisites([Pick(0, 1.0)], graph, scores, name, cap=5, companions=learned)
+    assert [p.tool for p in chosen] == [0, 2]
