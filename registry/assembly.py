@@ -28,7 +28,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
-from registry.errors import RegistryNotFound
+from registry.errors import RegistryNotFound, ValidationFailed
 from registry.feedback import FeedbackEvent, FeedbackRecorder, LiveWindow, ToolEfficiency
 from registry.index.embed import Embedder
 from registry.index.embedder_handle import EmbedderHandle
@@ -79,9 +79,22 @@ STORE_BACKENDS: dict[str, StoreBackend] = {"local": local_stores, "redis": redis
 """Every store backend by name; :func:`store_backend` says which one the settings choose."""
 
 
-def store_backend(settings: Settings) -> StoreBackend:
-    """The backend the settings choose: Redis when they name one, else local files."""
-    return STORE_BACKENDS["redis" if settings.redis_url is not None else "local"]
+def store_backend(settings: StoreArgs) -> StoreBackend:
+    """The backend ``SHORTLIST_STORE_BACKEND`` names; unset: Redis when the settings name one,
+    else local files.
+
+    Raises:
+        ValidationFailed: no backend has that name (the message lists the ones there are).
+    """
+    name = settings.store_backend or ("redis" if settings.redis_url is not None else "local")
+    backend = STORE_BACKENDS.get(name)
+    if backend is None:
+        known = ", ".join(sorted(STORE_BACKENDS))
+        raise ValidationFailed(
+            f"unknown store backend {name!r} (SHORTLIST_STORE_BACKEND); known: {known}",
+            [{"field": "store_backend", "message": f"not one of {known}"}],
+        )
+    return backend
 
 
 @runtime_checkable

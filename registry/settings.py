@@ -372,6 +372,12 @@ class RefitArgs(SettingsGroup):
 class StoreArgs(DataDir):
     """Store and replicas: the shared Redis, sync, job leases, the caller key (registry.store)."""
 
+    store_backend: str | None = Field(
+        None,
+        min_length=1,
+        description="Where every store lives, by backend name (registry.assembly.STORE_BACKENDS: "
+        "local, redis); unset = redis when SHORTLIST_REDIS_URL is set, else local.",
+    )
     redis_url: SecretStr | None = Field(
         None,
         description="Redis shared by every replica (redis://[:password@]host:6379/0); "

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 KINDS: dict[str, frozenset[str]] = {
     "unit": frozenset({
-        "test_architecture", "test_bench_imports", "test_bor", "test_carve", "test_companions",
+        "test_architecture", "test_assembly", "test_bench_imports", "test_bor", "test_carve", "test_companions",
         "test_compose", "test_core", "test_corpus", "test_coverage", "test_dense_index",
         "test_depth", "test_depth_training", "test_engine", "test_feedback", "test_feedback_log",
         "test_feedback_stats", "test_graph", "test_k8s", "test_kinds",
