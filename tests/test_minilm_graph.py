@@ -118,3 +118,47 @@ def test_a_delta_for_another_model_names_the_file_and_the_command(tmp_path: Path
     with pytest.raises(ArtifactError) as err:
         load_weights(minilm_model_dir(), bad)
     assert str(bad) in err.value.message and "shortlist train-embedder" in err.value.message
+
+
+def test_the_token_output_is_bert_last_hidden_state_and_leaves_the_pooled_vector_unchanged() -> None:
+    """A late-interaction stage reads the request's token vectors from the pass already run: the
+    second output must be torch's ``last_hidden_state`` and must not move the pooled output."""
+    torch = pytest.importorskip("torch")
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+    from transformers import AutoModel
+
+    from registry.index.minilm_graph import build_sentence_encoder
+
+    model_dir = minilm_model_dir()
+    config, weights = load_weights(model_dir, SHIPPED / DELTA_FILE)
+    plain = build_sentence_encoder(config, weights)
+    both = build_sentence_encoder(config, weights, token_output="token_embeddings")
+    sessions = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]) for m in (plain, both)]
+    assert [o.name for o in sessions[1].get_outputs()] == ["sentence_embedding", "token_embeddings"]
+
+    reference = AutoModel.from_pretrained(str(model_dir), local_files_only=True, attn_implementation="eager")
+    reference.eval()
+    params = dict(reference.named_parameters())
+    from safetensors.torch import load_file
+
+    with torch.no_grad():
+        for name, tensor in load_file(str(SHIPPED / DELTA_FILE)).items():
+            params[name].add_(tensor.to(params[name].dtype))
+    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(256)
+    for text in _texts()[-6:-1]:
+        enc = tokenizer.encode(text)
+        feeds = {
+            "input_ids": np.asarray([enc.ids], np.int64),
+            "attention_mask": np.asarray([enc.attention_mask], np.int64),
+            "token_type_ids": np.asarray([enc.type_ids], np.int64),
+        }
+        (pooled,) = sessions[0].run(None, feeds)
+        pooled_too, tokens = sessions[1].run(None, feeds)
+        assert np.array_equal(pooled, pooled_too)
+        with torch.no_grad():
+            hidden = reference(**{k: torch.tensor(v) for k, v in feeds.items()}).last_hidden_state.numpy()
+        assert tokens.shape == hidden.shape == (1, len(enc.ids), 384)
+        assert np.max(np.abs(tokens - hidden)) < 1e-4

@@ -110,6 +110,7 @@ def build_sentence_encoder(
     *,
     adapter: npt.NDArray[np.float32] | None = None,
     output_name: str = "sentence_embedding",
+    token_output: str | None = None,
 ) -> Any:
     """The ``onnx.ModelProto`` of the encoder, mean pooling and L2 norm (module docstring).
 
@@ -119,6 +120,10 @@ def build_sentence_encoder(
         weights: fp32 tensors named as in ``transformers.BertModel.state_dict()``.
         adapter: A ``(dim, dim)`` map applied to the pooled vector before the norm, or ``None``.
         output_name: The graph's output.
+        token_output: Also output the last layer's token states ``x_L`` (``[batch, sequence,
+            hidden]``, what ``BertModel`` calls ``last_hidden_state``) under this name, for a
+            late-interaction stage that reads the request's tokens from the pass already run.
+            The nodes are the same either way, so the pooled output is bit-identical.
 
     Raises:
         ArtifactError: The config is not a post-norm GELU BERT this function writes.
@@ -198,11 +203,15 @@ def build_sentence_encoder(
     g.op("Div", pooled, g.op("Max", norm, g.const("norm_floor", 1e-12)), out=output_name)
 
     dims = ["batch", "sequence"]
+    outputs = [helper.make_tensor_value_info(output_name, TensorProto.FLOAT, ["batch", hidden])]
+    if token_output is not None:
+        g.op("Identity", x, out=token_output)
+        outputs.append(helper.make_tensor_value_info(token_output, TensorProto.FLOAT, [*dims, hidden]))
     graph = helper.make_graph(
         g.nodes,
         "minilm_sentence_encoder",
         [helper.make_tensor_value_info(n, TensorProto.INT64, dims) for n in INPUT_NAMES],
-        [helper.make_tensor_value_info(output_name, TensorProto.FLOAT, ["batch", hidden])],
+        outputs,
         initializer=g.initializers,
     )
     model = helper.make_model(
