@@ -204,6 +204,15 @@ def maxsim(query: np.ndarray, tool_q: np.ndarray, tool_scale: np.ndarray) -> flo
     return float(sims.max(axis=1).mean())
 
 
+def maxsim_many(query: np.ndarray, tools: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """:func:`maxsim` for several tools in one matrix product (how a serving stage would do it)."""
+    tokens = np.concatenate([t for t, _ in tools]).astype(np.float32)
+    scales = np.concatenate([s for _, s in tools]).astype(np.float32)[:, 0]
+    sims = (query @ tokens.T) * scales
+    starts = np.cumsum([0] + [len(t) for t, _ in tools[:-1]])
+    return np.maximum.reduceat(sims, starts, axis=1).mean(axis=0)
+
+
 def late_scores(st: SourceTokens, cand: np.ndarray, projection: np.ndarray | None, int8: bool = True) -> np.ndarray:
     """``late(q, t)`` for each query's candidate tools: ``(n_queries, C)``."""
     tools: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -263,9 +272,14 @@ def top_candidates(s1: np.ndarray, c: int) -> np.ndarray:
 
 
 def train_projection(
-    sources: list[SourceTokens], dim: int, *, epochs: int, seed: int, temperature: float = 0.05, lr: float = 2e-3
+    sources: list[SourceTokens], dim: int, *, epochs: int, seed: int, temperature: float = 0.05, lr: float = 2e-3,
+    residual: bool = False,
 ) -> np.ndarray:
-    """``P`` (384 x dim): contrastive MaxSim over each query's first-stage top-20 plus its gold tools."""
+    """``P`` (384 x dim): contrastive MaxSim over each query's first-stage top-20 plus its gold tools.
+
+    ``residual``: the logits are ``(hybrid + a * late) / temperature`` with ``a`` learnt too, so ``P``
+    learns what the first stage misses rather than re-learning what it already ranks right.
+    """
     import torch
 
     torch.manual_seed(seed)
@@ -277,7 +291,9 @@ def train_projection(
     sample -= sample.mean(axis=0)
     _, _, vt = np.linalg.svd(sample, full_matrices=False)
     weight = torch.nn.Parameter(torch.tensor(vt[:dim].T.copy()))
-    optimiser = torch.optim.Adam([weight], lr=lr)
+    log_a = torch.nn.Parameter(torch.zeros(()))
+    optimiser = torch.optim.Adam([weight, log_a] if residual else [weight], lr=lr)
+    firsts = [torch.from_numpy(first_stage(s)) for s in sources]
 
     batches: list[tuple[int, np.ndarray]] = []
     cands: list[np.ndarray] = []
@@ -317,6 +333,9 @@ def train_projection(
             for i, q in enumerate(qs):
                 idx = torch.tensor([at[t] for t in sets[i]])
                 logits = late[i, idx] / temperature
+                if residual:
+                    cols = torch.tensor(sets[i])
+                    logits = (firsts[si][int(q), cols] + log_a.exp() * late[i, idx]) / temperature
                 positive = torch.tensor([t in s.gold[q] for t in sets[i]])
                 loss = loss + torch.logsumexp(logits, 0) - torch.logsumexp(logits[positive], 0)
             loss = loss / len(qs)
@@ -361,11 +380,13 @@ def main() -> int:
     parser.add_argument("--cache", type=Path, default=Path("/tmp/late_cache"))
     parser.add_argument("--max-queries", type=int, default=120)
     parser.add_argument("--max-tools", type=int, default=300)
-    parser.add_argument("--dims", type=int, nargs="*", default=[64])
+    parser.add_argument("--dims", type=int, nargs="*", default=[64], help="projection sizes (0 with --misses: raw states only)")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--folds", type=int, default=6)
+    parser.add_argument("--residual", action="store_true", help="train P with the first stage's score as an offset")
     parser.add_argument("--embed-only", action="store_true")
     parser.add_argument("--skip-cost", action="store_true")
+    parser.add_argument("--cost-only", action="store_true", help="time the stages with the cached fold-0 projections")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--misses", action="store_true",
                         help="train on every source and rank the three known misses")
@@ -374,6 +395,10 @@ def main() -> int:
     corpus = load_corpus(args.data, max_queries=args.max_queries, max_tools=args.max_tools,
                          extra=[MCP_SOURCE, NEW_MCP_TASKS])
     tuned_enc = TokenEncoder("tuned", True, args.cache)
+    if args.cost_only:
+        found = {d: sorted((args.cache / "projections").glob(f"d{d}-e{args.epochs}-fold0-*.npy")) for d in args.dims}
+        print(json.dumps(cost(args, tuned_enc, {d: {"fold0": np.load(f[0])} for d, f in found.items() if f}), indent=2))
+        return 0
     plain_enc = TokenEncoder("minilm", False, args.cache)
     order = sorted(range(len(corpus)), key=lambda i: len(corpus[i].tools) + len(corpus[i].queries))
     tuned: dict[str, SourceTokens] = {}
@@ -400,11 +425,11 @@ def main() -> int:
     }
     chosen: dict[str, dict[str, float]] = {}
     folds = groups_of(names, args.folds)
-    # The untrained baseline: raw 384-d states, fp32.
-    raw = {n: late_scores(tuned[n], cand[n], None, int8=False) for n in names}
+    # The untrained baseline: raw 384-d states (int8, as upload would store them).
+    raw = {n: late_scores(tuned[n], cand[n], None) for n in names}
     log("raw384 MaxSim scored")
     for c in CANDIDATES:
-        label = f"raw384 MaxSim, top-{c}"
+        label = f"raw384 int8 MaxSim, top-{c}"
         rows[label], chosen[label] = {}, {}
         per = {n: (s1[n], cand[n][:, :c], raw[n][:, :c]) for n in names}
         for test, train in folds:
@@ -413,16 +438,18 @@ def main() -> int:
                 rows[label][n] = score_of(n, ranks_after(*per[n], w, golds[n]))
                 chosen[label][n] = w
     projections: dict[int, dict[str, np.ndarray]] = {}
+    variant = "-res" if args.residual else ""
     for dim in args.dims:
         late: dict[str, np.ndarray] = {}
         train_late: dict[int, dict[str, np.ndarray]] = {}
         for fi, (test, train) in enumerate(folds):
             log(f"dim {dim}, fold {fi + 1}/{len(folds)}: held out {', '.join(test)}")
-            path = args.cache / "projections" / f"d{dim}-e{args.epochs}-fold{fi}-{'+'.join(test)}.npy"
+            path = args.cache / "projections" / f"d{dim}-e{args.epochs}{variant}-fold{fi}-{'+'.join(test)}.npy"
             if path.is_file():
                 proj = np.load(path)
             else:
-                proj = train_projection([tuned[n] for n in train], dim, epochs=args.epochs, seed=fi)
+                proj = train_projection([tuned[n] for n in train], dim, epochs=args.epochs, seed=fi,
+                                        residual=args.residual)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 np.save(path, proj)
             projections.setdefault(dim, {})[f"fold{fi}"] = proj
@@ -430,7 +457,7 @@ def main() -> int:
             for n in test:
                 late[n] = train_late[fi][n]
         for c in CANDIDATES:
-            label = f"late d{dim} int8, top-{c}"
+            label = f"late d{dim}{variant} int8, top-{c}"
             rows[label], chosen[label] = {}, {}
             for fi, (test, train) in enumerate(folds):
                 per = {n: (s1[n], cand[n][:, :c], train_late[fi][n][:, :c]) for n in names}
@@ -438,7 +465,17 @@ def main() -> int:
                 for n in test:
                     rows[label][n] = score_of(n, ranks_after(*per[n], w, golds[n]))
                     chosen[label][n] = w
-        label = f"late d{dim} alone, top-{cmax}"
+            # The fold's P scores its own training sources too well (it was trained on them), which
+            # pushes w up; cross-fitted: w is chosen on each training source's held-out scores.
+            label = f"late d{dim}{variant} int8, top-{c}, w cross-fitted"
+            rows[label], chosen[label] = {}, {}
+            held = {n: (s1[n], cand[n][:, :c], late[n][:, :c]) for n in names}
+            for fi, (test, train) in enumerate(folds):
+                w = choose_w(held, golds, train)
+                for n in test:
+                    rows[label][n] = score_of(n, ranks_after(s1[n], cand[n][:, :c], train_late[fi][n][:, :c], w, golds[n]))
+                    chosen[label][n] = w
+        label = f"late d{dim}{variant} alone, top-{cmax}"
         rows[label] = {n: score_of(n, ranks_after(s1[n], cand[n], late[n] * 1e6, 1.0, golds[n])) for n in names}
     report = summarise(rows, names, {n for n in names if tuned[n].multi.mean() >= MULTI_SHARE})
     print(format_report(report, names, chosen))
@@ -534,14 +571,17 @@ def cost(args: argparse.Namespace, encoder: TokenEncoder, projections: dict[int,
         return s + (HYBRID / ceiling) * lexical.scores(tokens) if ceiling > 0 else s
 
     timings: dict[str, list[float]] = {"first stage, default graph": [], "first stage, graph with token output": []}
-    stores = {}
+    stores: dict[str, tuple[np.ndarray | None, list[tuple[np.ndarray, np.ndarray]]]] = {
+        "raw384": (None, [quantise(t, None) for t in tool_tok])
+    }
     for dim, projs in projections.items():
         proj = next(iter(projs.values()))
-        stores[dim] = (proj, [quantise(t, proj) for t in tool_tok])
-        bytes_per_tool = np.mean([q.nbytes + s.nbytes for q, s in stores[dim][1]])
-        out[f"d{dim} bytes per tool (int8 + fp16 scale per token)"] = float(bytes_per_tool)
+        stores[f"d{dim}"] = (proj, [quantise(t, proj) for t in tool_tok])
+    for label, (_, store) in stores.items():
+        bytes_per_tool = np.mean([q.nbytes + s.nbytes for q, s in store])
+        out[f"{label} bytes per tool (int8 + fp16 scale per token)"] = float(bytes_per_tool)
         for c in CANDIDATES:
-            timings[f"rerank top-{c}, d{dim}"] = []
+            timings[f"rerank top-{c}, {label}"] = []
     for text in queries:
         f = feeds(text)
         t0 = time.perf_counter()
@@ -553,13 +593,13 @@ def cost(args: argparse.Namespace, encoder: TokenEncoder, projections: dict[int,
         top = np.argsort(-hybrid(vec[0], text))[:30]
         timings["first stage, graph with token output"].append(time.perf_counter() - t0)
         s1 = hybrid(vec[0], text)
-        for dim, (proj, store) in stores.items():
+        for label, (proj, store) in stores.items():
             for c in CANDIDATES:
                 t0 = time.perf_counter()
                 q = query_side(states[0], proj)
-                late = np.array([maxsim(q, *store[int(t)]) for t in top[:c]])
+                late = maxsim_many(q, [store[int(t)] for t in top[:c]])
                 top[:c][np.argsort(-(s1[top[:c]] + late), kind="stable")]
-                timings[f"rerank top-{c}, d{dim}"].append(time.perf_counter() - t0)
+                timings[f"rerank top-{c}, {label}"].append(time.perf_counter() - t0)
     for key, values in timings.items():
         out[f"{key}: p50 ms"] = 1000 * float(np.median(values))
     return out
@@ -575,13 +615,20 @@ MISSES = (
 def known_misses(args: argparse.Namespace, sources: list[SourceTokens], encoder: TokenEncoder, dim: int) -> str:
     """The needed tool's rank on three requests of real registries, first stage and reranked (top 30),
     with ``P`` trained on every source and ``w`` chosen on every source."""
-    path = args.cache / "projections" / f"d{dim}-e{args.epochs}-all.npy"
+    if dim == 0:  # the untrained raw states alone
+        return _misses(sources, encoder, None, "raw384")
+    path = args.cache / "projections" / f"d{dim}-e{args.epochs}{'-res' if args.residual else ''}-all.npy"
     if path.is_file():
         proj = np.load(path)
     else:
-        proj = train_projection(sources, dim, epochs=args.epochs, seed=99)
+        proj = train_projection(sources, dim, epochs=args.epochs, seed=99, residual=args.residual)
         path.parent.mkdir(parents=True, exist_ok=True)
         np.save(path, proj)
+    out = [_misses(sources, encoder, proj, f"d{dim}"), _misses(sources, encoder, None, "raw384")]
+    return "\n\n".join(out)
+
+
+def _misses(sources: list[SourceTokens], encoder: TokenEncoder, proj: np.ndarray | None, label: str) -> str:
     cmax = max(CANDIDATES)
     per = {}
     for s in sources:
@@ -589,7 +636,7 @@ def known_misses(args: argparse.Namespace, sources: list[SourceTokens], encoder:
         cand = top_candidates(s1, cmax)
         per[s.name] = (s1, cand, late_scores(s, cand, proj))
     w = choose_w(per, {s.name: s.gold for s in sources}, [s.name for s in sources])
-    lines = [f"d{dim}: w = {w:g} (chosen on all sources)", "| request | needed | first stage rank | reranked rank | reranked top 5 |",
+    lines = [f"{label}: w = {w:g} (chosen on all sources)", "| request | needed | first stage rank | reranked rank | reranked top 5 |",
              "|---|---|---|---|---|"]
     for registry, request, needed in MISSES:
         payload = json.loads((ROOT / registry).read_text())
