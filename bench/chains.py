@@ -171,7 +171,7 @@ def run_source(directory: Path, embedder: Any, policy_dir: Path, max_queries: in
 
 
 def main() -> None:
-    from registry.index.minilm_export import default_embedder
+    from registry.index.embedders import default_embedder
     from registry.settings import Settings
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

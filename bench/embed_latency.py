@@ -25,7 +25,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from registry.index.embed import ONNX_OUTPUT_NAME, TOKENIZER_FILE
-from registry.index.minilm_export import load_minilm
+from registry.index.embedders import load_minilm
 
 QUERIES = [
     "what's the weather in Paris tomorrow",

@@ -92,7 +92,7 @@ def main() -> None:
         compare_fields(args, tools, queries)
         return
 
-    from registry.index.minilm_export import default_embedder
+    from registry.index.embedders import default_embedder
 
     embedder = default_embedder(Settings(embedder=args.embedder, embedder_cache_dir=args.embedder_cache))
     for q in queries[:20]:

@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from registry.assembly import Registries  # noqa: E402
-from registry.index.minilm_export import load_minilm  # noqa: E402
+from registry.index.embedders import load_minilm  # noqa: E402
 from registry.serving.depth_policies import OnnxDepthPolicy  # noqa: E402
 from registry.settings import Settings  # noqa: E402
 from registry.store.local import LocalStore  # noqa: E402

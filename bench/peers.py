@@ -252,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="the default's depth_bias (default: the service's, 0): where it sits on its curve")
     args = ap.parse_args(argv)
 
-    from registry.index.minilm_export import default_embedder
+    from registry.index.embedders import default_embedder
 
     settings = Settings(embedder=args.embedder, embedder_cache_dir=args.embedder_cache)
     # with --fold-embedders every source gets its fold's model, so the run-wide one is not loaded

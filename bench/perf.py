@@ -111,7 +111,7 @@ def run_wrk(url: str, bodies: Path, script: Path, concurrency: int, duration: in
 
 
 def embed_floor(queries: list[str], cache: Path, embedder_name: str = "minilm", n: int = 600) -> float:
-    from registry.index.minilm_export import load_minilm
+    from registry.index.embedders import load_minilm
 
     embedder = load_minilm(cache, embedder=embedder_name)  # type: ignore[arg-type]
     for q in queries[:50]:
@@ -354,7 +354,7 @@ def quality(
     data_root: Path, embedder_cache: Path, sets: Sequence[str], max_queries: int | None
 ) -> dict[str, dict[str, float]]:
     """found@1 of fp32 and int8 per dev set: ``{set: {"minilm": x, "minilm-int8": y, "n": q}}``."""
-    from registry.index.minilm_export import load_minilm
+    from registry.index.embedders import load_minilm
 
     out: dict[str, dict[str, float]] = {}
     embedders = {name: load_minilm(embedder_cache, embedder=name) for name in ("minilm", "minilm-int8")}  # type: ignore[arg-type]

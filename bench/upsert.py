@@ -56,7 +56,7 @@ def ensure_vectors(n: int) -> Path:
     """MiniLM vectors of ``synthetic_tools(n)`` (content hash -> vector), computed once into an
     .npz that every run and revision reads (the registry is pre-cached, as in a running service)."""
     sys.path.insert(0, str(ROOT))
-    from registry.index.minilm_export import load_minilm
+    from registry.index.embedders import load_minilm
     from registry.tools import ToolLimits, parse_tools
 
     embedder = load_minilm(DEFAULT_EMBEDDER_CACHE)
@@ -85,7 +85,7 @@ def local_child(root: Path, n: int, repeat: int, vectors_path: Path) -> dict[str
     model_id, vectors = load_vectors(vectors_path)
     sys.path.insert(0, str(root))
     from registry.assembly import Registries
-    from registry.index.minilm_export import load_minilm
+    from registry.index.embedders import load_minilm
     from registry.serving.depth_policies import OnnxDepthPolicy
     from registry.settings import Settings
     from registry.store.local import LocalStore

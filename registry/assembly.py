@@ -145,7 +145,7 @@ def assemble(
             loaded here so a broken artifact fails at assembly, before serving).
     """
     if embedder_factory is None:
-        from registry.index.minilm_export import default_embedder
+        from registry.index.embedders import default_embedder
 
         embedder_factory = default_embedder
     policy: TunableDepthPolicy = bor_policy or OnnxDepthPolicy.from_dir(settings.policy_dir)

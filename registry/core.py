@@ -30,7 +30,7 @@ from registry.errors import NotReady, RegistryNotFound
 from registry.feedback import EquivalenceClasses, FeedbackEvent, FeedbackListener, FeedbackRequest
 from registry.index.query_cache import CachedEmbedder
 from registry.index.snapshot import Snapshot
-from registry.names import validate_registry_name
+from registry.name_checks import validate_registry_name
 from registry.request import ShortlistRequest
 from registry.serving.depth_policies import TunableDepthPolicy
 from registry.serving.shortlist import Shortlist
@@ -38,7 +38,7 @@ from registry.settings import Settings
 from registry.snapshots import RegistryChange, RegistryInfo, RegistryListener
 from registry.startup import DEMO_REGISTRY
 from registry.store.base import ReportsDamage, SharedStore, Store
-from registry.writes.jobs import PreparedWrite
+from registry.writes.prepared import PreparedWrite
 from registry.writes.sync import StoreSync
 from registry.writes.write_jobs import WriteJob, deleted, later_write
 

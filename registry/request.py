@@ -23,7 +23,7 @@ from typing import Annotated, Any, Protocol
 from pydantic import Field, StringConstraints
 
 from registry.errors import ValidationFailed
-from registry.names import MAX_REGISTRY_NAME_CHARS, REGISTRY_NAME_PATTERN
+from registry.name_checks import MAX_REGISTRY_NAME_CHARS, REGISTRY_NAME_PATTERN
 
 __all__ = [
     "FIXED_POLICY",

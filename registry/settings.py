@@ -72,7 +72,7 @@ class EmbedderChoice(SettingsGroup):
 
 
 class EmbedderArgs(DataDir, EmbedderChoice):
-    """Embedder: its artifact, cache and threads (registry.index.minilm_export, the query cache)."""
+    """Embedder: its artifact, cache and threads (registry.index.embedders, the query cache)."""
 
     tuned_embedder_dir: Path = Field(
         _PROJECT_ROOT / "models" / "tuned-embedder",

@@ -43,7 +43,7 @@ from registry.snapshots import RegistryChange
 from registry.store.base import Store, WipeableStore
 from registry.store.stores import Stores
 from registry.tools import ToolLimits, parse_tools
-from registry.writes.jobs import PreparedWrite
+from registry.writes.prepared import PreparedWrite
 from registry.writes.sync import StoreSync
 from registry.writes.write_jobs import WriteJobs
 from registry.writes.writer import RegistryWriter

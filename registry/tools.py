@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 from registry.errors import InvalidToolDefinition, PayloadTooLarge
-from registry.names import json_type, url_name_problem
+from registry.name_checks import json_type, url_name_problem
 from registry.tool_text import tool_text
 
 ToolFormat = Literal["openai", "plain", "anthropic", "mcp"]

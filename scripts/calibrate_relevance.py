@@ -31,9 +31,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import ranker_for
+from registry.index.embedders import default_embedder
 from registry.index.hybrid import SCORERS, Query
 from registry.index.lexical import tokenize
-from registry.index.minilm_export import default_embedder
 from registry.offline.datasets import index_dataset, load_dataset
 from registry.serving.relevance import RELEVANCE_WINDOW, RelevanceModel, relevance_features
 from registry.settings import EMBEDDERS, Settings

@@ -97,8 +97,8 @@ def _announce(app: Any, settings: Any) -> None:
 
 
 def _episodes(args: argparse.Namespace) -> int:
+    from registry.index.embedders import load_minilm
     from registry.index.hybrid import SCORERS
-    from registry.index.minilm_export import load_minilm
     from registry.offline.datasets import dataset_episodes
     from registry.offline.episodes import save_episodes
     from registry.settings import Settings

@@ -27,7 +27,7 @@ from registry.errors import (
     ValidationFailed,
     VersionConflict,
 )
-from registry.jobs import QueueFull
+from registry.job_queue import QueueFull
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from starlette.types import Message, Receive, Send
 
-from registry.names import json_type
+from registry.name_checks import json_type
 from service.errors import error_body
 
 INVALID_REQUEST = -32600

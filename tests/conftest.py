@@ -99,7 +99,7 @@ def minilm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def minilm(minilm_cache: Path):
-    from registry.index.minilm_export import load_minilm
+    from registry.index.embedders import load_minilm
 
     return load_minilm(minilm_cache)
 

@@ -19,7 +19,7 @@ KINDS: dict[str, frozenset[str]] = {
         "test_depth", "test_depth_training", "test_engine", "test_feedback", "test_feedback_log",
         "test_feedback_stats", "test_graph", "test_k8s", "test_kinds",
         "test_learning_neighbourhood", "test_learning_profiles", "test_learning_usage",
-        "test_loso_report", "test_mcp_data", "test_names", "test_needs", "test_query",
+        "test_loso_report", "test_mcp_data", "test_name_checks", "test_needs", "test_query",
         "test_refit_replay", "test_request", "test_scope", "test_settings_doc", "test_store",
         "test_tool_errors", "test_tool_text", "test_tools",
     }),

@@ -152,8 +152,8 @@ def test_only_the_store_package_and_the_assembly_import_redis():
 def test_settings_and_the_request_sit_at_the_bottom():
     graph = registry_imports()
     assert graph["registry.settings"] <= {"registry.request", "registry.errors"}
-    assert graph["registry.request"] <= {"registry.errors", "registry.names"}
-    assert graph["registry.names"] <= {"registry.errors"}
+    assert graph["registry.request"] <= {"registry.errors", "registry.name_checks"}
+    assert graph["registry.name_checks"] <= {"registry.errors"}
 
 
 def test_no_import_cycles_between_the_packages_of_registry():

@@ -26,7 +26,8 @@ from registry.index.embed import (
     OnnxEmbedder,
     manifest_path,
 )
-from registry.index.minilm_export import ensure_minilm_onnx, load_minilm, minilm_model_dir
+from registry.index.embedders import load_minilm
+from registry.index.minilm_export import ensure_minilm_onnx, minilm_model_dir
 
 LONG = " ".join(
     f"step {i}: call the inventory tool, then reconcile the warehouse ledger." for i in range(60)
@@ -219,7 +220,7 @@ def test_export_failure_names_the_install(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_runtime_never_imports_torch(export_dir: Path) -> None:
     code = (
-        "import sys; from pathlib import Path; from registry.index.minilm_export import load_minilm; "
+        "import sys; from pathlib import Path; from registry.index.embedders import load_minilm; "
         f"e = load_minilm(Path({str(export_dir.parent)!r})); e.embed_query('x'); "
         "heavy = ('torch', 'transformers', 'sentence_transformers'); "
         "bad = [m for m in heavy if m in sys.modules]; "

@@ -37,7 +37,7 @@ def int8_cache(minilm_cache: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def minilm_int8(int8_cache: Path):
-    from registry.index.minilm_export import load_minilm
+    from registry.index.embedders import load_minilm
 
     return load_minilm(int8_cache, embedder="minilm-int8")
 
@@ -129,7 +129,7 @@ def test_int8_found_at_1_within_tolerance_of_fp32(minilm, minilm_int8) -> None:
 def test_switching_embedder_reembeds_every_registry_never_mixed(
     int8_cache: Path, tmp_path: Path, bor_policy, minilm, minilm_int8
 ) -> None:
-    from registry.index.minilm_export import default_embedder
+    from registry.index.embedders import default_embedder
     from registry.settings import EmbedderArgs, Settings
 
     payload = json.loads((FIXTURES / "eval_office" / "tools.json").read_text())

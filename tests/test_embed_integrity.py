@@ -15,7 +15,7 @@ import pytest
 from registry.errors import ArtifactError
 from registry.index import minilm_export
 from registry.index.embed import MINILM_NAME, ONNX_FILE, TOKENIZER_FILE, OnnxEmbedder
-from registry.index.minilm_export import load_minilm
+from registry.index.embedders import load_minilm
 
 
 @pytest.fixture

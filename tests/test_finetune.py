@@ -15,13 +15,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from registry.errors import ArtifactError
+from registry.index.embedders import load_minilm
 from registry.index.minilm_export import (
     DELTA_FILE,
     FINETUNE_KIND,
     TRAIN_EMBEDDER_COMMAND,
     check_adapter,
     ensure_minilm_onnx,
-    load_minilm,
     minilm_model_dir,
 )
 from registry.offline.corpus_vectors import SourceVectors

@@ -37,7 +37,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from registry.index.embed import HashingEmbedder
-from registry.names import REGISTRY_NAME_PATTERN
+from registry.name_checks import REGISTRY_NAME_PATTERN
 from service.app import create_app
 from service.schemas import MAX_USED_TOOLS
 from service.schemas_openapi import MAX_TOOL_NAME_CHARS

@@ -13,11 +13,11 @@ from registry.index.dense import DenseIndex
 from registry.index.hybrid import SCORERS, Query
 from registry.index.lexical import LexicalIndex, tokenize
 from registry.index.snapshot import build_snapshot
-from registry.jobs import LocalJobRecords
+from registry.job_queue import LocalJobRecords
 from registry.request import ShortlistRequest
 from registry.store.local import LocalStore
 from registry.tools import ToolLimits, parse_tools
-from registry.writes.jobs import stored_tools
+from registry.writes.prepared import stored_tools
 from registry.writes.write_jobs import WriteJobs
 from tests.cores import new_engine
 
@@ -244,7 +244,7 @@ def test_queued_writes_commit_together_and_keep_their_own_errors(settings, hashi
 
 
 def test_name_index_extended_finds_appended_names_and_leaves_the_original():
-    from registry.index.names import NameIndex
+    from registry.index.named_tools import NameIndex
 
     names = ["get_weather", "search", "yahoo.get_ticker_info"]
     base = NameIndex(names)

@@ -48,7 +48,7 @@ def test_torch_is_not_installed(serving_venv: Path) -> None:
 
 def test_the_serving_venv_builds_and_serves_the_tuned_embedder(serving_venv: Path, tmp_path: Path) -> None:
     code = (
-        "import sys; from pathlib import Path; from registry.index.minilm_export import load_minilm; "
+        "import sys; from pathlib import Path; from registry.index.embedders import load_minilm; "
         f"e = load_minilm(Path({str(tmp_path)!r}), embedder='tuned', "
         f"adapter_dir=Path({str(ROOT / 'models' / 'tuned-embedder')!r})); v = e.embed_query('read a file'); "
         f"print(e.model_id, v.shape, [m for m in {HEAVY!r} if m in sys.modules])"

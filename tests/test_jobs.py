@@ -201,7 +201,7 @@ def test_an_acknowledged_upload_survives_a_restart_and_completes(settings, bor_p
 
 
 def test_a_job_interrupted_while_committing_is_done_or_failed_never_reapplied(settings, bor_policy):
-    from registry.jobs import LocalJobRecords
+    from registry.job_queue import LocalJobRecords
 
     records = LocalJobRecords(settings.data_dir)
     with _app(settings, bor_policy, async_write_min_texts=2) as client:
@@ -246,7 +246,7 @@ def test_refit_jobs_survive_a_restart(settings, bor_policy, blocked_refits):
 def test_a_dead_replicas_jobs_are_resumed_by_another(redis_server, redis_prefix, settings, bor_policy):
     import redis
 
-    from registry.store.redis_jobs import RedisJobRecords
+    from registry.store.redis_job_records import RedisJobRecords
 
     records = RedisJobRecords(redis.Redis.from_url(redis_server.url), redis_prefix)
     record = {"id": "d" * 32, "registry": "r", "kind": "put", "new_texts": 3, "state": "queued",

@@ -22,7 +22,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from registry.errors import ArtifactError
 from registry.index.embed import OnnxEmbedder
-from registry.index.minilm_export import DELTA_FILE, load_minilm, minilm_model_dir
+from registry.index.embedders import load_minilm
+from registry.index.minilm_export import DELTA_FILE, minilm_model_dir
 from registry.index.minilm_graph import load_weights
 
 ROOT = Path(__file__).resolve().parent.parent

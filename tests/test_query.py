@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from registry.index.names import NameIndex, identifier_like
+from registry.index.named_tools import NameIndex, identifier_like
 from registry.serving.intents import MAX_INTENTS, split_intents
 from registry.serving.windows import MAX_QUERY_WINDOWS, WINDOW_WORDS, query_windows
 

@@ -60,7 +60,7 @@ def test_the_fixture_pairs_differ_only_by_shorthand():
 
 @pytest.fixture(scope="module")
 def tuned_core(tmp_path_factory, minilm_cache):
-    from registry.core import default_embedder
+    from registry.index.embedders import default_embedder
     from registry.settings import Settings
     from tests.cores import new_core
 

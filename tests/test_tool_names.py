@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from registry.names import url_name_problem
+from registry.name_checks import url_name_problem
 from registry.store.base import RegistryRecord
 from registry.store.local import LocalStore
 from registry.tools import ToolLimits, parse_tools

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from registry.errors import InvalidToolDefinition, PayloadTooLarge
-from registry.names import url_name_problem
+from registry.name_checks import url_name_problem
 from registry.tools import MAX_JSON_DEPTH, ToolLimits, parse_tools
 from tests.tool_payloads import SCHEMA, openai
 

@@ -14,13 +14,13 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from registry.errors import ArtifactError
 from registry.index.embed import OnnxEmbedder
+from registry.index.embedders import load_minilm
 from registry.index.minilm_export import (
     TRAIN_EMBEDDER_COMMAND,
     TUNED_FILE,
     check_adapter,
     ensure_embedder_onnx,
     load_adapter_weight,
-    load_minilm,
     minilm_model_dir,
 )
 from registry.offline.adapter import AdapterRecipe, apply_adapter, fit_adapter

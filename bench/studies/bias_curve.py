@@ -27,7 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from bench.common import DEV, FOLDS  # noqa: E402
-from registry.index.minilm_export import load_minilm  # noqa: E402
+from registry.index.embedders import load_minilm  # noqa: E402
 from registry.offline.evaluate import load_or_build_table, rank_table  # noqa: E402
 from registry.offline.metrics import (  # noqa: E402
     DEFAULT_CAP,

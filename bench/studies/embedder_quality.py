@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from registry.index.embedders import load_minilm
 from registry.index.hybrid import HYBRID_ALPHA
-from registry.index.minilm_export import load_minilm
 from registry.offline.corpus import DEFAULT_DATA_ROOT, load_corpus
 from registry.offline.corpus_vectors import corpus_vectors
 from registry.offline.ranking import pooled, score_source

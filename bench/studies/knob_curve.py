@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from registry.index.minilm_export import load_minilm
+from registry.index.embedders import load_minilm
 from registry.offline.metrics import (
     DEFAULT_CAP,
     depth_efficiency,

@@ -87,7 +87,7 @@ def build_engines(tools_payload: Any, registry: str, tmp: Path, embedder_cache: 
     """Engines keyed by mode (``"multi-intent on"``, ``"multi-intent off"``; one ``"engine"``
     when ``Settings`` has no ``multi_intent`` field), sharing one store and one embedder."""
     from registry.assembly import Registries
-    from registry.index.minilm_export import load_minilm
+    from registry.index.embedders import load_minilm
     from registry.serving.depth_policies import OnnxDepthPolicy
     from registry.settings import Settings
     from registry.store.local import LocalStore

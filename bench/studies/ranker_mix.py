@@ -33,7 +33,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from registry.index.embed import TOKENIZER_FILE, OnnxEmbedder
-from registry.index.minilm_export import load_minilm
+from registry.index.embedders import load_minilm
 from registry.offline.corpus import DEFAULT_DATA_ROOT, load_corpus, tool_texts
 from registry.offline.corpus_vectors import SourceVectors, bm25_matrix, corpus_vectors
 from registry.offline.ranking import SourceScore, pooled

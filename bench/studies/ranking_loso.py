@@ -29,8 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from registry.index.embedders import load_minilm
 from registry.index.hybrid import HYBRID_ALPHA
-from registry.index.minilm_export import load_minilm
 from registry.offline.adapter import AdapterRecipe
 from registry.offline.corpus import DEFAULT_DATA_ROOT, MCP_SOURCE, Fold, load_corpus, loso_folds
 from registry.offline.corpus_vectors import corpus_vectors

@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="write registry_size.md / .json here")
     args = ap.parse_args(argv)
 
-    from registry.index.minilm_export import load_minilm
+    from registry.index.embedders import load_minilm
     from registry.offline.train import holdout_rows
     from registry.settings import Settings
 

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from registry.fsio import json_safe
-from registry.index.minilm_export import load_minilm
+from registry.index.embedders import load_minilm
 from registry.offline.evaluate import (
     RankedSet,
     candidate_episodes,

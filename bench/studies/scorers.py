@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
+from registry.index.embedders import load_minilm
 from registry.index.hybrid import fuse
 from registry.index.lexical import tokenize, top_k
-from registry.index.minilm_export import load_minilm
 from registry.offline.datasets import index_dataset, load_dataset, rank_queries
 
 

@@ -22,9 +22,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from registry.index.embedders import load_minilm
 from registry.index.hybrid import HYBRID_ALPHA, fuse
 from registry.index.lexical import LexicalIndex, tokenize
-from registry.index.minilm_export import load_minilm
 from registry.serving.shorthand import expand_shorthand
 from registry.settings import Settings
 from registry.tools import parse_tools

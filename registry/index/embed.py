@@ -3,7 +3,7 @@
 This module must never import torch, transformers or sentence-transformers: the serving process
 runs on ``onnxruntime`` + ``tokenizers`` alone. The ONNX files (fp32 export, int8 quantisation)
 are made once in a subprocess and cached; :mod:`registry.index.minilm_export` describes the cache
-layout and :func:`load_minilm` loads either of them.
+layout and :func:`registry.index.embedders.load_minilm` loads either of them.
 """
 
 from __future__ import annotations

@@ -41,12 +41,11 @@ from registry.index.embed import (
     ONNX_FILE,
     ONNX_FORMAT,
     TOKENIZER_FILE,
-    OnnxEmbedder,
     manifest_path,
     read_manifest,
     sha256_file,
 )
-from registry.settings import EmbedderArgs, EmbedderName
+from registry.settings import EmbedderName
 
 __all__ = [
     "EMBEDDER_FILES",
@@ -55,8 +54,6 @@ __all__ = [
     "embedder_onnx_path",
     "ensure_embedder_onnx",
     "ensure_minilm_onnx",
-    "load_embedder",
-    "load_minilm",
     "minilm_model_dir",
 ]
 
@@ -320,53 +317,6 @@ def read_name(adapter: dict[str, str] | None) -> str:
 def ensure_minilm_onnx(cache_dir: Path) -> Path:
     """The fp32 export (see :func:`ensure_embedder_onnx`)."""
     return ensure_embedder_onnx(cache_dir, "minilm")
-
-
-def load_minilm(
-    cache_dir: Path,
-    *,
-    threads: int = 1,
-    embedder: EmbedderName = "minilm",
-    adapter_dir: Path | None = None,
-) -> OnnxEmbedder:
-    """Make ``embedder``'s ONNX file under ``cache_dir`` if needed (fp32 by default), then load it.
-
-    Args:
-        cache_dir: Cache root (see this module's docstring).
-        threads: ONNX Runtime intra-op threads.
-        embedder: ``minilm`` (fp32), ``minilm-int8``, ``tuned`` or ``tuned-int8``.
-        adapter_dir: The tool adapter (``Settings.tuned_embedder_dir``), for the tuned ones.
-
-    Raises:
-        ArtifactError: The export failed, a cached file is corrupt or unloadable.
-    """
-    return load_embedder(cache_dir, embedder, threads=threads, adapter_dir=adapter_dir)
-
-
-def default_embedder(settings: EmbedderArgs) -> OnnxEmbedder:
-    """The configured embedder (``SHORTLIST_EMBEDDER``) from its cache (made on first use)."""
-    return load_minilm(
-        settings.resolved_embedder_cache(),
-        threads=settings.embed_threads,
-        embedder=settings.embedder,
-        adapter_dir=settings.tuned_embedder_dir,
-    )
-
-
-def load_embedder(
-    cache_dir: Path,
-    embedder: EmbedderName = "minilm",
-    *,
-    threads: int = 1,
-    adapter_dir: Path | None = None,
-) -> OnnxEmbedder:
-    """Make ``embedder``'s ONNX file under ``cache_dir`` if needed, then load it.
-
-    Raises:
-        ArtifactError: See :func:`ensure_embedder_onnx` and :class:`OnnxEmbedder`.
-    """
-    onnx_path = ensure_embedder_onnx(cache_dir, embedder, adapter_dir)
-    return OnnxEmbedder(onnx_path, onnx_path.parent / TOKENIZER_FILE, threads=threads)
 
 
 def rebuild_command(args: list[str]) -> str:

@@ -14,7 +14,7 @@ from registry.index.dense import DenseIndex
 from registry.index.embed import Embedder
 from registry.index.graph import NO_EDITS, EdgeEdits, ToolGraph
 from registry.index.lexical import LexicalIndex
-from registry.index.names import NameIndex
+from registry.index.named_tools import NameIndex
 from registry.runtime import trim_heap
 from registry.store.base import Store
 from registry.tools import Tool

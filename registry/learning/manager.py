@@ -2,7 +2,7 @@
 
 A refit reads the feedback log, fits and evaluates a rule (:func:`registry.learning.refit.refit`)
 and, when it passes the guard, stores it as the registry's new active version. Every refit is
-a durable *job* (:mod:`registry.jobs`) run by one worker thread per process, never on the query
+a durable *job* (:mod:`registry.job_queue`) run by one worker thread per process, never on the query
 path: one refit at a time, at most ``refit_queue_max`` queued (then 429), and a job a restart
 interrupted runs again at the next start. It reads only the log lines appended since the
 previous refit (:class:`registry.learning.refit_events.RefitEvents`). Job states: ``queued``,
@@ -22,7 +22,7 @@ from typing import Any
 
 from registry.errors import NotFound
 from registry.feedback import FeedbackEvent, FeedbackLog
-from registry.jobs import OPEN_STATES, JobQueue, JobRecords, Task
+from registry.job_queue import OPEN_STATES, JobQueue, JobRecords, Task
 from registry.learning.evidence import EvidenceConfig
 from registry.learning.refit import refit
 from registry.learning.refit_data import Replay

@@ -375,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     embedder = None
     if args.scorer != "bm25":
-        from registry.index.minilm_export import load_minilm
+        from registry.index.embedders import load_minilm
         from registry.settings import Settings
 
         with progress_step(log, "loading the MiniLM embedder (exported to ONNX on first use)"):

@@ -184,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sizes = _parse_sizes(args.candidate_sizes)
         embedder = None
         if scorer != "bm25" and args.fold_embedders is None:
-            from registry.index.minilm_export import default_embedder
+            from registry.index.embedders import default_embedder
             from registry.settings import Settings
 
             chosen = {"embedder": args.embedder, "embedder_cache_dir": args.embedder_cache}

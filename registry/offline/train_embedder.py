@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, log: Callable[[str], None] | None = None) -> int:
     args = build_parser().parse_args(argv)
     say = log or (lambda m: print(time.strftime("%H:%M:%S"), m, file=sys.stderr, flush=True))
-    from registry.index.minilm_export import load_minilm
+    from registry.index.embedders import load_minilm
     from registry.settings import Settings
 
     settings = Settings()
@@ -165,7 +165,8 @@ def finetune_main(
     """LOSO figures of the fine-tune (or read from ``--loso-json``), then the one on all sources."""
     from dataclasses import replace
 
-    from registry.index.minilm_export import load_minilm, minilm_model_dir
+    from registry.index.embedders import load_minilm
+    from registry.index.minilm_export import minilm_model_dir
     from registry.offline.finetune import (
         FinetuneRecipe,
         finetune,

@@ -1,8 +1,8 @@
 """Where durable job records and payloads live: the data directory (here), or the shared Redis
-(:mod:`registry.store.redis_jobs`).
+(:mod:`registry.store.redis_job_records`).
 
 A record is a JSON object with ``id``, ``state`` (``queued``, ``running``, then a final state)
-and ``created``; a payload is bytes (an upload's body). :mod:`registry.jobs` runs the jobs.
+and ``created``; a payload is bytes (an upload's body). :mod:`registry.job_queue` runs the jobs.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ import numpy as np
 
 from registry.errors import VersionConflict
 from registry.fsio import TMP_PREFIX, append_whole, atomic_write_bytes, fsync_dir, storage_errors
-from registry.names import REGISTRY_NAME_PATTERN, validate_registry_name
+from registry.name_checks import REGISTRY_NAME_PATTERN, validate_registry_name
 from registry.store import codec
 from registry.store.base import RegistryRecord
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from registry.fsio import atomic_write_bytes, storage_errors
-from registry.names import validate_registry_name
+from registry.name_checks import validate_registry_name
 
 __all__ = ["LocalPolicyStore", "PolicyStore"]
 

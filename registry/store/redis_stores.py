@@ -17,7 +17,7 @@ from registry.store.redis import (
     StoreHealth,
     connect,
 )
-from registry.store.redis_jobs import RedisJobRecords
+from registry.store.redis_job_records import RedisJobRecords
 from registry.store.redis_learning import RedisLearningStore
 from registry.store.redis_policies import RedisPolicyStore
 from registry.store.stores import Stores

@@ -3,10 +3,10 @@
 Never imports the query path (:mod:`registry.serving`; ``tests/test_architecture.py``).
 
 * :mod:`registry.writes.writer`: ``RegistryWriter``: load, replicate and change the registries.
-* :mod:`registry.writes.jobs`: prepared writes (parse, validate, embed off the lock), group
+* :mod:`registry.writes.prepared`: prepared writes (parse, validate, embed off the lock), group
   commit.
 * :mod:`registry.writes.write_jobs`: 202 write jobs, durable across restarts
-  (:mod:`registry.jobs`).
+  (:mod:`registry.job_queue`).
 * :mod:`registry.writes.commits`: the commit path (sync, derive, persist, install).
 * :mod:`registry.writes.sync`: replicas installing what other replicas wrote.
 """

@@ -3,7 +3,7 @@
 :class:`CommitPath` is what :class:`registry.writes.writer.RegistryWriter` hands a validated
 change to: per-registry locks, group commit, version races with other replicas, and the swap
 into the :class:`~registry.snapshots.Snapshots` map queries read. The prepared writes and group
-commit it uses live in :mod:`registry.writes.jobs`.
+commit it uses live in :mod:`registry.writes.prepared`.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from registry.errors import ShortlistError, ValidationFailed, VersionConflict
 from registry.index.embed import Embedder
 from registry.index.graph import NO_EDITS, EdgeEdits
 from registry.index.snapshot import Snapshot, build_snapshot
-from registry.names import validate_registry_name
+from registry.name_checks import validate_registry_name
 from registry.runtime import trim_heap
 from registry.settings import EngineArgs
 from registry.snapshots import RegistryChange, RegistryInfo, RegistryListener, Snapshots
 from registry.store.base import RegistryRecord, SharedStore, Store
 from registry.tools import Tool, ToolLimits
-from registry.writes.jobs import (
+from registry.writes.prepared import (
     Change,
     GroupCommit,
     PendingWrite,
@@ -131,7 +131,7 @@ class CommitPath:
         ``change`` returning ``None`` means "nothing to write" (checked against the synced
         state): nothing is committed and ``None`` is returned. Writes to one registry that
         queue behind each other are applied in arrival order and committed together as one
-        version (:class:`registry.writes.jobs.GroupCommit`); each still gets its own errors.
+        version (:class:`registry.writes.prepared.GroupCommit`); each still gets its own errors.
         """
         info: RegistryInfo | None = self._group.write(registry, change, self._commit_group)
         return info

@@ -1,6 +1,6 @@
 """Large uploads run as durable background jobs (HTTP: 202 and a job to poll).
 
-The payload is persisted with the job before the 202 (:mod:`registry.jobs`), so a crash never
+The payload is persisted with the job before the 202 (:mod:`registry.job_queue`), so a crash never
 loses an acknowledged upload: at the next start the job is prepared again from it and run.
 A job caught *running* by the crash may already have committed: when the registry's version
 moved since it started, it is reported ``done`` if the registry holds exactly what it wrote,
@@ -26,10 +26,10 @@ from typing import Any, Protocol
 
 from registry.errors import ShortlistError
 from registry.index.snapshot import Snapshot
-from registry.jobs import JobQueue, JobRecords, Task, new_job_id
+from registry.job_queue import JobQueue, JobRecords, Task, new_job_id
 from registry.snapshots import RegistryInfo, Snapshots
 from registry.tools import ToolLimits, parse_tools
-from registry.writes.jobs import JobState, PreparedWrite
+from registry.writes.prepared import JobState, PreparedWrite
 
 __all__ = ["WriteJob", "WriteJobs"]
 

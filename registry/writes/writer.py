@@ -25,13 +25,13 @@ from registry.errors import (
 from registry.feedback import validate_equivalents
 from registry.index.embed import Embedder
 from registry.index.graph import EdgeEdits, edge_list_problems
-from registry.names import validate_registry_name
+from registry.name_checks import validate_registry_name
 from registry.settings import EngineArgs
 from registry.snapshots import RegistryChange, RegistryInfo, RegistryListener, Snapshots
 from registry.store.base import SharedStore, Store
 from registry.tools import Tool, ToolLimits, parse_tools
 from registry.writes.commits import CommitPath
-from registry.writes.jobs import PreparedWrite, RegistryState, new_tools
+from registry.writes.prepared import PreparedWrite, RegistryState, new_tools
 
 log = logging.getLogger(__name__)
 

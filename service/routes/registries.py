@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from registry.core import Shortlister
 from registry.errors import NotFound, ValidationFailed
-from registry.names import (
+from registry.name_checks import (
     MAX_REGISTRY_NAME_CHARS,
     REGISTRY_NAME_PATTERN,
     url_name_problem,

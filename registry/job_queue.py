@@ -62,7 +62,7 @@ class JobQueue:
 
     Args:
         kind: ``"write"`` or ``"refit"`` (the records' folder or key part).
-        records: where records live (:class:`LocalJobRecords` or :class:`registry.store.redis_jobs.RedisJobRecords`).
+        records: where records live (:class:`LocalJobRecords` or :class:`registry.store.redis_job_records.RedisJobRecords`).
         limit: most unfinished jobs this process holds (queued or running).
         what: how a :class:`QueueFull` names the jobs ("uploads", "refits").
         lease_seconds: Redis: how long a dead owner's jobs stay claimed before another takes them.

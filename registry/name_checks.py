@@ -1,4 +1,4 @@
-"""Names: registry names (safe as one path segment, file name or key), tool names that survive a
+"""Name checks: registry names (safe as one path segment, file name or key), tool names that survive a
 URL path, and the JSON type names that validation errors quote."""
 
 from __future__ import annotations

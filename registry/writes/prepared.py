@@ -1,4 +1,4 @@
-"""The write path's helpers: prepared writes, stored tools reused across versions, group commits.
+"""Prepared writes: parsed and embedded off the lock, stored tools reused across versions, group commits.
 
 A write is *prepared* first (payload parsed and validated: a bad tool is refused before
 anything is accepted), then *run*. Between the two, :meth:`PreparedWrite.embed` embeds the

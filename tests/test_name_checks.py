@@ -1,4 +1,4 @@
-"""registry.names: registry names (the rule the stores and the OpenAPI pattern share)."""
+"""registry.name_checks: registry names (the rule the stores and the OpenAPI pattern share)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from registry.errors import InvalidRegistryName
-from registry.names import REGISTRY_NAME_PATTERN, validate_registry_name
+from registry.name_checks import REGISTRY_NAME_PATTERN, validate_registry_name
 
 
 @pytest.mark.parametrize("name", ["demo", "bfcl-v3", "my_reg.2", "A", "a" * 128, "a..b", "_x", "-"])
