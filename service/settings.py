@@ -26,7 +26,7 @@ _MALFORMED_SCOPES = "<not {token: [patterns]} JSON; value hidden>"
 
 
 class HttpArgs(SettingsGroup):
-    """HTTP face: address, body and connection limits (service.server, service.middleware)."""
+    """HTTP face: address, body and connection limits (service.server, service.connection_guard, service.middleware)."""
 
     host: str = Field("127.0.0.1", description="Address the HTTP server binds.")
     port: int = Field(8080, ge=1, le=65535, description="Port the HTTP server listens on.")
