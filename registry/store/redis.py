@@ -21,7 +21,8 @@ racing on a registry cannot both get version N, and numbers are not reused after
 A Redis that lost its data (flushed, restarted without persistence) is noticed by the epoch
 guard every registry script starts with, and refilled from what the replicas hold instead of
 being mirrored (:mod:`registry.store.redis_epoch`). Served shortlists and the feedback stream
-live in :mod:`registry.store.redis_feedback` (re-exported here).
+live in :mod:`registry.store.redis_shown` and :mod:`registry.store.redis_feedback`
+(re-exported here).
 
 Connection and timeout errors become :class:`~registry.errors.StoreUnavailable`.
 
@@ -72,7 +73,8 @@ from registry.store.redis_epoch import (
     StoreWiped,
     guarded_reply,
 )
-from registry.store.redis_feedback import RedisFeedbackLog, RedisShortlistMemory
+from registry.store.redis_feedback import RedisFeedbackLog
+from registry.store.redis_shown import RedisShortlistMemory
 
 __all__ = [
     "FEEDBACK_DOWN",
