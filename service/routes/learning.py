@@ -6,7 +6,8 @@ from fastapi import APIRouter, Depends
 
 from service.deps import CoreDep, require_json
 from service.routes.registries import RegistryPath
-from service.schemas import LearningReport, LearningSwitch, error_responses
+from service.schemas import error_responses
+from service.schemas_admin import LearningReport, LearningSwitch
 
 # Reads need a query token, changes an admin token (create_app guards each router).
 router = APIRouter(prefix="/registries", tags=["learning"])

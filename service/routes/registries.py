@@ -22,15 +22,14 @@ from registry.snapshots import RegistryInfo
 from registry.writes.write_jobs import WriteJob
 from service.deps import CoreDep, require_json
 from service.errors import invalid_body
-from service.schemas import (
-    ErrorDetail,
+from service.schemas import ErrorDetail, error_responses
+from service.schemas_admin import (
     GraphEditRequest,
     RegistryGraph,
     RegistryInfoOut,
     RegistryList,
     RegistryOut,
     ToolReport,
-    error_responses,
 )
 from service.schemas_openapi import MAX_TOOL_NAME_CHARS, TOOLS_BODY_OPENAPI
 
