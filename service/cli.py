@@ -214,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return train_embedder_main(argv[1:])
     if argv[:1] == ["evaluate"]:
-        from registry.offline.evaluate import main as evaluate_main
+        from registry.offline.evaluate_cli import main as evaluate_main
 
         return evaluate_main(argv[1:])
     args = build_parser().parse_args(argv)

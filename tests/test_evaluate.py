@@ -406,7 +406,7 @@ def test_cli_evaluate_writes_tables_and_plots(trained_cli_policy: Path, tmp_path
 
 
 def test_cli_evaluate_candidate_sets(trained_cli_policy: Path, tmp_path: Path) -> None:
-    from registry.offline.evaluate import main
+    from registry.offline.evaluate_cli import main
 
     rc = main([
         "--data", str(OFFICE), "--policy", str(trained_cli_policy), "--scorer", "bm25",
@@ -420,7 +420,7 @@ def test_cli_evaluate_candidate_sets(trained_cli_policy: Path, tmp_path: Path) -
 
 
 def test_cli_evaluate_sweeps_the_operating_knob(trained_cli_policy: Path, tmp_path: Path) -> None:
-    from registry.offline.evaluate import main
+    from registry.offline.evaluate_cli import main
 
     rc = main([
         "--data", str(OFFICE), "--policy", str(trained_cli_policy), "--scorer", "bm25", "--cap", "10",

@@ -134,7 +134,7 @@ def test_every_option_has_help_and_its_default(command, monkeypatch):
     if command == "train":
         from registry.offline.train_cli import main as entry
     elif command == "evaluate":
-        from registry.offline.evaluate import main as entry
+        from registry.offline.evaluate_cli import main as entry
     text = _help(command)
     options = _options(text)
     assert len(options) > 5

@@ -4,5 +4,6 @@
 * :mod:`registry.offline.metrics`: the found-at-K curve (any / all), BoR over episodes,
   ``K_eq`` and depth efficiency, policy evaluation against fixed depths.
 
-Reports (Markdown, JSON, plots) and the ``shortlist evaluate`` CLI live in :mod:`registry.offline.evaluate`.
+Reports (Markdown, JSON, plots) live in :mod:`registry.offline.evaluate`, the ``shortlist evaluate``
+CLI in :mod:`registry.offline.evaluate_cli`.
 """
