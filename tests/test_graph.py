@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from registry.errors import RegistryNotFound, ValidationFailed
-from registry.index.graph import EdgeEdits, ToolGraph, tool_facts
+from registry.index.graph import ToolGraph, tool_facts
+from registry.index.graph_edits import EdgeEdits
 from registry.request import ShortlistRequest
 from registry.tools import parse_tools
 from tests.cores import new_engine

@@ -12,7 +12,8 @@ import numpy as np
 from registry.feedback import EquivalenceClasses
 from registry.index.dense import DenseIndex
 from registry.index.embed import Embedder
-from registry.index.graph import NO_EDITS, EdgeEdits, ToolGraph
+from registry.index.graph import ToolGraph
+from registry.index.graph_edits import NO_EDITS, EdgeEdits
 from registry.index.lexical import LexicalIndex
 from registry.index.named_tools import NameIndex
 from registry.runtime import trim_heap

@@ -17,7 +17,7 @@ from typing import Any
 
 from registry.errors import ShortlistError, ValidationFailed, VersionConflict
 from registry.index.embed import Embedder
-from registry.index.graph import NO_EDITS, EdgeEdits
+from registry.index.graph_edits import NO_EDITS, EdgeEdits
 from registry.index.snapshot import Snapshot, build_snapshot
 from registry.name_checks import validate_registry_name
 from registry.runtime import trim_heap

@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol
 
 from registry.errors import ShortlistError
 from registry.index.embed import Embedder
-from registry.index.graph import NO_EDITS, EdgeEdits
+from registry.index.graph_edits import NO_EDITS, EdgeEdits
 from registry.index.snapshot import Snapshot, embed_tools
 from registry.snapshots import RegistryChange
 from registry.store.base import Store

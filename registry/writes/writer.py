@@ -24,7 +24,7 @@ from registry.errors import (
 )
 from registry.feedback import validate_equivalents
 from registry.index.embed import Embedder
-from registry.index.graph import EdgeEdits, edge_list_problems
+from registry.index.graph_edits import EdgeEdits, edge_list_problems
 from registry.name_checks import validate_registry_name
 from registry.settings import EngineArgs
 from registry.snapshots import RegistryChange, RegistryInfo, RegistryListener, Snapshots
