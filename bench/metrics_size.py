@@ -35,7 +35,7 @@ def measure(registries: int, served: float, max_registries: int | None) -> dict[
     from prometheus_client.parser import text_string_to_metric_families
 
     from registry.feedback import FeedbackEvent, LiveWindow
-    from registry.serving.shortlist import Shortlist, ShortlistItem
+    from registry.serving.result import Shortlist, ShortlistItem
     from service.feedback_metrics import FeedbackMetrics
     from service.metrics import Metrics
 

@@ -41,7 +41,8 @@ from registry.serving.depth_policies import OnnxDepthPolicy, TunableDepthPolicy
 from registry.serving.features import FEATURE_WINDOW
 from registry.serving.relevance import Relevance, RelevanceFile
 from registry.serving.replay import base_ranking
-from registry.serving.shortlist import QueryRunner, Shortlist, UsageRerank
+from registry.serving.result import Shortlist
+from registry.serving.shortlist import QueryRunner, UsageRerank
 from registry.serving.stop_rules import PolicyBook
 from registry.settings import (
     EmbedderArgs,

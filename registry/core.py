@@ -33,7 +33,7 @@ from registry.index.snapshot import Snapshot
 from registry.name_checks import validate_registry_name
 from registry.request import ShortlistRequest
 from registry.serving.depth_policies import TunableDepthPolicy
-from registry.serving.shortlist import Shortlist
+from registry.serving.result import Shortlist
 from registry.settings import Settings
 from registry.snapshots import RegistryChange, RegistryInfo, RegistryListener
 from registry.startup import DEMO_REGISTRY

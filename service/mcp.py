@@ -35,7 +35,7 @@ from starlette.types import Message, Receive, Scope, Send
 from registry.core import Shortlister
 from registry.errors import ShortlistError
 from registry.request import MAX_QUERIES, ShortlistRequest
-from registry.serving.shortlist import Shortlist
+from registry.serving.result import Shortlist
 from service import json_body
 from service.auth import CALLER_HEADER, authenticate, caller_hash, token_scope
 from service.errors import Unauthorized, error_body, error_response

@@ -13,7 +13,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 from registry.index.query_cache import QueryCacheStats
-from registry.serving.shortlist import Shortlist
+from registry.serving.result import Shortlist
 
 LATENCY_BUCKETS = (
     0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.007, 0.008, 0.01, 0.0125, 0.015,

@@ -237,7 +237,7 @@ def test_find_tools_before_the_core_is_ready_is_an_unhealthy_tool_error(settings
 
 
 def test_the_text_block_says_when_no_tool_fits():
-    from registry.serving.shortlist import Shortlist
+    from registry.serving.result import Shortlist
     from service.mcp import shortlist_text
 
     empty = Shortlist("abc", "demo", 3, "bor", "hybrid", 0, 30, 0.0, 4.9, [], confidence=0.12)

@@ -1,6 +1,7 @@
 """What a query touches, and nothing else: read the request, rank, compose, decide the depth.
 
-* :mod:`registry.serving.shortlist`: ``QueryRunner``, the query path from request to ``Shortlist``.
+* :mod:`registry.serving.shortlist`: ``QueryRunner``, the query path from request to ``Shortlist``
+  (:mod:`registry.serving.result`).
 * :mod:`registry.serving.intents`, :mod:`registry.serving.windows`: reading the request (intents,
   long-text windows).
 * :mod:`registry.serving.compose`: near-duplicates folded, intent coverage, named tools first.

@@ -32,7 +32,7 @@ __all__ = ["merge_shortlists"]
 
 
 class Answered(Protocol):
-    """What merging reads of a :class:`registry.serving.shortlist.Shortlist` (named by its
+    """What merging reads of a :class:`registry.serving.result.Shortlist` (named by its
     fields, not imported: the query runner imports this module)."""
 
     __dataclass_fields__: ClassVar[dict[str, Any]]

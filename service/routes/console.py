@@ -25,7 +25,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 
 from registry.feedback import LiveWindow
-from registry.serving.shortlist import Shortlist
+from registry.serving.result import Shortlist
 from service.deps import CoreDep
 from service.routes.registries import RegistryPath
 from service.schemas import error_responses
