@@ -1,4 +1,5 @@
-"""Layering: the domain library (registry/) never imports a web or metrics framework, nor service/."""
+"""Layering: the domain library (registry/) never imports a web or metrics framework, nor service/;
+and no module grows past 400 lines unless it is one concept."""
 
 from __future__ import annotations
 
@@ -298,3 +299,46 @@ def whole_settings_users() -> list[str]:
 
 def test_parts_receive_their_settings_group_not_the_whole_settings():
     assert whole_settings_users() == [], "hand the part its group (registry.settings.*Args.of(settings))"
+
+
+# -- module sizes ----------------------------------------------------------------------------------
+
+MAX_MODULE_LINES = 400
+# Modules past the limit, each one idea a reader holds at once (split along a concept, never to
+# pass the count). A new entry names its concept; a module that shrinks below the limit leaves.
+LARGE_MODULES: dict[str, str] = {
+    "registry/store/redis.py": "RedisStore: registry versions, embeddings and change notices in one "
+    "Redis, with the Lua scripts that keep each write atomic",
+    "registry/learning/learner.py": "UsageLearner: the usage memory's life in a service (fed, read, "
+    "switched, fitted at a refit, saved), one object every replica runs",
+    "registry/learning/usage.py": "UsageMemory: the per-registry memory of queries and used tools, "
+    "and the lift it gives",
+    "registry/index/minilm_export.py": "the embedder cache: each ONNX file, its manifest, the "
+    "export that makes it and the checks on every start",
+    "registry/settings.py": "the domain's settings groups, one field per SHORTLIST_* variable",
+    "registry/tools.py": "the tool model and its parsers (OpenAI, Anthropic, MCP, plain) with "
+    "their per-tool checks",
+    "registry/serving/shortlist.py": "QueryRunner: the query path, one walk from a resolved request "
+    "to a Shortlist, each step a call into its own serving module",
+    "client/src/tool_shortlist_client/adapters/langchain.py": "ShortlistMiddleware: one LangChain "
+    "agent middleware, its hooks and the turn state they share",
+}
+
+
+def module_lines() -> dict[str, int]:
+    """Lines of every Python module of the library, the web layer and the client."""
+    return {
+        str(path.relative_to(ROOT)): len(path.read_text(encoding="utf-8").splitlines())
+        for top in ("registry", "service", "client")
+        for path in sorted((ROOT / top).rglob("*.py"))
+    }
+
+
+def test_no_module_grows_past_the_limit_unless_it_is_one_concept():
+    lines = module_lines()
+    assert len(lines) > 100 and "registry/core.py" in lines
+    too_long = {path: n for path, n in lines.items() if n > MAX_MODULE_LINES and path not in LARGE_MODULES}
+    assert too_long == {}, f"split along a concept, or list it in LARGE_MODULES with its concept (>{MAX_MODULE_LINES} lines)"
+    stale = sorted(path for path in LARGE_MODULES if lines.get(path, 0) <= MAX_MODULE_LINES)
+    assert stale == [], "no longer over the limit (or gone): take it off LARGE_MODULES"
+    assert all(reason.strip() for reason in LARGE_MODULES.values())
