@@ -397,6 +397,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--misses", action="store_true",
                         help="train on every source and rank the three known misses")
+    parser.add_argument("--misses-w", type=float, default=None, help="with --misses: this w, not the one chosen on all sources")
     args = parser.parse_args()
 
     corpus = load_corpus(args.data, max_queries=args.max_queries, max_tools=args.max_tools,
@@ -631,19 +632,21 @@ def known_misses(args: argparse.Namespace, sources: list[SourceTokens], encoder:
         proj = train_projection(sources, dim, epochs=args.epochs, seed=99, residual=args.residual)
         path.parent.mkdir(parents=True, exist_ok=True)
         np.save(path, proj)
-    out = [_misses(sources, encoder, proj, f"d{dim}"), _misses(sources, encoder, None, "raw384")]
+    out = [_misses(sources, encoder, proj, f"d{dim}", args.misses_w), _misses(sources, encoder, None, "raw384", args.misses_w)]
     return "\n\n".join(out)
 
 
-def _misses(sources: list[SourceTokens], encoder: TokenEncoder, proj: np.ndarray | None, label: str) -> str:
+def _misses(
+    sources: list[SourceTokens], encoder: TokenEncoder, proj: np.ndarray | None, label: str, fixed_w: float | None = None
+) -> str:
     cmax = max(CANDIDATES)
     per = {}
     for s in sources:
         s1 = first_stage(s)
         cand = top_candidates(s1, cmax)
         per[s.name] = (s1, cand, late_scores(s, cand, proj))
-    w = choose_w(per, {s.name: s.gold for s in sources}, [s.name for s in sources])
-    lines = [f"{label}: w = {w:g} (chosen on all sources)", "| request | needed | first stage rank | reranked rank | reranked top 5 |",
+    w = choose_w(per, {s.name: s.gold for s in sources}, [s.name for s in sources]) if fixed_w is None else fixed_w
+    lines = [f"{label}: w = {w:g} ({'chosen on all sources' if fixed_w is None else 'given'})", "| request | needed | first stage rank | reranked rank | reranked top 5 |",
              "|---|---|---|---|---|"]
     for registry, request, needed in MISSES:
         payload = json.loads((ROOT / registry).read_text())
