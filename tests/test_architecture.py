@@ -316,8 +316,6 @@ LARGE_MODULES: dict[str, str] = {
     "registry/index/minilm_export.py": "the embedder cache: each ONNX file, its manifest, the "
     "export that makes it and the checks on every start",
     "registry/settings.py": "the domain's settings groups, one field per SHORTLIST_* variable",
-    "registry/tools.py": "the tool model and its parsers (OpenAI, Anthropic, MCP, plain) with "
-    "their per-tool checks",
     "registry/serving/shortlist.py": "QueryRunner: the query path, one walk from a resolved request "
     "to a Shortlist, each step a call into its own serving module",
     "client/src/tool_shortlist_client/adapters/langchain.py": "ShortlistMiddleware: one LangChain "
