@@ -37,6 +37,7 @@ from registry.learning.learner import UsageLearner
 from registry.learning.manager import PolicyManager, RefitHooks, RefitJob
 from registry.learning.refit_data import Replay
 from registry.request import ShortlistRequest
+from registry.serving.coverage import CoverageFile
 from registry.serving.depth_policies import OnnxDepthPolicy, TunableDepthPolicy
 from registry.serving.features import FEATURE_WINDOW
 from registry.serving.relevance import Relevance, RelevanceFile
@@ -170,7 +171,10 @@ def assemble(
     )
     book = PolicyBook(stores.policies)
     relevance = RelevanceFile(settings.resolved_relevance_model())  # read by start-up
-    queries = QueryRunner(ServingArgs.of(settings), embedder, policy, relevance, usage=learner, policy_book=book)
+    coverage = CoverageFile(settings.coverage_model)  # read by start-up
+    queries = QueryRunner(
+        ServingArgs.of(settings), embedder, policy, relevance, usage=learner, policy_book=book, coverage=coverage
+    )
     writer = RegistryWriter(settings, stores.registries, embedder, snapshots)
     write_jobs = WriteJobs(stores.job_records, limit=settings.write_queue_max, lease_seconds=settings.job_lease_seconds)
     losses = ShortlistLosses(stores.registries)
@@ -214,6 +218,7 @@ def assemble(
         stores,
         embedder,
         relevance,
+        coverage,
         writer,
         learner,
         policies,

@@ -37,6 +37,7 @@ from registry.index.embedder_handle import EmbedderHandle
 from registry.learning.learner import UsageLearner
 from registry.learning.manager import PolicyManager
 from registry.learning.usage import UsageEvent
+from registry.serving.coverage import CoverageFile
 from registry.serving.relevance import RelevanceFile
 from registry.settings import Settings
 from registry.snapshots import RegistryChange
@@ -109,6 +110,7 @@ class Startup:
     stores: Stores
     embedder: EmbedderHandle
     relevance: RelevanceFile
+    coverage: CoverageFile
     writer: RegistryWriter
     learner: UsageLearner
     policies: PolicyManager
@@ -157,6 +159,7 @@ class Startup:
         recorder, writer = self.recorder, self.writer
         self.embedder.load()
         self.relevance.load()
+        self.coverage.load()
         log.info("loaded %d registries", self._until_store_answers(writer.load_all))
         self._until_store_answers(self._load_demo)
         self._restore_pending()

@@ -44,7 +44,14 @@ from registry.serving.compose import Folded, Pick
 from registry.serving.features import FEATURE_NAMES, depth_features
 from registry.serving.needs import SIGNAL_NAMES, needs_inputs
 
-__all__ = ["COVERAGE_FEATURE_NAMES", "COVERAGE_WINDOW", "CoverageModel", "cover", "coverage_features"]
+__all__ = [
+    "COVERAGE_FEATURE_NAMES",
+    "COVERAGE_WINDOW",
+    "CoverageFile",
+    "CoverageModel",
+    "cover",
+    "coverage_features",
+]
 
 COVERAGE_WINDOW = 20  # positions of the request's ranking the model reads and may add from
 _DEPTH_COLUMNS = tuple(n for n in FEATURE_NAMES if n not in ("k", "log2_n", "bor_ceiling"))
@@ -245,3 +252,20 @@ def cover(
         taken.update(alternates)
         out.append(Pick(t, score_of[t], None, False, alternates))
     return out
+
+
+class CoverageFile:
+    """The optional coverage model at ``path``, read by :meth:`load` (a running core's start-up,
+    so a corrupt file is a readiness error naming it, not a failure to construct the service).
+    Until then, and without a path, :attr:`model` is None and shortlists are not extended."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.model: CoverageModel | None = None
+
+    def load(self) -> CoverageModel | None:
+        """Read the file once (raises :class:`ArtifactError` naming it and the command that
+        rebuilds it); None when no path is configured."""
+        if self.model is None and self.path is not None:
+            self.model = CoverageModel.load(self.path)
+        return self.model

@@ -41,7 +41,7 @@ from registry.serving.chains import (
     next_steps_first,
 )
 from registry.serving.compose import Pick, fold_duplicates, interleave
-from registry.serving.coverage import CoverageModel, cover
+from registry.serving.coverage import CoverageFile, cover
 from registry.serving.depth_policies import (
     DepthPolicy,
     TunableDepthPolicy,
@@ -83,12 +83,16 @@ class QueryRunner:
         *,
         usage: UsageRerank | None = None,
         policy_book: PolicyBook | None = None,
+        coverage: CoverageFile | None = None,
     ) -> None:
         self.serving = serving  # the serving group alone: defaults, ranking and depth knobs
         self.embedder = embedder
         self.bor_policy = bor_policy
         self.relevance: Relevance = relevance or RelevanceModel.load(serving.resolved_relevance_model())
-        self.coverage = CoverageModel.load(serving.coverage_model) if serving.coverage_model else None
+        # the assembly passes a file start-up reads; built here (tests, bench) it is read at once
+        self.coverage_file = coverage or CoverageFile(serving.coverage_model)
+        if coverage is None:
+            self.coverage_file.load()
         self.scorers: dict[str, Scorer] = dict(SCORERS)
         self.policies: dict[str, DepthPolicy] = depth_policies(serving, bor_policy)
         self.usage = usage  # the usage memory's lift (learning), when the core has one
@@ -363,9 +367,10 @@ class QueryRunner:
         intents = list(zip(folded[1:], steps, strict=True))
         picks = interleave(folded[0], intents, choose, cap=cap, named=named, intent_depth=choose_intent)
         explored = trace is not None and trace.shown != trace.chosen
-        if self.coverage is None or request.policy != LEARNED_POLICY or explored or not picks:
+        coverage = self.coverage_file.model
+        if coverage is None or request.policy != LEARNED_POLICY or explored or not picks:
             return picks
-        return cover(self.coverage, picks, rankings[0], folded[0], n, request_signals(texts[0] if texts else ""),
+        return cover(coverage, picks, rankings[0], folded[0], n, request_signals(texts[0] if texts else ""),
                      one_intent=not steps, cap=cap)
 
     @staticmethod
