@@ -5,7 +5,7 @@ Redis shared by replicas), then builds, each from what came before it::
 
     stores        registries, remembered shortlists, feedback log, learning, policies, jobs
     embedder      a handle start-up loads (behind the query cache when it is on); the
-                  relevance model likewise
+                  relevance and coverage models likewise
     snapshots     the registry name -> current snapshot map both paths share
     queries       the QueryRunner (serving) reading the snapshots
     writer        the RegistryWriter (writes) installing into them
