@@ -16,14 +16,31 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
 from registry.fsio import atomic_write_bytes
 
-__all__ = ["KEY_BYTES", "RedisCallerKey", "local_caller_key"]
+__all__ = ["KEY_BYTES", "FixedKey", "RedisCallerKey", "fixed_key", "local_caller_key"]
 
 KEY_BYTES = 32
 KEY_FILE = "caller.key"
 
 log = logging.getLogger(__name__)
+
+
+class FixedKey:
+    """A caller key that never changes."""
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+
+    def __call__(self) -> bytes:
+        return self._key
+
+
+def fixed_key(setting: SecretStr | None) -> FixedKey | None:
+    """The key ``SHORTLIST_CALLER_KEY`` fixes, or None: the backend keeps one (either backend)."""
+    return FixedKey(setting.get_secret_value().encode("utf-8")) if setting is not None else None
 
 
 def local_caller_key(data_dir: Path) -> bytes:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from registry.feedback import LocalFeedbackLog, ShortlistMemory
 from registry.settings import FeedbackArgs, StoreArgs
-from registry.store.caller_key import local_caller_key
+from registry.store.caller_key import FixedKey, fixed_key, local_caller_key
 from registry.store.job_records import LocalJobRecords
 from registry.store.learning import LocalLearningStore
 from registry.store.local import LocalStore
 from registry.store.policies import LocalPolicyStore
 from registry.store.stores import Stores
 
-__all__ = ["FixedKey", "fixed_key", "local_stores"]
+__all__ = ["local_stores"]
 
 
 def local_stores(store: StoreArgs, feedback: FeedbackArgs) -> Stores:
@@ -25,22 +25,6 @@ def local_stores(store: StoreArgs, feedback: FeedbackArgs) -> Stores:
         learning=LocalLearningStore(data_dir),
         policies=LocalPolicyStore(data_dir),
         job_records=LocalJobRecords(data_dir),
-        caller_key=fixed_key(store) or FixedKey(local_caller_key(data_dir)),
+        caller_key=fixed_key(store.caller_key) or FixedKey(local_caller_key(data_dir)),
     )
-
-
-def fixed_key(store: StoreArgs) -> FixedKey | None:
-    """The caller key the settings fix (``SHORTLIST_CALLER_KEY``), or None: the backend keeps one."""
-    key = store.caller_key
-    return FixedKey(key.get_secret_value().encode("utf-8")) if key is not None else None
-
-
-class FixedKey:
-    """A caller key that never changes."""
-
-    def __init__(self, key: bytes) -> None:
-        self._key = key
-
-    def __call__(self) -> bytes:
-        return self._key
 

@@ -8,8 +8,7 @@ so a Redis that stops answering adds at most that to a query before the outage i
 from __future__ import annotations
 
 from registry.settings import FeedbackArgs, StoreArgs
-from registry.store.caller_key import RedisCallerKey
-from registry.store.local_stores import fixed_key
+from registry.store.caller_key import RedisCallerKey, fixed_key
 from registry.store.redis import (
     RedisFeedbackLog,
     RedisShortlistMemory,
@@ -42,7 +41,7 @@ def redis_stores(store: StoreArgs, feedback: FeedbackArgs) -> Stores:
         learning=RedisLearningStore(client, prefix),
         policies=RedisPolicyStore(client, prefix),
         job_records=RedisJobRecords(client, prefix),
-        caller_key=fixed_key(store) or RedisCallerKey(client, prefix + "caller-key"),
+        caller_key=fixed_key(store.caller_key) or RedisCallerKey(client, prefix + "caller-key"),
         health=health,
         log_reader=lambda: RedisFeedbackLog(client, prefix),
     )
