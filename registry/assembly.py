@@ -99,6 +99,25 @@ def store_backend(settings: StoreArgs) -> StoreBackend:
     return backend
 
 
+def build_stores(settings: Settings) -> Stores:
+    """Every store of the backend the settings choose (:func:`store_backend`)."""
+    return store_backend(settings)(StoreArgs.of(settings), FeedbackArgs.of(settings))
+
+
+def policy_manager(settings: Settings, stores: Stores, book: PolicyBook, hooks: RefitHooks | None = None) -> PolicyManager:
+    """The refits over ``stores`` as the settings configure them; a server's and ``shortlist
+    refit``'s are the same one (without ``hooks`` a refit does not consult the query path)."""
+    return PolicyManager(
+        book,
+        stores.feedback_log,
+        RefitArgs.of(settings),
+        stores.job_records,
+        hooks,
+        evidence=evidence_config(LearningArgs.of(settings)),
+        lease_seconds=settings.job_lease_seconds,
+    )
+
+
 @runtime_checkable
 class HoldsBackWrites(Protocol):
     """Remembered shortlists that keep writes back while their store is down (Redis)."""
@@ -151,7 +170,7 @@ def assemble(
 
         embedder_factory = default_embedder
     policy: TunableDepthPolicy = bor_policy or OnnxDepthPolicy.from_dir(settings.policy_dir)
-    stores = store_backend(settings)(StoreArgs.of(settings), FeedbackArgs.of(settings))
+    stores = build_stores(settings)
     if store is not None:
         stores = replace(stores, registries=store)
     embedder = EmbedderHandle(functools.partial(embedder_factory, EmbedderArgs.of(settings)), settings.query_cache_size)
@@ -192,15 +211,7 @@ def assemble(
         before_compact=learner.checkpoint,  # no learned evidence only in memory
         losses=losses,
     )
-    policies = PolicyManager(
-        book,
-        stores.feedback_log,
-        RefitArgs.of(settings),
-        stores.job_records,
-        refit_hooks(settings, snapshots, queries, learner),
-        evidence=evidence_config(LearningArgs.of(settings)),
-        lease_seconds=settings.job_lease_seconds,
-    )
+    policies = policy_manager(settings, stores, book, refit_hooks(settings, snapshots, queries, learner))
     listeners = RegistryListeners()
     sync = None
     if stores.shared:
@@ -307,15 +318,8 @@ def refit_from_settings(settings: Settings, registry: str) -> RefitJob:
     Raises:
         RegistryNotFound: Neither the store, the feedback log nor the policy book knows that name.
     """
-    stores = store_backend(settings)(StoreArgs.of(settings), FeedbackArgs.of(settings))
-    manager = PolicyManager(
-        PolicyBook(stores.policies),
-        stores.feedback_log,
-        RefitArgs.of(settings),
-        stores.job_records,
-        evidence=evidence_config(LearningArgs.of(settings)),
-        lease_seconds=settings.job_lease_seconds,
-    )
+    stores = build_stores(settings)
+    manager = policy_manager(settings, stores, PolicyBook(stores.policies))
     try:
         # A refit of a name nobody created (a typo) would find no feedback and report "refused":
         # say so instead. A name the store lacks but the feedback log or the policy book knows
