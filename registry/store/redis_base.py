@@ -94,6 +94,18 @@ def is_unavailable(exc: BaseException) -> bool:
     return isinstance(exc, OSError)
 
 
+@contextmanager
+def unreachable_is_unavailable(store: str, what: str, hint: str = "") -> Iterator[None]:
+    """A Redis that cannot be reached (connection, timeout, socket) as :class:`StoreUnavailable`
+    naming ``store`` and ``what`` (a 503): for the stores without an outage flag of their own."""
+    try:
+        yield
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
+        raise StoreUnavailable(
+            f"the {store} (Redis) is unavailable: cannot {what}{hint}", {"store": "redis", "operation": what}
+        ) from exc
+
+
 class RedisBase:
     def __init__(self, client: redis.Redis, prefix: str, health: StoreHealth | None) -> None:
         self.client = client

@@ -7,10 +7,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import redis
-
-from registry.errors import StoreUnavailable
 from registry.store.job_records import FINISHED_TTL_SECONDS, OPEN_STATES
+from registry.store.redis_base import unreachable_is_unavailable
 
 __all__ = ["RedisJobRecords"]
 
@@ -39,13 +37,8 @@ class RedisJobRecords:
         return f"{self.prefix}jobs:{kind}:open"
 
     def _call(self, what: str, action: Callable[[], Any]) -> Any:
-        try:
+        with unreachable_is_unavailable("job store", what, "; retry later"):
             return action()
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
-            raise StoreUnavailable(
-                f"the job store (Redis) is unavailable: cannot {what}; retry later",
-                {"store": "redis", "operation": what},
-            ) from exc
 
     def save(self, kind: str, record: dict[str, Any], payload: bytes | None = None) -> None:
         job_id = record["id"]

@@ -3,14 +3,11 @@ and ``<prefix>learning:control`` (hash registry -> control JSON); see :mod:`regi
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
-import redis
-
-from registry.errors import StoreUnavailable
 from registry.store.learning import Control
+from registry.store.redis_base import unreachable_is_unavailable
 
 __all__ = ["RedisLearningStore"]
 
@@ -30,15 +27,8 @@ class RedisLearningStore:
     def _state_key(self, registry: str) -> str:
         return f"{self.prefix}usage:{registry}"
 
-    @contextmanager
-    def _call(self, what: str) -> Iterator[None]:
-        try:
-            yield
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
-            raise StoreUnavailable(
-                f"the learning store (Redis) is unavailable: cannot {what}",
-                {"store": "redis", "operation": what},
-            ) from exc
+    def _call(self, what: str) -> AbstractContextManager[None]:
+        return unreachable_is_unavailable("learning store", what)
 
     def load_state(self, registry: str) -> bytes | None:
         with self._call("load a usage memory"):
