@@ -6,6 +6,7 @@ uvicorn lacks (:mod:`service.connection_guard`), a descriptor cap and a redacted
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import resource
 from typing import Any
@@ -83,8 +84,7 @@ def connection_cap(settings: ServiceSettings, fd_limit: int) -> int:
 def uvicorn_config(app: Any, settings: ServiceSettings, *, log_level: str = "info") -> uvicorn.Config:
     """The uvicorn configuration ``shortlist serve`` runs: explicit parser, limits, timeouts."""
     cap = connection_cap(settings, raise_fd_limit())
-    limits = ConnectionLimits.of(settings)
-    limits = ConnectionLimits(**{**limits.__dict__, "max_connections": cap})
+    limits = dataclasses.replace(ConnectionLimits.of(settings), max_connections=cap)
     config = uvicorn.Config(
         app,
         host=settings.host,
