@@ -156,7 +156,7 @@ class QueryRunner:
             picks: list[Pick] = []
         else:
             if request.k is not None:
-                picks = self._fixed_picks(rankings[0], named, request.k)
+                picks = after_called(rankings[0], named, (), request.k)  # named first, then the ranking
             else:
                 texts = [query, *(i.text for i in intents)]
                 picks = self._compose(snap, n, rankings, [i.step for i in intents], named, request, trace, texts)
@@ -319,19 +319,6 @@ class QueryRunner:
             extra = best_scores(scorer, query, snap.dense, snap.lexical, np.asarray(missing))
             known.update({t: float(s) for t, s in zip(missing, extra)})
         return [(t, known[t]) for t in named_ids]
-
-    @staticmethod
-    def _fixed_picks(
-        ranking: tuple[np.ndarray, np.ndarray], named: list[tuple[int, float]], k: int
-    ) -> list[Pick]:
-        picks = [Pick(t, s, None, True) for t, s in named[:k]]
-        taken = {p.tool for p in picks}
-        for t, s in zip(*ranking):
-            if len(picks) >= k:
-                break
-            if int(t) not in taken:
-                picks.append(Pick(int(t), float(s)))
-        return picks
 
     def _compose(
         self,
