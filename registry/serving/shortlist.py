@@ -35,6 +35,7 @@ from registry.request import FIXED_POLICY, LEARNED_POLICY, ResolvedRequest
 from registry.serving.batch import merge_shortlists
 from registry.serving.chains import (
     NO_COMPANIONS,
+    ScoreFn,
     after_called,
     append_companions,
     append_prerequisites,
@@ -68,6 +69,26 @@ from registry.serving.stop_rules import PolicyBook
 from registry.settings import ServingArgs
 
 __all__ = ["QueryRunner", "UsageRerank"]
+
+
+def _score_lookup(
+    snap: Snapshot, scorer: Scorer, query: list[Query], ranking: tuple[np.ndarray, np.ndarray]
+) -> ScoreFn:
+    """The request's score of any tools: read from ``ranking`` (mapped only when first asked,
+    as most requests name no tool and meet no chain), a tool ranked deeper scored exactly
+    once; one lookup serves the named tools and every chain step."""
+    known: dict[int, float] = {}
+
+    def score_of(tools: Sequence[int]) -> dict[int, float]:
+        if not known:
+            known.update((int(t), float(v)) for t, v in zip(*ranking))
+        missing = [t for t in tools if t not in known]
+        if missing:
+            extra = best_scores(scorer, query, snap.dense, snap.lexical, np.asarray(missing))
+            known.update({t: float(v) for t, v in zip(missing, extra)})
+        return {t: known[t] for t in tools}
+
+    return score_of
 
 
 class QueryRunner:
@@ -148,7 +169,9 @@ class QueryRunner:
         named_ids = snap.names.find(query)
         if scope is not None and named_ids:
             named_ids = [t for t in named_ids if allows(scope, t)]
-        named = self._named_scores(snap, prepared[0], scorer, named_ids, rankings[0])
+        score_of = _score_lookup(snap, scorer, prepared[0], rankings[0])  # named tools and chains share it
+        named_scores = score_of(named_ids) if named_ids else {}
+        named = [(t, named_scores[t]) for t in named_ids]
         confidence = None
         if request.allow_empty:
             confidence = self.relevance.confidence(rankings[0][1])
@@ -162,7 +185,7 @@ class QueryRunner:
                 picks = self._compose(snap, n, rankings, [i.step for i in intents], named, request, trace, texts)
             if called:  # the agent holds the tools it called: the list is for what comes next
                 picks = after_called(rankings[0], named, called, len(picks))
-            picks = self._chains(snap, picks, called, prepared[0], scorer, request, rankings[0], scope)
+            picks = self._chains(snap, picks, called, score_of, request, scope)
         if scope is not None:  # the last guard: no step may show a tool outside the scope
             picks = [
                 replace(p, alternates=tuple(a for a in p.alternates if allows(scope, a)))
@@ -242,10 +265,8 @@ class QueryRunner:
         snap: Snapshot,
         picks: list[Pick],
         called: list[int],
-        query: list[Query],
-        scorer: Scorer,
+        score_of: ScoreFn,
         request: ResolvedRequest,
-        ranking: tuple[np.ndarray, np.ndarray],
         scope: np.ndarray | None,
     ) -> list[Pick]:
         """The next steps after ``called`` first, then the missing prerequisites and the learned
@@ -257,17 +278,6 @@ class QueryRunner:
         companions = learned or NO_COMPANIONS
         if not picks or not (graph.edges or companions):
             return picks
-        known: dict[int, float] = {}  # filled from the ranking only when a chain step asks
-
-        def score_of(tools: Sequence[int]) -> dict[int, float]:
-            if not known:
-                known.update((int(t), float(v)) for t, v in zip(*ranking))
-            missing = [t for t in tools if t not in known]
-            if missing:
-                extra = best_scores(scorer, query, snap.dense, snap.lexical, np.asarray(missing))
-                known.update({t: float(v) for t, v in zip(missing, extra)})
-            return {t: known[t] for t in tools}
-
         tools = snap.tools
 
         def name_of(tool: int) -> str:
@@ -301,24 +311,6 @@ class QueryRunner:
         if request.policy == LEARNED_POLICY:  # the features read a window of FEATURE_WINDOW scores
             return max(request.cap, FEATURE_WINDOW)
         return request.cap + 1  # gap also looks at the score just past the cap
-
-    def _named_scores(
-        self,
-        snap: Snapshot,
-        query: list[Query],
-        scorer: Scorer,
-        named_ids: list[int],
-        ranking: tuple[np.ndarray, np.ndarray],
-    ) -> list[tuple[int, float]]:
-        if not named_ids:
-            return []
-        ids, scores = ranking
-        known = {int(t): float(s) for t, s in zip(ids, scores)}
-        missing = [t for t in named_ids if t not in known]
-        if missing:
-            extra = best_scores(scorer, query, snap.dense, snap.lexical, np.asarray(missing))
-            known.update({t: float(s) for t, s in zip(missing, extra)})
-        return [(t, known[t]) for t in named_ids]
 
     def _compose(
         self,
