@@ -37,7 +37,7 @@ registry empties them; learning switched off stops their use.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any
@@ -171,10 +171,14 @@ class CompanionCounts:
         )
 
 
-def event_sequence(event: UsageEvent, known: Collection[str] | None = None) -> list[str]:
+def event_sequence(
+    event: UsageEvent, known: Collection[str] | None = None, evidence: Mapping[str, int] | None = None
+) -> list[str]:
     """The tools ``event`` used, in order: its useful calls as called, then its ``used`` names
-    no call reported; only tools with positive evidence (and in ``known``), each once."""
-    evidence = tool_evidence(event)
+    no call reported; only tools with positive evidence (and in ``known``), each once.
+    ``evidence``: the event's :func:`tool_evidence` when the caller already has it (the usage
+    memory, which just weighed it), so it is not worked out twice."""
+    evidence = tool_evidence(event) if evidence is None else evidence
     order = [c.tool for c in event.calls if c.useful] + list(event.used)
     return [
         t for t in dict.fromkeys(order) if evidence.get(t, 0) > 0 and (known is None or t in known)

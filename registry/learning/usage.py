@@ -125,7 +125,7 @@ class UsageMemory:
                 self._add(reg, tool, q, float(sign) * weights[tool])
                 if sign > 0:
                     reg.add_profile(tool, q, weights[tool])
-            sequence = event_sequence(event, known_tools)
+            sequence = event_sequence(event, known_tools, evidence)
             if sequence:  # which tools go together, in which order (companions)
                 reg.companions.add(sequence, weights, principal(caller))
             for tool in event.shown:  # shown, and the agent used another
