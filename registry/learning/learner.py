@@ -370,13 +370,12 @@ class UsageLearner:
         cached = self._companions.get(snap.registry)
         if cached is not None and cached[0] == key:
             return cached[1]
-        removed = set(snap.graph.edits.removed)
         at = snap.by_name
         built = Companions.of(
             LearnedEdge(at[e["first"]], at[e["then"]], float(e["uses"]), int(e["callers"]),
                         float(e["share"]), float(e["back"]))
-            for e in control.companions
-            if e.get("first") in at and e.get("then") in at and (e["first"], e["then"]) not in removed
+            for e in self.learned_edges(snap)
+            if e["active"]
         )
         self._companions = {**self._companions, snap.registry: (key, built)}
         return built
@@ -427,14 +426,15 @@ class UsageLearner:
 
     def report(self, registry: str) -> dict[str, Any]:
         """The registry report's ``learning`` section."""
+        control = self._control(registry)
         return {
-            "profile_fit": self._control(registry).profile_fit,
-            "similarity_fit": self._control(registry).similarity_fit,
-            "companions": len(self._control(registry).companions),
-            "companions_fit": self._control(registry).companions_fit,
+            "profile_fit": control.profile_fit,
+            "similarity_fit": control.similarity_fit,
+            "companions": len(control.companions),
+            "companions_fit": control.companions_fit,
             "enabled": self.enabled(registry),
             "global_enabled": bool(self.args.learning),
-            "registry_enabled": self._control(registry).enabled,
+            "registry_enabled": control.enabled,
             **self.memory.report(registry),
         }
 
