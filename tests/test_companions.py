@@ -8,7 +8,6 @@ scoped request adds only allowed tools."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -28,29 +27,9 @@ from registry.learning.usage import UsageConfig, UsageMemory
 from registry.request import ShortlistRequest
 from tests.cores import new_core
 from tests.test_graph import REST
+from tests.usage_events import Event, event
 
 EMBED = HashingEmbedder()
-
-
-@dataclass(frozen=True)
-class Event:
-    query: str
-    used: tuple[str, ...]
-    shortlist_id: str
-    registry: str = "r"
-    success: bool | None = True
-    calls: tuple[ToolCall, ...] = ()
-    received: float = 1000.0
-    caller: str | None = None
-    shown: tuple[str, ...] = ()
-
-
-_ids = iter(range(10**9))
-
-
-def event(query: str, *used: str, calls: tuple[str, ...] = (), **kw) -> Event:
-    return Event(query=query, used=tuple(used), shortlist_id=f"s{next(_ids)}",
-                 calls=tuple(ToolCall(t, True) for t in calls), **kw)  # fmt: skip
 
 
 def test_the_sequence_is_the_useful_calls_in_order_then_the_other_used_tools():

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
 
@@ -11,28 +9,9 @@ from registry.feedback import ToolCall
 from registry.index.embed import HashingEmbedder
 from registry.learning.evidence import EvidenceConfig
 from registry.learning.usage import UsageConfig, UsageMemory, tool_evidence
+from tests.usage_events import event
 
 EMBED = HashingEmbedder()
-
-
-@dataclass(frozen=True)
-class Event:
-    query: str
-    used: tuple[str, ...]
-    shortlist_id: str
-    registry: str = "r"
-    success: bool | None = True
-    calls: tuple[ToolCall, ...] = ()
-    received: float = 1000.0
-    caller: str | None = None
-    shown: tuple[str, ...] = ()
-
-
-_ids = iter(range(10**9))
-
-
-def event(query: str, *used: str, **kw) -> Event:
-    return Event(query=query, used=tuple(used), shortlist_id=f"s{next(_ids)}", **kw)
 
 
 def memory(**config) -> UsageMemory:
