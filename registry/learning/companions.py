@@ -96,10 +96,10 @@ class CompanionCounts:
 
     def add(self, sequence: Sequence[str], weights: dict[str, float], caller: str) -> None:
         """Count one event's sequence (``weights``: the evidence rule's weight per tool)."""
-        sequence = list(sequence)[:MAX_SEQUENCE]
-        for tool in sequence:
+        tools, pairs = _counted(sequence)
+        for tool in tools:
             self.uses[tool] = self.uses.get(tool, 0.0) + weights.get(tool, 1.0)
-        for a, b in combinations(sequence, 2):
+        for a, b in pairs:
             w = min(weights.get(a, 1.0), weights.get(b, 1.0))
             stat = self.pairs.get((a, b))
             if stat is None:
@@ -121,9 +121,8 @@ class CompanionCounts:
         total: dict[Any, int] = {}
         held: dict[Any, int] = {}
         for sequence, caller, is_held in logged:
-            sequence = list(sequence)[:MAX_SEQUENCE]
-            pairs = list(combinations(sequence, 2))
-            keys: list[Any] = [*sequence, *pairs, *((p, caller) for p in pairs)]
+            tools, pairs = _counted(sequence)
+            keys: list[Any] = [*tools, *pairs, *((p, caller) for p in pairs)]
             for key in keys:
                 total[key] = total.get(key, 0) + 1
                 if is_held:
@@ -169,6 +168,14 @@ class CompanionCounts:
                 for a, b, u, callers in doc.get("pairs", ())
             },
         )
+
+
+def _counted(sequence: Sequence[str]) -> tuple[list[str], list[tuple[str, str]]]:
+    """The tools of a sequence that count (its first :data:`MAX_SEQUENCE`) and their ordered
+    pairs: what :meth:`CompanionCounts.add` counts and :meth:`CompanionCounts.fit_part` takes
+    back out, so the two always agree."""
+    tools = list(sequence)[:MAX_SEQUENCE]
+    return tools, list(combinations(tools, 2))
 
 
 def event_sequence(
