@@ -69,3 +69,39 @@ def test_feedback_then_a_refit_and_the_companion_is_shown_with_its_reason(tmp_pa
         assert (again[len(before)]["name"], again[len(before)]["reason"]) == (PAIR[1], why)
     finally:
         servers.close()
+
+
+def test_a_learned_predecessor_becomes_the_prerequisite_shown_for_a_need(tmp_path: Path, minilm_cache: Path):
+    """get_customer needs a ``customer_id`` that find_customer_by_email (the better-scored) and
+    whoami both provide; once agents are seen calling whoami first, a refit makes whoami the
+    prerequisite shown, for get_customer only (list_orders, with the same need, keeps its pick)."""
+    from tests.server import Servers
+
+    def prerequisite(url: str, query: str) -> list[tuple[str, str | None]]:
+        tools = shortlist(url, query=query, explain=True)
+        return [(t["name"], t["reason"]) for t in tools if (t["reason"] or "").startswith("prerequisite")]
+
+    servers = Servers(tmp_path, minilm_cache)
+    try:
+        server = servers.start(explore_share="0")
+        with ShortlistClient(server.url) as admin:
+            admin.put_registry("shop", REST)
+        record, orders = "show the customer's record", "list the customer's orders"
+        need = "fills 'customer_id'"
+        assert prerequisite(server.url, record) == [("find_customer_by_email", f"prerequisite of get_customer: {need}")]
+        for i, who in enumerate(CITIES):  # sixteen requests from three agents: whoami, then get_customer
+            headers = {"X-Caller-Id": f"agent-{i % 3}"}
+            sl = httpx.post(f"{server.url}/shortlist", json={"registry": "shop", "query": f"the record of customer {who}"},
+                            headers=headers, timeout=60)  # fmt: skip
+            calls = [{"tool": "whoami", "useful": True}, {"tool": "get_customer", "useful": True}]
+            fb = httpx.post(f"{server.url}/feedback", json={"shortlist_id": sl.json()["shortlist_id"], "calls": calls,
+                            "used": ["whoami", "get_customer"], "success": True}, headers=headers, timeout=60)  # fmt: skip
+            assert fb.status_code == 200, fb.text
+        refit = httpx.post(f"{server.url}/registries/shop/policies/refit", json={}, timeout=120)
+        assert refit.status_code == 200, refit.text
+        learned = httpx.get(f"{server.url}/registries/shop/graph", timeout=30).json()["learned"]
+        assert [(e["first"], e["then"], e["active"]) for e in learned] == [("whoami", "get_customer", True)]
+        assert prerequisite(server.url, record) == [("whoami", f"prerequisite of get_customer: {need}")]
+        assert prerequisite(server.url, orders) == [("find_customer_by_email", f"prerequisite of list_orders: {need}")]
+    finally:
+        servers.close()
