@@ -18,9 +18,11 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import astuple
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from registry.settings import Settings
 from registry.store.redis import RedisFeedbackLog, RedisStore, connect
@@ -52,6 +54,27 @@ def deployment(tmp_path_factory: pytest.TempPathFactory, minilm_cache: Path) -> 
     finally:
         servers.close()
         cluster.stop()
+
+
+class Direct(NamedTuple):
+    """The test's own view of the cluster, beside the replicas': a store, its client, the prefix."""
+
+    store: RedisStore
+    client: Any
+    prefix: str
+
+
+@pytest.fixture
+def direct(deployment: tuple[RedisClusterServers, Server, Server]) -> Iterator[Direct]:
+    """A :class:`Direct` on the deployment's cluster and key prefix, closed after the test."""
+    cluster = deployment[0]
+    prefix = Settings(redis_url=SecretStr(cluster.url)).redis_key_prefix()
+    client = connect(cluster.url)
+    store = RedisStore(client, prefix)
+    try:
+        yield Direct(store, client, prefix)
+    finally:
+        store.close()
 
 
 class Traffic:
@@ -132,11 +155,10 @@ def run_traffic(a: Server, b: Server, fault: Callable[[], object], before: float
     return traffic
 
 
-def test_two_replicas_on_a_redis_cluster_lose_nothing_acknowledged_across_a_failover(deployment) -> None:
+def test_two_replicas_on_a_redis_cluster_lose_nothing_acknowledged_across_a_failover(deployment, direct) -> None:
     cluster, a, b = deployment
-    prefix = Settings(redis_url=cluster.url).redis_key_prefix()
+    store, prefix = direct.store, direct.prefix
     assert prefix == "{shortlist:}"
-    store = RedisStore(connect(cluster.url), prefix)
     alpha = store._keys_of("alpha").epoch
     moved: list[tuple[int, int]] = []
     traffic = run_traffic(a, b, lambda: moved.append(tuple(n.port for n in cluster.failover(alpha))))
@@ -145,14 +167,11 @@ def test_two_replicas_on_a_redis_cluster_lose_nothing_acknowledged_across_a_fail
     print(f"statuses {traffic.statuses}, failover {old} -> {new}, "
           f"versions {[len(v) for v in traffic.versions.values()]}, feedback {len(traffic.feedback)}")
     check(cluster, traffic, a, b, prefix)
-    store.close()
 
 
-def test_each_registry_has_its_own_slot_and_a_master_that_loses_one_gets_it_back(deployment) -> None:
+def test_each_registry_has_its_own_slot_and_a_master_that_loses_one_gets_it_back(deployment, direct) -> None:
     cluster, a, b = deployment
-    prefix = Settings(redis_url=cluster.url).redis_key_prefix()
-    client = connect(cluster.url)
-    store = RedisStore(client, prefix)
+    store, client, prefix = direct
     for registry in REGISTRIES:  # written by the failover test, or now
         if store.version(registry) is None:
             assert httpx.put(f"{a.url}/registries/{registry}", json=tools(registry, 3)).status_code == 200
@@ -179,17 +198,13 @@ def test_each_registry_has_its_own_slot_and_a_master_that_loses_one_gets_it_back
     assert "registry 'orders': its Redis Cluster slot lost its data" in logs  # written back, not re-created
     assert "registry 'alpha': its Redis Cluster slot" not in logs
     check(cluster, traffic, a, b, prefix)
-    store.close()
 
 
-def test_looking_up_a_registry_never_created_leaves_no_key_behind(deployment) -> None:
-    cluster, a, _ = deployment
-    prefix = Settings(redis_url=cluster.url).redis_key_prefix()
-    client = connect(cluster.url)
-    store = RedisStore(client, prefix)
+def test_looking_up_a_registry_never_created_leaves_no_key_behind(deployment, direct) -> None:
+    _, a, _ = deployment
+    store, client, prefix = direct
     assert httpx.get(f"{a.url}/registries/never-made").status_code == 404
     assert store.load("never-made") is None and store.version("never-made") is None
     assert store.delete("never-made") is False
     assert b"never-made" not in client.smembers(prefix + "names")
     assert not any(client.exists(key) for key in astuple(store._keys_of("never-made")))
-    store.close()
