@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import MCP_TASK_SOURCES as MCP_SOURCES  # noqa: E402
 from bench.common import ORDERED_SOURCES as SOURCES  # noqa: E402
+from bench.common import policy_engine  # noqa: E402
 from registry.index.graph import ToolGraph  # noqa: E402
 from registry.request import ShortlistRequest  # noqa: E402
 
@@ -47,20 +48,6 @@ SHARED = ROOT.parent.parent / "shared" / "data" / "train"
 DEEP_K = 20
 SCORERS = ("bm25", "dense", "hybrid")
 REGISTRY = "chains"
-
-
-def _engine(tools: Any, registry: str, tmp: Path, embedder: Any, policy_dir: Path) -> Any:
-    """An engine built as the service builds it, exploration off (a benchmark comparing two
-    configurations must not draw the 5% of adaptive lists served deeper at random)."""
-    from registry.assembly import Registries
-    from registry.serving.depth_policies import OnnxDepthPolicy
-    from registry.settings import Settings
-    from registry.store.local import LocalStore
-
-    settings = Settings(data_dir=tmp, demo_registry=None, policy_dir=policy_dir, explore_share=0.0)
-    engine = Registries.build(settings, LocalStore(tmp), embedder, OnnxDepthPolicy.from_dir(policy_dir))
-    engine.writer.put_registry(registry, tools)
-    return engine
 
 
 class MemoEmbedder:
@@ -104,7 +91,7 @@ def run_source(directory: Path, embedder: Any, policy_dir: Path, max_queries: in
     deep: dict[str, list[list[set[str]]]] = {s: [] for s in SCORERS}
     golds: list[set[str]] = []
     with tempfile.TemporaryDirectory(prefix="chains-") as tmp:
-        engine = _engine(tools, REGISTRY, Path(tmp), embedder, policy_dir)
+        engine = policy_engine(tools, REGISTRY, Path(tmp), embedder, policy_dir)
         snap = engine.snapshots.snapshot(REGISTRY)
         plain = replace(snap, graph=ToolGraph())
         for q in queries:

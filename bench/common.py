@@ -386,6 +386,31 @@ def efficiency(curve: np.ndarray, found: float, mean_k: float) -> float:
     return k_eq / mean_k if mean_k > 0 else float("nan")
 
 
+def policy_engine(
+    tools: Any, registry: str, tmp: Path, embedder: Any, policy_dir: Path, coverage: Path | None = None
+) -> Any:
+    """An engine built as the service builds it, serving ``tools`` as ``registry`` from ``tmp``
+    with the depth policy of ``policy_dir`` (and a coverage model when given). Exploration is off:
+    the service serves 5% of adaptive lists 1-3 tools deeper at random (the learning loop's
+    propensities), and a benchmark comparing two configurations must not draw that noise."""
+    from registry.assembly import Registries
+    from registry.serving.depth_policies import OnnxDepthPolicy
+    from registry.settings import Settings
+    from registry.store.local import LocalStore
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    settings = Settings(data_dir=tmp, demo_registry=None, policy_dir=policy_dir, coverage_model=coverage,
+                        explore_share=0.0)  # fmt: skip
+    engine = Registries.build(settings, LocalStore(tmp), embedder, OnnxDepthPolicy.from_dir(policy_dir))
+    engine.writer.put_registry(registry, tools)
+    return engine
+
+
+def answer_slots(answer: Any) -> list[Slot]:
+    """A shortlist's slots: each shown tool with the near-duplicates folded into it."""
+    return [(t.name, tuple(t.alternates)) for t in answer.tools]
+
+
 def score_slots(slots: Sequence[Slot], gold: set[str], tokens: dict[str, float]) -> dict[str, float]:
     """One list's figures. A needed tool counts as found when it is shown or folded into a shown
     slot as an alternate (the response names it, and the agent can call it); K counts slots, and

@@ -51,8 +51,10 @@ from bench.common import (  # noqa: E402
     SCORER_NAMES,
     DiskCachedEmbedder,
     Slot,
+    answer_slots,
     disk_cached,
     efficiency,
+    policy_engine,
     ranker_for,
     source_dirs,
     trained_queries,
@@ -70,27 +72,6 @@ METRICS = ("any", "recall", "all")
 
 def _sample(queries: list[Any], n: int | None) -> list[Any]:
     return random.Random(0).sample(queries, n) if n is not None and len(queries) > n else queries
-
-
-def _engine(
-    tools: Any, registry: str, tmp: Path, embedder: Any, policy_dir: Path, coverage: Path | None = None
-) -> Any:
-    from registry.assembly import Registries
-    from registry.serving.depth_policies import OnnxDepthPolicy
-    from registry.settings import Settings
-    from registry.store.local import LocalStore
-
-    # exploration off: the service serves 5% of adaptive lists 1-3 tools deeper at random (the
-    # learning loop's propensities); a benchmark comparing two configurations must not draw that noise
-    settings = Settings(data_dir=tmp, demo_registry=None, policy_dir=policy_dir, coverage_model=coverage,
-                        explore_share=0.0)
-    engine = Registries.build(settings, LocalStore(tmp), embedder, OnnxDepthPolicy.from_dir(policy_dir))
-    engine.writer.put_registry(registry, tools)
-    return engine
-
-
-def _slots(answer: Any) -> list[Slot]:
-    return [(t.name, tuple(t.alternates)) for t in answer.tools]
 
 
 def run_source(
@@ -117,22 +98,22 @@ def run_source(
     rejected = 0
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="peers-") as tmp:
-        engine = _engine(tools, registry, Path(tmp), embedder, policy_dir, coverage)
+        engine = policy_engine(tools, registry, Path(tmp), embedder, policy_dir, coverage)
         for q in queries:
             gold = set(q.gold)
             try:
                 answer = engine.shortlist(ShortlistRequest(registry, q.query, depth_bias=depth_bias))
                 deep = {s: engine.shortlist(ShortlistRequest(registry, q.query, k=DEEP_K, scorer=s))
                         for s in SCORER_NAMES}
-                lists = {s: _slots(a) for s, a in deep.items()}
+                lists = {s: answer_slots(a) for s, a in deep.items()}
             except ValidationFailed:  # a request over max_query_chars: the service's 422
                 rejected += 1
                 continue
-            ours.append(_score(_slots(answer), gold, tokens))
+            ours.append(_score(answer_slots(answer), gold, tokens))
             if dump is not None:  # per-query lists, for offline studies of depth and composition
                 dump.append({
                     "source": directory.name, "query": q.query, "gold": sorted(gold), "n_tools": len(tools),
-                    "ours": _slots(answer), "ours_scores": [t.score for t in answer.tools],
+                    "ours": answer_slots(answer), "ours_scores": [t.score for t in answer.tools],
                     "intents": list(answer.intents), **{s: lists[s] for s in SCORER_NAMES},
                     "hybrid_scores": [t.score for t in deep["hybrid"].tools],
                 })

@@ -44,7 +44,16 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.common import DEEP_K, MULTI_SHARE, Slot, disk_cached, score_slots, source_dirs  # noqa: E402
+from bench.common import (  # noqa: E402
+    DEEP_K,
+    MULTI_SHARE,
+    Slot,
+    answer_slots,
+    disk_cached,
+    policy_engine,
+    score_slots,
+    source_dirs,
+)
 
 #: the shipped recipe (models/default/MODEL_CARD.md), minus data, embedder and output
 RECIPE = ["--scorer", "hybrid", "--reward", "bor", "--reward-min-n", "1024", "--step-cost", "0.01",
@@ -96,23 +105,6 @@ def seed_tool_vectors(embedder: Any, directory: Path, scores: Path) -> int:
     return len(texts)
 
 
-def _engine(tools: Any, registry: str, tmp: Path, embedder: Any, policy_dir: Path) -> Any:
-    from registry.assembly import Registries
-    from registry.serving.depth_policies import OnnxDepthPolicy
-    from registry.settings import Settings
-    from registry.store.local import LocalStore
-
-    tmp.mkdir(parents=True, exist_ok=True)
-    settings = Settings(data_dir=tmp, demo_registry=None, policy_dir=policy_dir, explore_share=0.0)
-    engine = Registries.build(settings, LocalStore(tmp), embedder, OnnxDepthPolicy.from_dir(policy_dir))
-    engine.writer.put_registry(registry, tools)
-    return engine
-
-
-def _slots(answer: Any) -> list[Slot]:
-    return [(t.name, tuple(t.alternates)) for t in answer.tools]
-
-
 def evaluate_source(
     directory: Path, embedder: Any, policies: dict[str, Path], max_queries: int
 ) -> dict[str, Any]:
@@ -129,7 +121,7 @@ def evaluate_source(
     deep: list[tuple[list[Slot], set[str]]] = []
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="depth-") as tmp:
-        engines = {name: _engine(tools, "r", Path(tmp) / name, embedder, path) for name, path in policies.items()}
+        engines = {name: policy_engine(tools, "r", Path(tmp) / name, embedder, path) for name, path in policies.items()}
         first = next(iter(engines.values()))
         for q in queries:
             gold = set(q.gold)
@@ -139,8 +131,8 @@ def evaluate_source(
             except ValidationFailed:  # over max_query_chars: the service's 422, for every list alike
                 continue
             for name, answer in answers.items():
-                rows[name].append(score_slots(_slots(answer), gold, {}))
-            deep.append((_slots(ranked), gold))
+                rows[name].append(score_slots(answer_slots(answer), gold, {}))
+            deep.append((answer_slots(ranked), gold))
     curve = {m: np.zeros(DEEP_K + 1) for m in ("any", "recall", "all")}
     for k in range(1, DEEP_K + 1):
         scored = [score_slots(r[:k], g, {}) for r, g in deep]
