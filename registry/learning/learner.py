@@ -260,8 +260,7 @@ class UsageLearner:
     def set_enabled(self, registry: str, enabled: bool) -> dict[str, Any]:
         """Switch learning on or off for ``registry`` (memory is kept; off: no lift, no folding)."""
         control = replace(self._control(registry), enabled=enabled)
-        self.store.set_control(registry, control)
-        self._controls = {**self._controls, registry: control}
+        self._ship(registry, control)
         return self.report(registry)
 
     def wipe(self, registry: str, *, reset: bool = False) -> dict[str, Any]:
@@ -271,8 +270,7 @@ class UsageLearner:
         re-created under the name starts as any new one does, not with the old one's switch."""
         at = self._clock()
         control = Control(enabled=reset or self._control(registry).enabled, wiped_at=at)
-        self.store.set_control(registry, control)
-        self._controls = {**self._controls, registry: control}
+        self._ship(registry, control)
         self._apply_wipe(registry, at)
         if reset:
             self.memory.set_weight(registry, control.profile_weight)
@@ -283,15 +281,13 @@ class UsageLearner:
     def set_profile_weight(self, registry: str, weight: float, fit: dict[str, Any]) -> None:
         """Ship a fitted profile weight for ``registry`` (a refit), on every replica."""
         control = replace(self._control(registry), profile_weight=float(weight), profile_fit=fit)
-        self.store.set_control(registry, control)
-        self._controls = {**self._controls, registry: control}
+        self._ship(registry, control)
         self.memory.set_weight(registry, weight)
 
     def set_similarity(self, registry: str, similarity: float | None, fit: dict[str, Any]) -> None:
         """Ship a fitted memory neighbourhood for ``registry`` (a refit), on every replica."""
         control = replace(self._control(registry), similarity=similarity, similarity_fit=fit)
-        self.store.set_control(registry, control)
-        self._controls = {**self._controls, registry: control}
+        self._ship(registry, control)
         self.memory.set_similarity(registry, similarity)
 
     def fit_profile_weight(
@@ -356,8 +352,7 @@ class UsageLearner:
     def set_companions(self, registry: str, edges: list[dict[str, Any]], fit: dict[str, Any]) -> None:
         """Ship learned companion edges for ``registry`` (a refit), on every replica."""
         control = replace(self._control(registry), companions=tuple(edges), companions_fit=fit)
-        self.store.set_control(registry, control)
-        self._controls = {**self._controls, registry: control}
+        self._ship(registry, control)
 
     def companions(self, snap: Snapshot) -> Companions | None:
         """The registry's shipped companions by ``snap``'s positions (None: none, or learning is
@@ -411,6 +406,11 @@ class UsageLearner:
     def _wiped_at(self, registry: str) -> float:
         wiped = self.memory.report(registry).get("wiped_at")
         return float(wiped or 0.0)
+
+    def _ship(self, registry: str, control: Control) -> None:
+        """Make ``control`` the registry's record: stored for every replica, in force here now."""
+        self.store.set_control(registry, control)
+        self._controls = {**self._controls, registry: control}
 
     def _control(self, registry: str) -> Control:
         return self._controls.get(registry) or Control()
