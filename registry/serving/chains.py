@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import islice
 
 import numpy as np
 
@@ -242,29 +243,31 @@ def next_steps_first(
     steps of any share cut the next tool shown from 0.95 to 0.56).
     """
     done = set(called)
-    wanted: list[tuple[int, str]] = []
+    wanted: dict[int, str] = {}  # tool -> why, in order; a tool's first reason stays
     for tool in reversed(called):  # the latest call's next steps first
         for e in companions.after.get(tool, ()):  # only a strong follower takes a ranked tool's place
             if e.share < APPEND_SHARE:
                 break  # sorted by share
-            if e.then not in done and allowed(e.then) and all(e.then != w for w, _ in wanted):
-                wanted.append((e.then, f"next step after {name_of(tool)} (called): {e.why(name_of(tool))}"))
+            if e.then not in done and allowed(e.then):
+                wanted.setdefault(e.then, f"next step after {name_of(tool)} (called): {e.why(name_of(tool))}")
         nexts = [t for t in graph.successors.get(tool, ()) if t not in done and allowed(t)]
         scores = score_of(nexts) if nexts else {}
         for t in sorted(nexts, key=lambda t: (-scores.get(t, -np.inf), t)):
-            if all(t != w for w, _ in wanted):
-                wanted.append((t, f"next step after {name_of(tool)} (called)"))
-    wanted = wanted[:MAX_NEXT_STEPS]
-    if not wanted:
+            wanted.setdefault(t, f"next step after {name_of(tool)} (called)")
+    moved = dict(islice(wanted.items(), MAX_NEXT_STEPS))
+    if not moved:
         return picks
-    scores = score_of([t for t, _ in wanted])
+    scores = score_of(list(moved))
     named = [p for p in picks if p.named]
-    moved = {t for t, _ in wanted}
+    named_tools = {p.tool for p in named}
+    ranked: dict[int, Pick] = {}
+    for p in picks:
+        if not p.named:
+            ranked.setdefault(p.tool, p)
     front = [
-        next((replace(p, reason=why) for p in picks if p.tool == t and not p.named), None)
-        or Pick(t, scores.get(t, 0.0), reason=why)
-        for t, why in wanted
-        if t not in {p.tool for p in named}
+        replace(ranked[t], reason=why) if t in ranked else Pick(t, scores.get(t, 0.0), reason=why)
+        for t, why in moved.items()
+        if t not in named_tools
     ]
     rest = [p for p in picks if not p.named and p.tool not in moved]
     length = max(len(picks), len(named) + len(front))
