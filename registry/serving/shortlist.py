@@ -154,8 +154,9 @@ class QueryRunner:
         called = self._called(snap, request)
         scorer = self.scorers[request.scorer]
 
+        texts = [query, *(i.text for i in intents)]  # the request's, then each intent's
         t0 = time.perf_counter()
-        prepared = [query_windows_for(text, scorer, self.embedder) for text in (query, *(i.text for i in intents))]
+        prepared = [query_windows_for(text, scorer, self.embedder) for text in texts]
         t1 = time.perf_counter()
         timings["embed"] = t1 - t0
 
@@ -181,11 +182,10 @@ class QueryRunner:
             if request.k is not None:
                 picks = after_called(rankings[0], named, (), request.k)  # named first, then the ranking
             else:
-                texts = [query, *(i.text for i in intents)]
                 picks = self._compose(snap, n, rankings, [i.step for i in intents], named, request, trace, texts)
             if called:  # the agent holds the tools it called: the list is for what comes next
                 picks = after_called(rankings[0], named, called, len(picks))
-            picks = self._chains(snap, picks, called, score_of, request, scope)
+            picks = self._chains(snap, n, picks, called, score_of, request, scope)
         if scope is not None:  # the last guard: no step may show a tool outside the scope
             picks = [
                 replace(p, alternates=tuple(a for a in p.alternates if allows(scope, a)))
@@ -263,6 +263,7 @@ class QueryRunner:
     def _chains(
         self,
         snap: Snapshot,
+        n: int,
         picks: list[Pick],
         called: list[int],
         score_of: ScoreFn,
@@ -286,7 +287,6 @@ class QueryRunner:
         def allowed(tool: int) -> bool:
             return scope is None or allows(scope, tool)
 
-        n = snap.n_tools if scope is None else int(scope.shape[0])
         cap = request.k if request.k is not None else min(request.cap, policy_depth_limit(n))
         if called:
             picks = next_steps_first(
