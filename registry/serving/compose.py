@@ -31,7 +31,7 @@ The depth never exceeds the caller's cap; the engine also bounds it by
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -80,7 +80,7 @@ class Pick:
 def fold_duplicates(
     ids: np.ndarray,
     scores: np.ndarray,
-    names: Sequence[str],
+    names: Sequence[str] | Mapping[int, str],
     equivalence: EquivalenceClasses,
     embeddings: np.ndarray,
     threshold: float = DUPLICATE_SIMILARITY,
@@ -90,7 +90,8 @@ def fold_duplicates(
     Args:
         ids: tool positions, best first.
         scores: their scores.
-        names: every tool's name, by position (read only when ``equivalence`` has classes).
+        names: the tools' names by position, at least of ``ids`` (read only when
+            ``equivalence`` has classes).
         equivalence: the registry's declared equivalence classes.
         embeddings: every tool's unit embedding, by position.
         threshold: cosine at or above which two tools fold; ``> 1`` disables it.

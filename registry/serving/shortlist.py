@@ -323,8 +323,9 @@ class QueryRunner:
         trace: DepthTrace | None = None,
         texts: Sequence[str] = (),
     ) -> list[Pick]:
-        # names are only read to fold declared equivalents
-        names = [t.name for t in snap.tools] if len(snap.equivalence) else []
+        # names are only read to fold declared equivalents, and only of the ranked tools
+        tools = snap.tools
+        names = {t: tools[t].name for ids, _ in rankings for t in ids.tolist()} if len(snap.equivalence) else {}
         threshold = self.serving.duplicate_similarity
         folded = [
             fold_duplicates(ids, scores, names, snap.equivalence, snap.dense.embeddings, threshold)
