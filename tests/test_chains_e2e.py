@@ -67,6 +67,18 @@ def test_bad_called_is_a_422_naming_it(server):
     assert refused.value.status_code == 422 and "nope" in str(refused.value)
 
 
+def test_a_scoped_request_fills_a_need_with_an_allowed_provider(server):
+    """list_orders needs a customer_id that find_customer_by_email (the real MiniLM's pick) and
+    whoami provide: a scope without the first gets whoami appended, never the first."""
+    query, need = "return the items of order 17", "prerequisite of list_orders: fills 'customer_id'"
+    whole = shortlist(server.url, query=query, max_k=5).json()["tools"]
+    assert ("find_customer_by_email", need) in [(t["name"], t["reason"]) for t in whole]
+    allowed = ["return_order_items", "list_orders", "whoami", "get_weather"]
+    scoped = shortlist(server.url, query=query, max_k=5, allowed_tools=allowed).json()["tools"]
+    assert {t["name"] for t in scoped} <= set(allowed)
+    assert ("whoami", need) in [(t["name"], t["reason"]) for t in scoped]
+
+
 def test_graph_read_and_edited_over_http(server):
     graph = httpx.get(f"{server.url}/registries/shop/graph", timeout=30).json()
     version = graph["version"]
