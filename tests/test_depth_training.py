@@ -55,7 +55,8 @@ def _synthetic(n: int, seed: int) -> list[Episode]:
 
 @pytest.fixture(scope="module")
 def trained():
-    pytest.importorskip("torch")
+    import torch  # noqa: F401  (the [test] extra installs [train]; a missing torch is a broken install)
+
     from registry.offline.train import train_dqn
 
     return train_dqn(_synthetic(200, seed=0), seed=0, steps=1500, batch_size=256, max_depth=20)
@@ -111,7 +112,8 @@ def test_evaluate_policy_bits() -> None:
 
 
 def test_training_is_deterministic() -> None:
-    pytest.importorskip("torch")
+    import torch  # noqa: F401  (the [test] extra installs [train]; a missing torch is a broken install)
+
     from registry.offline.train import train_dqn
 
     eps = _synthetic(20, seed=3)
@@ -252,7 +254,8 @@ def test_onnx_policy_refuses_tampered_artifacts(exported: Path, tmp_path: Path) 
 
 
 def test_cli_trains_and_exports(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+    import torch  # noqa: F401  (the [test] extra installs [train]; a missing torch is a broken install)
+
     from registry.offline.train_cli import main
 
     save_episodes(tmp_path / "a.npz", _synthetic(60, seed=4), {"scorer": "synthetic"})
@@ -272,8 +275,8 @@ def test_cli_trains_and_exports(tmp_path: Path) -> None:
 
 
 def test_seed_ensemble_averages_members_and_exports(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
     import onnxruntime as ort
+    import torch  # noqa: F401  (the [test] extra installs [train]; a missing torch is a broken install)
 
     from registry.offline.export import export_onnx
     from registry.offline.train import QEnsemble, train_dqn, train_ensemble

@@ -71,7 +71,7 @@ def minilm(export_dir: Path) -> OnnxEmbedder:
 
 @pytest.fixture(scope="session")
 def st_model() -> Iterator[object]:
-    sentence_transformers = pytest.importorskip("sentence_transformers")
+    import sentence_transformers  # the [test] extra installs [train]
     yield sentence_transformers.SentenceTransformer(str(minilm_model_dir()), device="cpu")
 
 

@@ -319,7 +319,8 @@ def test_candidate_sets_follow_the_paper_protocol(hashing_embedder) -> None:
 
 @pytest.fixture(scope="module")
 def trained_cli_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("torch")
+    import torch  # noqa: F401  (the [test] extra installs [train]; a missing torch is a broken install)
+
     from service.cli import main
 
     out = tmp_path_factory.mktemp("cli") / "policy"
@@ -349,7 +350,8 @@ def test_cli_train_on_data_directories(trained_cli_policy: Path) -> None:
 def test_cli_train_learns_the_scores_of_the_embedder_asked(tmp_path: Path, minilm_cache: Path) -> None:
     """``--embedder tuned`` scores the training sets with the tuned model, so the policy learns the
     score shapes it will be served with; the manifest names that model, not plain MiniLM."""
-    pytest.importorskip("torch")
+    import torch  # noqa: F401  (the [test] extra installs [train]; a missing torch is a broken install)
+
     from registry.serving.depth_policies import OnnxDepthPolicy
     from service.cli import main
 
