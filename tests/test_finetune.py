@@ -30,6 +30,7 @@ from registry.offline.finetune import (
     FinetuneRecipe,
     Triplet,
     batches,
+    curriculum_batches,
     encode,
     finetune,
     load_base,
@@ -120,6 +121,19 @@ def test_batches_never_repeat_a_text() -> None:
     for batch in plan:
         texts = [x for t in batch for x in (t.query, t.positive, t.negative)]
         assert len(texts) == len(set(texts)) and len(batch) >= 2
+
+
+def test_the_curriculum_holds_multi_tool_requests_back_for_its_share_of_the_steps() -> None:
+    single = [Triplet("s", f"q{i}", f"p{i}", f"n{i}") for i in range(8)]
+    multi = [Triplet("s", f"m{i // 2}", f"mp{i}", f"mn{i}", n_gold=2) for i in range(8)]
+    plan = curriculum_batches(single + multi, 2, 10, seed=0, share=0.4)
+    assert len(plan) == 10
+    assert all(t.n_gold == 1 for batch in plan[:4] for t in batch)
+    later = [t for batch in plan[4:] for t in batch]
+    assert any(t.n_gold == 2 for t in later) and any(t.n_gold == 1 for t in later)
+    assert curriculum_batches(single + multi, 2, 10, 0, 0.0) == batches(single + multi, 2, 10, 0)
+    # no single-tool request to start on: every step sees them all
+    assert curriculum_batches(multi, 2, 5, 0, 0.4) == batches(multi, 2, 5, 0)
 
 
 @pytest.fixture(scope="module")

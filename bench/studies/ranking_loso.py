@@ -46,7 +46,7 @@ def bench_folds(sources: list, args: argparse.Namespace) -> list[Fold]:
     """The public sources' grouped folds (trained on public sources only, so a fold is the same
     with or without --extra), then one fold per --extra source trained on every public source;
     --fold-index keeps just those folds (0-based, in that order)."""
-    extra = {Path(p).name for p in args.extra}
+    extra = set() if args.group_extra else {Path(p).name for p in args.extra}
     public = tuple(sv.name for sv in sources if sv.name not in extra)
     folds = loso_folds({sv.name: len(sv.gold) for sv in sources if sv.name in public}, args.folds)
     folds += [Fold(test=(sv.name,), train=public) for sv in sources if sv.name in extra]
@@ -55,14 +55,24 @@ def bench_folds(sources: list, args: argparse.Namespace) -> list[Fold]:
 
 def finetune_main(args: argparse.Namespace, corpus: list, sources: list, log: Callable[[str], None]) -> int:
     recipe = replace(
-        FinetuneRecipe(), steps=args.steps, batch=args.batch, lr=args.lr, trainable_layers=args.layers
+        FinetuneRecipe(), steps=args.steps, batch=args.batch, lr=args.lr, trainable_layers=args.layers,
+        curriculum=args.curriculum,
     )
+    training = None
+    if args.train_max_queries:  # mine triplets from a larger subsample of the same sources
+        more = load_corpus(
+            args.data, max_queries=args.train_max_queries, max_tools=args.max_tools, only=args.only,
+            extra=args.extra,
+        )
+        training = (more, corpus_vectors(more, args.minilm, args.vectors_cache, log))
     folds = bench_folds(sources, args)
     args.workdir.mkdir(parents=True, exist_ok=True)
     progress = args.workdir / "folds.jsonl"
     progress.unlink(missing_ok=True)  # folds already trained in --workdir are reused
     log(f"recipe {recipe.as_dict()}, folds {[list(f.test) for f in folds]}")
-    run_finetune_loso(corpus, sources, folds, recipe, args.workdir, progress=progress, log=log)
+    run_finetune_loso(
+        corpus, sources, folds, recipe, args.workdir, progress=progress, log=log, training=training
+    )
     table, figures = finetune_table(sources, progress)
     fixed_table, fixed = finetune_table(sources, progress, fixed_alpha=True)
     print(f"recipe {recipe.as_dict()}, folds {[list(f.test) for f in folds]}")
@@ -94,6 +104,12 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=FinetuneRecipe().trainable_layers,
                         help="top encoder layers fine-tuned")
     parser.add_argument("--workdir", type=Path, default=Path("data/finetune_loso"))
+    parser.add_argument("--curriculum", type=float, default=FinetuneRecipe().curriculum,
+                        help="share of the first steps on single-tool requests only")
+    parser.add_argument("--train-max-queries", type=int, default=None,
+                        help="mine triplets from this many queries per source (default: --max-queries)")
+    parser.add_argument("--group-extra", action="store_true",
+                        help="put the --extra sources in the grouped folds (trained on when not held out)")
     parser.add_argument("--only", nargs="*", default=None, help="just these sources")
     parser.add_argument("--extra", nargs="*", type=Path, default=[MCP_SOURCE],
                         help="more source directories (default: the project's MCP tasks; none: --extra)")
@@ -109,6 +125,7 @@ def main() -> int:
         args.data, max_queries=args.max_queries, max_tools=args.max_tools, only=args.only, extra=args.extra
     )
     sources = corpus_vectors(corpus, embedder, args.vectors_cache, log)
+    args.minilm = embedder
     if args.finetune:
         return finetune_main(args, corpus, sources, log)
     recipe = replace(AdapterRecipe(), steps=args.steps, lr=args.lr, identity_pull=args.pull)

@@ -49,6 +49,7 @@ class FinetuneRecipe:
     trainable_layers: int = 6  # the top encoder layers trained (all 6); word embeddings frozen
     hard_pool: int = 8  # the hard negative is drawn from this many top-ranked non-gold tools
     hard_alpha: float = HYBRID_ALPHA  # the base hybrid that ranks the hard-negative pool
+    curriculum: float = 0.0  # share of the first steps that see single-tool requests only
     threads: int = 2
     seed: int = 0
 
@@ -62,6 +63,7 @@ class Triplet:
     query: str
     positive: str
     negative: str
+    n_gold: int = 1  # how many tools the query needs (the curriculum holds multi-tool ones back)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,9 +96,22 @@ def mine_triplets(
             if not pool:
                 continue
             for g in gold:
-                out.append(Triplet(ds.name, query.query, texts[g], texts[rng.choice(pool)]))
+                negative = texts[rng.choice(pool)]
+                out.append(Triplet(ds.name, query.query, texts[g], negative, len(gold)))
     rng.shuffle(out)
     return out
+
+
+def curriculum_batches(
+    triplets: Sequence[Triplet], size: int, steps: int, seed: int, share: float
+) -> list[list[Triplet]]:
+    """:func:`batches` in two phases: the first ``share`` of the steps see single-tool requests
+    only, the rest every triplet (multi-tool requests, whose parts each match a different tool,
+    come once single-intent matching is in place). ``share`` 0 is plain :func:`batches`."""
+    single = [t for t in triplets if t.n_gold == 1]
+    first = min(steps, round(share * steps)) if single else 0
+    head = batches(single, size, first, seed) if first else []
+    return head + batches(triplets, size, steps - first, seed + 1 if first else seed)
 
 
 def batches(triplets: Sequence[Triplet], size: int, steps: int, seed: int) -> list[list[Triplet]]:
@@ -177,7 +192,9 @@ def finetune(
         return max(0.0, (recipe.steps - step) / max(1, recipe.steps - warm))
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, schedule)
-    plan = batches(triplets, recipe.batch, recipe.steps, recipe.seed)
+    plan = curriculum_batches(
+        triplets, recipe.batch, recipe.steps, recipe.seed, recipe.curriculum
+    )
     model.train()
     losses: list[float] = []
     window: list[float] = []

@@ -88,7 +88,14 @@ def run_fold(
     recipe: FinetuneRecipe,
     workdir: Path,
     log: Callable[[str], None],
+    training: tuple[Sequence[Dataset], Sequence[SourceVectors]] | None = None,
 ) -> FinetuneFold:
+    """Train (or reuse) one fold's model and score its held-out sources.
+
+    ``training`` is another subsample of the same sources (more queries per source) to mine the
+    triplets from; by default they come from ``corpus`` itself. Held-out sources are never
+    trained on either way.
+    """
     by_name = {ds.name: i for i, ds in enumerate(corpus)}
     train = [by_name[n] for n in fold.train]
     test = [by_name[n] for n in fold.test]
@@ -97,7 +104,9 @@ def run_fold(
     state = artifact / "fold.json"
     done: dict[str, Any] = json.loads(state.read_text()) if state.is_file() else {}
     if not fold_onnx(artifact, int8=True).is_file():
-        triplets = mine_triplets([corpus[i] for i in train], [base[i] for i in train], recipe)
+        pool_data, pool_base = training if training is not None else (corpus, base)
+        keep = [i for i, ds in enumerate(pool_data) if ds.name in fold.train]
+        triplets = mine_triplets([pool_data[i] for i in keep], [pool_base[i] for i in keep], recipe)
         log(f"fold {fold.test}: {len(triplets)} triplets from {len(train)} sources")
         model = load_base(minilm_model_dir(), recipe)
         fit = finetune(model, triplets, recipe, log)
@@ -185,11 +194,13 @@ def run_finetune_loso(
     *,
     progress: Path | None = None,
     log: Callable[[str], None] = lambda _: None,
+    training: tuple[Sequence[Dataset], Sequence[SourceVectors]] | None = None,
 ) -> list[FinetuneFold]:
-    """Every fold in turn; after each, its figures are appended to ``progress`` (JSON lines)."""
+    """Every fold in turn (see :func:`run_fold`); after each, its figures are appended to
+    ``progress`` (JSON lines)."""
     out = []
     for fold in folds:
-        result = run_fold(fold, corpus, base, recipe, workdir, log)
+        result = run_fold(fold, corpus, base, recipe, workdir, log, training)
         out.append(result)
         if progress is not None:
             with open(progress, "a", encoding="utf-8") as f:

@@ -113,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch", type=int, default=None, help="batch size (default: the recipe's)")
     parser.add_argument("--layers", type=int, default=None, help="top encoder layers fine-tuned (default: the recipe's)")
     parser.add_argument(
+        "--curriculum", type=float, default=None,
+        help="share of the first steps on single-tool requests only (default: the recipe's)",
+    )
+    parser.add_argument(
         "--extra", nargs="*", type=Path, default=[MCP_SOURCE],
         help="more source directories (default: the project's MCP tasks; none: --extra)",
     )
@@ -185,6 +189,7 @@ def finetune_main(
         lr=args.lr if args.lr is not None else recipe.lr,
         batch=args.batch if args.batch is not None else recipe.batch,
         trainable_layers=args.layers if args.layers is not None else recipe.trainable_layers,
+        curriculum=args.curriculum if args.curriculum is not None else recipe.curriculum,
     )
     embedder = load_minilm(args.embedder_cache or Settings().resolved_embedder_cache())
     corpus = load_corpus(
