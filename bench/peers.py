@@ -150,6 +150,7 @@ def run_source(
         "peers": peers,
         "frontier": frontier,
         "efficiency": efficiency(curves["hybrid"]["any"], mean["any"], mean["k"]),
+        "curves": {s: {m: [float(x) for x in c] for m, c in per.items()} for s, per in curves.items()},
         "seconds": round(time.perf_counter() - t0, 1),
     }
 
@@ -172,6 +173,59 @@ def goals(row: dict[str, Any]) -> dict[str, Any]:
         checks = {"any_vs_frontier": ours["any"] - front["any"], "efficiency": row["efficiency"]}
         met = checks["any_vs_frontier"] >= 0 and checks["efficiency"] >= 1.3
     return {"checks": checks, "met": bool(met), "beats_on_recall_and_tokens": beats}
+
+
+def outside_frontier(row: dict[str, Any], outside: dict[str, Any]) -> dict[str, float]:
+    """The best fixed list of another run's scorers (``outside``: the same source from a
+    ``--embedder minilm`` run, i.e. plain MiniLM + BM25) at *this* row's mean K, per metric."""
+    k = row["ours"]["k"]
+    return {
+        m: max(float(np.interp(k, np.arange(len(c[m])), c[m])) for c in outside["curves"].values())
+        for m in METRICS
+    }
+
+
+def ranker_goals(row: dict[str, Any]) -> dict[str, Any]:
+    """The ranking goals against the outside frontier (``row["outside"]``) and our own: multi-tool
+    sources need recall and all-needed >= outside + 5 points and >= our own frontier - 0.5, and
+    at least hybrid top-8's recall with >= 25% fewer tokens; single-tool sources any-found >=
+    outside + 3 and >= our own frontier."""
+    ours, own, out = row["ours"], row["frontier"], row["outside"]
+    top8 = row["peers"]["hybrid top-8 (ToolHive)"]
+    if row["multi_tool"]:
+        checks = {
+            "recall_vs_outside": ours["recall"] - out["recall"],
+            "all_vs_outside": ours["all"] - out["all"],
+            "recall_vs_own": ours["recall"] - own["recall"],
+            "all_vs_own": ours["all"] - own["all"],
+            "recall_vs_top8": ours["recall"] - top8["recall"],
+            "token_saving_vs_top8": 1 - ours["tokens"] / top8["tokens"] if top8["tokens"] else float("nan"),
+        }
+        met = (min(checks["recall_vs_outside"], checks["all_vs_outside"]) >= 0.05
+               and min(checks["recall_vs_own"], checks["all_vs_own"]) >= -0.005
+               and checks["recall_vs_top8"] >= 0 and checks["token_saving_vs_top8"] >= 0.25)
+    else:
+        checks = {"any_vs_outside": ours["any"] - out["any"], "any_vs_own": ours["any"] - own["any"]}
+        met = checks["any_vs_outside"] >= 0.03 and checks["any_vs_own"] >= 0
+    return {"checks": checks, "met": bool(met)}
+
+
+def ranker_markdown(rows: Sequence[dict[str, Any]]) -> str:
+    lines = ["| source | ours @ mean K | own frontier | outside frontier (plain MiniLM + BM25) | "
+             "hybrid top-8 | ranking goals |", "|---|---|---|---|---|---|"]
+    for row in rows:
+        g = row["ranker_goals"]
+        checks = ", ".join(
+            f"{n} {100 * v:+.1f}" if "vs" in n else f"{n} {100 * v:.0f}%" for n, v in g["checks"].items()
+        )
+        ours, top8 = row["ours"], row["peers"]["hybrid top-8 (ToolHive)"]
+        lines.append(
+            f"| {row['source']} | {_p(ours['any'])} / {_p(ours['recall'])} / {_p(ours['all'])} @ {ours['k']:.2f} | "
+            + " | ".join(f"{_p(f['any'])} / {_p(f['recall'])} / {_p(f['all'])}" for f in (row["frontier"], row["outside"]))
+            + f" | {_p(top8['recall'])} rec, {top8['tokens']:.0f} tok vs {ours['tokens']:.0f}"
+            + f" | {'met' if g['met'] else 'NOT met'}: {checks} |"
+        )
+    return "\n".join(lines)
 
 
 def _p(x: float) -> str:
@@ -229,6 +283,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--unseen-by", type=Path, default=None, metavar="MANIFEST",
                     help="sample only requests the fine-tune of this manifest (models/tuned-embedder/"
                          "manifest.json) did not train on: known tools, new phrasings")
+    ap.add_argument("--outside", type=Path, default=None, metavar="JSON",
+                    help="the --json of an --embedder minilm run on the same sources and --max-queries: its "
+                         "best fixed lists at our mean K are the outside frontier of the ranking goals")
     ap.add_argument("--depth-bias", type=float, default=None,
                     help="the default's depth_bias (default: the service's, 0): where it sits on its curve")
     args = ap.parse_args(argv)
@@ -238,6 +295,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = Settings(embedder=args.embedder, embedder_cache_dir=args.embedder_cache)
     # with --fold-embedders every source gets its fold's model, so the run-wide one is not loaded
     embedder = None if args.fold_embedders else disk_cached(default_embedder(settings), args.embedding_cache)
+    outside = ({r["source"]: r for r in json.loads(args.outside.read_text())["sources"]}
+               if args.outside else {})
     rows = []
     for directory in [*source_dirs(), *args.extra]:
         if args.sources and directory.name not in args.sources:
@@ -259,6 +318,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             with args.dump.open("a", encoding="utf-8") as fh:
                 fh.writelines(json.dumps(d) + "\n" for d in dump)
         row["goals"] = goals(row)
+        if directory.name in outside:
+            row["outside"] = outside_frontier(row, outside[directory.name])
+            row["ranker_goals"] = ranker_goals(row)
         rows.append(row)
         print(f"{row['source']}: {json.dumps(row['ours'])} ({row['seconds']}s)", file=sys.stderr, flush=True)
         if args.json:
@@ -270,6 +332,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if isinstance(embedder, DiskCachedEmbedder):
         embedder.save()
     print(markdown(rows))
+    if any("ranker_goals" in r for r in rows):
+        print("\nRanking goals (cells: any-found / recall / all-needed %):")
+        print(ranker_markdown([r for r in rows if "ranker_goals" in r]))
     return 0
 
 
