@@ -189,6 +189,20 @@ def test_a_corrupt_delta_names_the_file_and_the_command(artifact: Path, tmp_path
     assert f"{TRAIN_EMBEDDER_COMMAND} --finetune --out {broken}" in err.value.message
 
 
+def test_a_missing_delta_or_manifest_names_the_file_and_the_command(artifact: Path, tmp_path: Path) -> None:
+    for missing, rebuild in ((DELTA_FILE, "--finetune --out"), ("manifest.json", "--out")):
+        partial = tmp_path / f"without-{missing}"
+        partial.mkdir()
+        for name in ("manifest.json", DELTA_FILE):
+            if name != missing:
+                (partial / name).write_bytes((artifact / name).read_bytes())
+        with pytest.raises(ArtifactError, match="not exist") as err:
+            load_minilm(tmp_path / "cache", embedder="tuned", adapter_dir=partial)
+        assert str(partial / missing) in err.value.message
+        assert f"{TRAIN_EMBEDDER_COMMAND} {rebuild} {partial}" in err.value.message
+        assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").rglob("model-tuned*.onnx"))
+
+
 def test_an_unknown_artifact_kind_is_refused(artifact: Path, tmp_path: Path) -> None:
     odd = tmp_path / "odd"
     odd.mkdir()
