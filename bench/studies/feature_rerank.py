@@ -391,14 +391,16 @@ def score_of(name: str, ranks: list[np.ndarray]) -> SourceScore:
     return SourceScore(name, len(ranks), float((best < 1).mean()), float((best < 5).mean()), len(multi), recall)
 
 
-def choose_gap(
-    train: Sequence[SourceCands], held_scores: dict[str, list[np.ndarray]]
-) -> float:
+def choose_gap(train: Sequence[SourceCands], reranked: dict[str, list[np.ndarray]]) -> float:
     """The gate with the best mean per-source found@1 over the training sources' held-out reranks."""
+    hits = []
+    for sc in train:
+        first = np.array([r.min() < 1 for r in sc.first_ranks])
+        after = np.array([r.min() < 1 for r in reranked[sc.name]])
+        hits.append((sc.gap, first, after))
+
     def objective(tau: float) -> float:
-        return float(np.mean([
-            score_of(sc.name, reranked_ranks(sc, held_scores[sc.name], sc.gap < tau)).found_at_1 for sc in train
-        ]))
+        return float(np.mean([np.where(gap < tau, after, first).mean() for gap, first, after in hits]))
 
     return max(GAP_GRID, key=objective)
 
@@ -412,6 +414,7 @@ def run(
     for kind in kinds:
         make = MODELS[kind]
         held: dict[str, list[np.ndarray]] = {}
+        reranked: dict[str, list[np.ndarray]] = {}
         models[kind] = {}
         for k, sc in enumerate(cands):
             t0 = time.monotonic()
@@ -422,11 +425,12 @@ def run(
                 x = np.concatenate(sc.feats[:100])
                 diff = np.abs(model.compiled(x) - model.model.decision_function(x)).max()
                 log(f"ONNX trees vs sklearn decision_function on {len(x)} rows: max |diff| {diff:.2e}")
-            rows[sc.name][kind] = score_of(sc.name, reranked_ranks(sc, held[sc.name], np.ones(len(sc.feats), bool)))
+            reranked[sc.name] = reranked_ranks(sc, held[sc.name], np.ones(len(sc.feats), bool))
+            rows[sc.name][kind] = score_of(sc.name, reranked[sc.name])
             log(f"{label} {kind} fold {sc.name}: {time.monotonic() - t0:.1f}s, found@1 "
                 f"{rows[sc.name]['first stage'].found_at_1:.3f} -> {rows[sc.name][kind].found_at_1:.3f}")
         for k, sc in enumerate(cands):
-            tau = choose_gap(cands[:k] + cands[k + 1 :], held)
+            tau = choose_gap(cands[:k] + cands[k + 1 :], reranked)
             rows[sc.name][f"{kind} gated"] = score_of(sc.name, reranked_ranks(sc, held[sc.name], sc.gap < tau))
             rows[sc.name][f"{kind} gated"] = replace(rows[sc.name][f"{kind} gated"], source=f"{sc.name}@{tau}")
     return {"rows": rows, "models": models}
@@ -542,6 +546,7 @@ def main() -> int:
     parser.add_argument("--embedder-cache", type=Path, default=None)
     parser.add_argument("--max-queries", type=int, default=400)
     parser.add_argument("--max-tools", type=int, default=1000)
+    parser.add_argument("--only", nargs="*", default=None, help="just these sources (a smoke run)")
     parser.add_argument("--depth", type=int, default=DEPTH, help="candidates reordered")
     parser.add_argument("--cap", type=int, default=200, help="a training source counts at most this many queries")
     parser.add_argument("--fold-vectors", type=Path, default=None, help="LOSO fine-tune folds (DIR/<fold>/<source>-fp32.npz)")
@@ -556,51 +561,76 @@ def main() -> int:
         help="add cosines to the tool's name and description vectors (embedded once, cached in DIR)",
     )
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--cost-only", action="store_true", help="time features + models, no LOSO")
+    parser.add_argument("--skip-plain", action="store_true", help="only the --fold-vectors table")
     args = parser.parse_args()
 
     embedder = load_minilm(args.embedder_cache or Settings().resolved_embedder_cache())
-    corpus = load_corpus(args.data, max_queries=args.max_queries, max_tools=args.max_tools, extra=[MCP_SOURCE])
+    corpus = load_corpus(
+        args.data, max_queries=args.max_queries, max_tools=args.max_tools, only=args.only, extra=[MCP_SOURCE]
+    )
     vectors = corpus_vectors(corpus, embedder, args.vectors_cache, log)
     sides = [tool_side(d) for d in corpus]
     if args.fields is not None:
-        sides = [replace(side, **dict(zip(("names", "descs"), field_vectors(d, embedder, args.fields), strict=True)))
-                 for d, side in zip(corpus, sides, strict=True)]
-    t0 = time.monotonic()
-    plain = [source_cands(d, sv, side, args.depth) for d, sv, side in zip(corpus, vectors, sides, strict=True)]
-    log(f"features of {sum(len(d.queries) for d in corpus)} queries in {time.monotonic() - t0:.0f}s")
+        sides = [with_fields(side, field_vectors(d, embedder, args.fields)) for d, side in zip(corpus, sides, strict=True)]
     report: dict[str, Any] = {"depth": args.depth, "cap": args.cap, "features": list(FEATURES)}
-    result = run("plain", plain, args.cap, log, args.models)
-    report["plain"] = summarise(result["rows"], plain)
-    text = [format_summary("hybrid plain MiniLM + rerank", report["plain"]), "", per_source_table(report["plain"])]
-    some_models = {kind: next(iter(m.values())) for kind, m in result["models"].items()}
-    report["cost_ms"] = cost(corpus, vectors, sides, some_models, args.cost_queries, args.depth)
+    if args.fields is not None:
+        report["features"] += list(FIELD_FEATURES)
+    if args.cost_only:  # models of the full size, trained on the smallest sources only (timing needs no LOSO)
+        small = sorted(range(len(corpus)), key=lambda i: len(corpus[i].queries))[:4]
+        train = [source_cands(corpus[i], vectors[i], sides[i], args.depth) for i in small]
+        models = {kind: MODELS[kind](train, args.cap) for kind in args.models}
+        report["cost_ms"] = cost(corpus, vectors, sides, models, args.cost_queries, args.depth)
+        print(f"cost per request, ms p50 (features + model, {args.depth} candidates, 1 thread): {report['cost_ms']}")
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(report, indent=2))
+        return 0
+    text = []
+    if not args.skip_plain:
+        t0 = time.monotonic()
+        plain = [source_cands(d, sv, side, args.depth) for d, sv, side in zip(corpus, vectors, sides, strict=True)]
+        log(f"features of {sum(len(d.queries) for d in corpus)} queries in {time.monotonic() - t0:.0f}s")
+        result = run("plain", plain, args.cap, log, args.models)
+        report["plain"] = summarise(result["rows"], plain)
+        text += [format_summary("hybrid plain MiniLM + rerank", report["plain"]), "", per_source_table(report["plain"])]
+        some_models = {kind: next(iter(m.values())) for kind, m in result["models"].items()}
+        report["cost_ms"] = cost(corpus, vectors, sides, some_models, args.cost_queries, args.depth)
+        text += ["", f"cost per request, ms p50 (features + model, {args.depth} candidates, 1 thread): {report['cost_ms']}"]
     if args.fold_vectors is not None:
-        tuned_vectors = [fold_vectors(args.fold_vectors, sv) for sv in vectors]
+        found = [(d, fold_vectors(args.fold_vectors, sv), side) for d, sv, side in zip(corpus, vectors, sides, strict=True)]
+        missing = [d.name for d, sv, _ in found if sv is None]
+        if missing:  # folds still training: measure on the sources held out by finished folds
+            log(f"no held-out fine-tune vectors yet for {missing}; the tuned table leaves them out")
+        report["tuned_missing"] = missing
+        held_out = [(d, sv, side) for d, sv, side in found if sv is not None]
         if args.fields is not None:
             from registry.offline.finetune_loso import held_out_embedder
 
-            sides = [
-                replace(side, **dict(zip(
-                    ("names", "descs"),
-                    field_vectors(d, held_out_embedder(args.fold_vectors, d.name), args.fields),
-                    strict=True,
-                )))
-                for d, side in zip(corpus, sides, strict=True)
+            held_out = [
+                (d, sv, with_fields(side, field_vectors(d, held_out_embedder(args.fold_vectors, d.name), args.fields)))
+                for d, sv, side in held_out
             ]
-        tuned = [source_cands(d, sv, side, args.depth) for d, sv, side in zip(corpus, tuned_vectors, sides, strict=True)]
+        tuned = [source_cands(d, sv, side, args.depth) for d, sv, side in held_out]
+        plain_of = {d.name: sv for d, sv in zip(corpus, vectors, strict=True)}
+        first = [source_cands(d, plain_of[d.name], side, args.depth) for d, _, side in held_out]
         tuned_result = run("tuned", tuned, args.cap, log, args.tuned_models or args.models)
         report["tuned"] = summarise(tuned_result["rows"], tuned)
-        names = {sc.name for sc in tuned}
-        same = summarise({n: r for n, r in result["rows"].items() if n in names}, [sc for sc in plain if sc.name in names])
-        report["plain_same_sources"] = same
-        text += ["", format_summary("hybrid LOSO fine-tune + rerank", report["tuned"], same), "",
-                 per_source_table(report["tuned"])]
-    text += ["", f"cost per request, ms p50 (features + model, {args.depth} candidates, 1 thread): {report['cost_ms']}"]
+        rows = {sc.name: {"first stage": score_of(sc.name, sc.first_ranks)} for sc in first}
+        report["plain_same_sources"] = summarise(rows, first)
+        text += ["", format_summary("hybrid LOSO fine-tune + rerank", report["tuned"], report["plain_same_sources"]),
+                 "", per_source_table(report["tuned"])]
+        if missing:
+            text.append(f"(not yet held out by a finished fold: {', '.join(missing)})")
     print("\n".join(text))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2))
     return 0
+
+
+def with_fields(side: ToolSide, fields: tuple[np.ndarray, np.ndarray]) -> ToolSide:
+    return replace(side, names=fields[0], descs=fields[1])
 
 
 if __name__ == "__main__":
