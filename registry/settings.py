@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from registry.request import MAX_DEPTH_BIAS, MAX_K
+from registry.tool_checks import ToolLimits
 
 # The query/tool embedders (registry.index.minilm_export makes their ONNX files).
 EmbedderName = Literal["minilm", "minilm-int8", "tuned", "tuned-int8"]
@@ -116,15 +117,20 @@ class ArtifactArgs(SettingsGroup):
     _empty_demo = field_validator("demo_registry", mode="before")(empty_is_none)
 
 
+_TOOL_LIMITS = ToolLimits()  # the parser's limits declare the defaults of the settings below
+
+
 class RegistryLimits(SettingsGroup):
     """Registry limits: sizes checked by tool parsing, and the index kind (registry.tools, registry.writes)."""
 
-    max_tools_per_registry: int = Field(50_000, ge=1, description="Most tools in one registry (413 past it).")
+    max_tools_per_registry: int = Field(
+        _TOOL_LIMITS.max_tools, ge=1, description="Most tools in one registry (413 past it)."
+    )
     max_tool_bytes: int = Field(
-        256 * 1024, ge=256, description="Largest JSON size of one tool definition (422 past it)."
+        _TOOL_LIMITS.max_tool_bytes, ge=256, description="Largest JSON size of one tool definition (422 past it)."
     )
     max_description_chars: int = Field(
-        32_768, ge=16, description="Longest tool description (422 past it)."
+        _TOOL_LIMITS.max_description_chars, ge=16, description="Longest tool description (422 past it)."
     )
     hnsw_min_tools: int = Field(
         20_000, ge=1, description="Registries with at least this many tools use an HNSW index (M=32) instead of "

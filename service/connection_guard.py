@@ -46,16 +46,17 @@ HTTP_IMPL = "h11"
 
 @dataclass(frozen=True)
 class ConnectionLimits:
-    """Per-connection limits of :class:`GuardedH11Protocol` (from :class:`ServiceSettings`)."""
+    """Per-connection limits of :class:`GuardedH11Protocol`, read from :class:`ServiceSettings`
+    (:meth:`of`), whose fields declare the defaults."""
 
-    max_header_bytes: int = 64 * 1024
-    max_header_count: int = 100
-    header_timeout: float = 30.0
-    body_timeout: float = 30.0
-    body_min_rate: int = 1024
-    max_connections: int = 2048
-    probe_connections: int = 16
-    max_streams: int = 64
+    max_header_bytes: int
+    max_header_count: int
+    header_timeout: float
+    body_timeout: float
+    body_min_rate: int
+    max_connections: int
+    probe_connections: int
+    max_streams: int
     stream_path: str = "/mcp"
 
     @classmethod
@@ -137,7 +138,8 @@ class GuardedH11Protocol(H11Protocol):
     Subclassed per server by :func:`protocol_class`, which sets :attr:`limits`.
     """
 
-    limits: ClassVar[ConnectionLimits] = ConnectionLimits()
+    # the settings' defaults (model_construct reads no environment); protocol_class sets a server's
+    limits: ClassVar[ConnectionLimits] = ConnectionLimits.of(ServiceSettings.model_construct())
     streams: ClassVar[StreamCount] = StreamCount()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
