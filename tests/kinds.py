@@ -31,7 +31,7 @@ KINDS: dict[str, frozenset[str]] = {
     }),
     "e2e": frozenset({
         "test_adapters", "test_api_docs", "test_bigtool", "test_chains_e2e", "test_cli_edges",
-        "test_client", "test_client_doc", "test_client_retry", "test_companions_e2e",
+        "test_client", "test_client_doc", "test_client_retry", "test_companions_e2e", "test_coverage_e2e",
         "test_companions_redis", "test_console_browser", "test_crash", "test_dashboard",
         "test_deploy", "test_depth_features", "test_disk_full", "test_docker", "test_e2e",
         "test_embed", "test_embed_int8", "test_embed_integrity", "test_evaluate",
