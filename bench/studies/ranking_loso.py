@@ -56,7 +56,7 @@ def bench_folds(sources: list, args: argparse.Namespace) -> list[Fold]:
 def finetune_main(args: argparse.Namespace, corpus: list, sources: list, log: Callable[[str], None]) -> int:
     recipe = replace(
         FinetuneRecipe(), steps=args.steps, batch=args.batch, lr=args.lr, trainable_layers=args.layers,
-        curriculum=args.curriculum,
+        curriculum=args.curriculum, max_seq_length=args.max_seq_length,
     )
     training = None
     if args.train_max_queries:  # mine triplets from a larger subsample of the same sources
@@ -104,6 +104,8 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=FinetuneRecipe().trainable_layers,
                         help="top encoder layers fine-tuned")
     parser.add_argument("--workdir", type=Path, default=Path("data/finetune_loso"))
+    parser.add_argument("--max-seq-length", type=int, default=FinetuneRecipe().max_seq_length,
+                        help="tokens per text in training (the service embeds up to 256)")
     parser.add_argument("--curriculum", type=float, default=FinetuneRecipe().curriculum,
                         help="share of the first steps on single-tool requests only")
     parser.add_argument("--train-max-queries", type=int, default=None,
