@@ -132,10 +132,7 @@ def run_source(
         name: {m: float(curves[s][m][k]) for m in (*METRICS, "tokens")} | {"k": float(k)}
         for name, (s, k) in PEERS.items()
     }
-    frontier = {
-        m: max(float(np.interp(mean["k"], np.arange(DEEP_K + 1), curves[s][m])) for s in SCORER_NAMES)
-        for m in METRICS
-    }
+    frontier = best_fixed(curves, mean["k"])
     frontier["tokens"] = float(np.interp(mean["k"], np.arange(DEEP_K + 1), curves["hybrid"]["tokens"]))
     multi_share = float(np.mean([len(g) > 1 for g in golds])) if golds else 0.0
     return {
@@ -175,14 +172,16 @@ def goals(row: dict[str, Any]) -> dict[str, Any]:
     return {"checks": checks, "met": bool(met), "beats_on_recall_and_tokens": beats}
 
 
+def best_fixed(curves: dict[str, Any], k: float) -> dict[str, float]:
+    """Per metric, the best of the scorers' fixed-K ``curves`` (index = K) at ``k``, linear
+    between integer K: the frontier a list of mean length ``k`` is measured against."""
+    return {m: max(float(np.interp(k, np.arange(len(c[m])), c[m])) for c in curves.values()) for m in METRICS}
+
+
 def outside_frontier(row: dict[str, Any], outside: dict[str, Any]) -> dict[str, float]:
     """The best fixed list of another run's scorers (``outside``: the same source from a
     ``--embedder minilm`` run, i.e. plain MiniLM + BM25) at *this* row's mean K, per metric."""
-    k = row["ours"]["k"]
-    return {
-        m: max(float(np.interp(k, np.arange(len(c[m])), c[m])) for c in outside["curves"].values())
-        for m in METRICS
-    }
+    return best_fixed(outside["curves"], row["ours"]["k"])
 
 
 def ranker_goals(row: dict[str, Any]) -> dict[str, Any]:

@@ -24,16 +24,14 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from registry.index.embed import TOKENIZER_FILE, OnnxEmbedder
+from registry.index.embed import Embedder
 from registry.index.embedders import load_minilm
 from registry.index.hybrid import HYBRID_ALPHA
 from registry.offline.corpus import DEFAULT_DATA_ROOT, MCP_SOURCE, load_corpus, tool_texts
 from registry.offline.corpus_vectors import SourceVectors, bm25_matrix, corpus_vectors
-from registry.offline.finetune_loso import fold_onnx
+from registry.offline.finetune_loso import held_out_embedder, held_out_vectors
 from registry.offline.ranking import SourceScore, pooled, score_source
 from registry.settings import Settings
 
@@ -52,25 +50,13 @@ def without_examples(text: str) -> str:
     return head + sep + EXAMPLE.sub("", params)
 
 
-def fold_source_vectors(workdir: Path, sv: SourceVectors) -> tuple[SourceVectors, OnnxEmbedder] | None:
-    """``sv`` with the dense vectors of the fold model that held its source out."""
-    for fold in sorted(workdir.iterdir()):
-        cached = fold / f"{sv.name}-fp32.npz"
-        if fold.is_dir() and sv.name in fold.name.split("-") and cached.is_file():
-            with np.load(cached) as z:
-                vectors = replace(sv, tools=z["tools"], queries=z["queries"])
-            onnx = fold_onnx(fold)
-            return vectors, OnnxEmbedder(onnx, onnx.parent / TOKENIZER_FILE, threads=1)
-    return None
-
-
-def stripped(sv: SourceVectors, texts: list[str], queries: list[str], embedder: object) -> tuple[SourceVectors, int]:
+def stripped(sv: SourceVectors, texts: list[str], queries: list[str], embedder: Embedder) -> tuple[SourceVectors, int]:
     """``sv`` ranked on the tool texts without examples: changed tools embedded again, BM25 redone."""
     new = [without_examples(t) for t in texts]
     changed = [i for i, (a, b) in enumerate(zip(texts, new, strict=True)) if a != b]
     tools = sv.tools.copy()
     if changed:
-        tools[changed] = embedder.embed_documents([new[i] for i in changed])  # type: ignore[attr-defined]
+        tools[changed] = embedder.embed_documents([new[i] for i in changed])
     return replace(sv, tools=tools, bm25=bm25_matrix(new, queries)), len(changed)
 
 
@@ -92,10 +78,10 @@ def main() -> int:
     for ds, sv in zip(corpus, base, strict=True):
         texts, queries = tool_texts(ds.tools), [q.query for q in ds.queries]
         for model in models:
-            pair = (sv, minilm) if model == "minilm" else fold_source_vectors(args.fold_workdir, sv)
-            if pair is None:
+            vectors = sv if model == "minilm" else held_out_vectors(args.fold_workdir, sv)
+            if vectors is None:  # no finished fold held this source out
                 continue
-            vectors, embedder = pair
+            embedder = minilm if model == "minilm" else held_out_embedder(args.fold_workdir, sv.name, threads=1)
             after, n_changed = stripped(vectors, texts, queries, embedder)
             a, b = score_source(vectors, None, HYBRID_ALPHA), score_source(after, None, HYBRID_ALPHA)
             results[model][0].append(a)

@@ -62,6 +62,7 @@ from registry.index.lexical import tokenize
 from registry.offline.corpus import DEFAULT_DATA_ROOT, MCP_SOURCE, load_corpus
 from registry.offline.corpus_vectors import SourceVectors, corpus_vectors
 from registry.offline.datasets import Dataset
+from registry.offline.finetune_loso import held_out_embedder, held_out_vectors
 from registry.offline.ranking import RECALL_DEPTH, SourceScore, gold_ranks, pooled
 from registry.settings import Settings
 from registry.tool_text import split_identifier
@@ -528,17 +529,6 @@ def cost(
     return out
 
 
-def fold_vectors(root: Path, sv: SourceVectors) -> SourceVectors | None:
-    """``sv`` with its dense vectors from the fine-tune fold under ``root`` that held it out, or
-    None while no finished fold has written them."""
-    for fold in sorted(p for p in root.iterdir() if p.is_dir()):
-        path = fold / f"{sv.name}-fp32.npz"
-        if sv.name in fold.name.split("-") and path.is_file():
-            with np.load(path) as z:
-                return replace(sv, tools=z["tools"], queries=z["queries"])
-    return None
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA_ROOT)
@@ -598,15 +588,13 @@ def main() -> int:
         report["cost_ms"] = cost(corpus, vectors, sides, some_models, args.cost_queries, args.depth)
         text += ["", f"cost per request, ms p50 (features + model, {args.depth} candidates, 1 thread): {report['cost_ms']}"]
     if args.fold_vectors is not None:
-        found = [(d, fold_vectors(args.fold_vectors, sv), side) for d, sv, side in zip(corpus, vectors, sides, strict=True)]
+        found = [(d, held_out_vectors(args.fold_vectors, sv), side) for d, sv, side in zip(corpus, vectors, sides, strict=True)]
         missing = [d.name for d, sv, _ in found if sv is None]
         if missing:  # folds still training: measure on the sources held out by finished folds
             log(f"no held-out fine-tune vectors yet for {missing}; the tuned table leaves them out")
         report["tuned_missing"] = missing
         held_out = [(d, sv, side) for d, sv, side in found if sv is not None]
         if args.fields is not None:
-            from registry.offline.finetune_loso import held_out_embedder
-
             held_out = [
                 (d, sv, with_fields(side, field_vectors(d, held_out_embedder(args.fold_vectors, d.name), args.fields)))
                 for d, sv, side in held_out

@@ -29,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from registry.index.embed import Embedder
 from registry.index.embedders import load_minilm
 from registry.index.hybrid import HYBRID_ALPHA
 from registry.offline.adapter import AdapterRecipe
@@ -53,7 +54,9 @@ def bench_folds(sources: list, args: argparse.Namespace) -> list[Fold]:
     return folds if args.fold_index is None else [folds[i] for i in args.fold_index]
 
 
-def finetune_main(args: argparse.Namespace, corpus: list, sources: list, log: Callable[[str], None]) -> int:
+def finetune_main(
+    args: argparse.Namespace, corpus: list, sources: list, minilm: Embedder, log: Callable[[str], None]
+) -> int:
     recipe = replace(
         FinetuneRecipe(), steps=args.steps, batch=args.batch, lr=args.lr, trainable_layers=args.layers,
         curriculum=args.curriculum, max_seq_length=args.max_seq_length,
@@ -64,7 +67,7 @@ def finetune_main(args: argparse.Namespace, corpus: list, sources: list, log: Ca
             args.data, max_queries=args.train_max_queries, max_tools=args.max_tools, only=args.only,
             extra=args.extra,
         )
-        training = (more, corpus_vectors(more, args.minilm, args.vectors_cache, log))
+        training = (more, corpus_vectors(more, minilm, args.vectors_cache, log))
     folds = bench_folds(sources, args)
     args.workdir.mkdir(parents=True, exist_ok=True)
     progress = args.workdir / "folds.jsonl"
@@ -127,9 +130,8 @@ def main() -> int:
         args.data, max_queries=args.max_queries, max_tools=args.max_tools, only=args.only, extra=args.extra
     )
     sources = corpus_vectors(corpus, embedder, args.vectors_cache, log)
-    args.minilm = embedder
     if args.finetune:
-        return finetune_main(args, corpus, sources, log)
+        return finetune_main(args, corpus, sources, embedder, log)
     recipe = replace(AdapterRecipe(), steps=args.steps, lr=args.lr, identity_pull=args.pull)
     folds = bench_folds(sources, args)
     results = run_loso(sources, folds, recipe, tune_alpha=args.tune_alpha, log=log)

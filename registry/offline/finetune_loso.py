@@ -131,7 +131,7 @@ def run_fold(
     scores: dict[str, list[SourceScore]] = {"fp32": [], "int8": [], "fp32_fixed": [], "int8_fixed": []}
     for i in test:
         for kind, embedder in (("fp32", fp32), ("int8", int8)):
-            vectors = cached_reembed(corpus[i], base[i], embedder, artifact / f"{corpus[i].name}-{kind}.npz")
+            vectors = cached_reembed(corpus[i], base[i], embedder, vectors_file(artifact, corpus[i].name, kind))
             scores[kind].append(score_source(vectors, None, alpha))
             scores[f"{kind}_fixed"].append(score_source(vectors, None, HYBRID_ALPHA))
         log(
@@ -155,6 +155,26 @@ def cached_reembed(data: Dataset, base: SourceVectors, embedder: OnnxEmbedder, p
     out = reembed(data, base, embedder)
     np.savez(path, tools=out.tools, queries=out.queries)
     return out
+
+
+def vectors_file(artifact: Path, source: str, kind: str = "fp32") -> Path:
+    """Where a fold keeps a held-out source's vectors from its ``kind`` export (fp32, int8)."""
+    return artifact / f"{source}-{kind}.npz"
+
+
+def held_out_vectors(workdir: Path, base: SourceVectors) -> SourceVectors | None:
+    """``base`` with the fp32 dense vectors of the fold in ``workdir`` that held its source out,
+    as that fold cached them while scoring it (:func:`cached_reembed`); None while no finished
+    fold has them. BM25 and gold stay ``base``'s."""
+    import numpy as np
+
+    folds = sorted(p for p in workdir.iterdir() if p.is_dir()) if workdir.is_dir() else []
+    for artifact in folds:
+        path = vectors_file(artifact, base.name)
+        if base.name in artifact.name.split("-") and path.is_file():
+            with np.load(path) as z:
+                return replace(base, tools=z["tools"], queries=z["queries"])
+    return None
 
 
 def base_found(sv: SourceVectors) -> float:
