@@ -308,3 +308,23 @@ def test_held_out_embedder_picks_the_fold_that_held_the_source_out(tmp_path: Pat
     for source in ("api_bank", "metatool", "ace"):  # untrained, in no fold, a substring only
         with pytest.raises(FileNotFoundError, match=source):
             held_out_embedder(tmp_path, source)
+
+
+def test_held_out_vectors_come_from_the_fold_that_held_the_source_out(tmp_path: Path) -> None:
+    """The studies read a held-out source's fine-tuned vectors as its fold cached them."""
+    from registry.offline.finetune_loso import fold_dir, held_out_vectors, vectors_file
+
+    base = SourceVectors("tooleyes", np.zeros((3, 4), np.float32), np.zeros((2, 4), np.float32),
+                         np.ones((2, 3), np.float32), ((0,), (1, 2)))  # fmt: skip
+    assert held_out_vectors(tmp_path, base) is None  # no fold has finished
+    other = fold_dir(tmp_path, ("acebench",))
+    other.mkdir()
+    np.savez(vectors_file(other, "tooleyes"), tools=np.ones((3, 4)), queries=np.ones((2, 4)))  # not its fold
+    fold = fold_dir(tmp_path, ("tooleyes", "metatool"))
+    fold.mkdir()
+    assert held_out_vectors(tmp_path, base) is None  # its fold has not scored it yet
+    tools, queries = np.full((3, 4), 0.5, np.float32), np.full((2, 4), 0.25, np.float32)
+    np.savez(vectors_file(fold, "tooleyes"), tools=tools, queries=queries)
+    got = held_out_vectors(tmp_path, base)
+    assert got is not None and np.array_equal(got.tools, tools) and np.array_equal(got.queries, queries)
+    assert got.bm25 is base.bm25 and got.gold == base.gold and got.name == "tooleyes"
