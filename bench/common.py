@@ -358,6 +358,13 @@ class DiskCachedEmbedder:
 
 # -- the sources and list scoring of the shortlist studies (peers, studies/, scripts/) ---------------
 
+# Misses a user sees at once on real registries (the harvested tools/list files and the demo
+# registry): (registry file under ROOT, request, the tool it needs).
+NAMED_MISSES: tuple[tuple[str, str, str], ...] = (
+    ("bench/data/mcp_registries/memory.json", "remember that Alice works at Acme", "create_entities"),
+    ("examples/demo_tools.json", "what will the weather be in Paris tomorrow", "get_weather_forecast"),
+    ("bench/data/mcp_registries/github.json", "open a PR from feature-x into main", "create_pull_request"),
+)
 DEV_SETS = ("bfcl_simple", "metatool", "toolbench_stable")
 MULTI_SHARE = 0.15  # a source with at least this share of multi-tool queries is "multi-tool"
 DEEP_K = 20

@@ -22,7 +22,7 @@ trained on),
 whose first stage is the plain hybrid.
 
     python bench/studies/cross_encoder.py --data ../shared/data --fold-index 2 --steps 1500 \\
-        --workdir data/ce/fold2 --fold-vectors data/ft16/loso --json data/ce/fold2.json
+        --workdir data/ce/fold2 --fold-vectors data/ft16/loso --json data/ce/fold2.json [--eval-only | --cost 20 | --misses]
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bench.common import NAMED_MISSES, ROOT
 from registry.index.embedders import load_minilm
 from registry.index.hybrid import HYBRID_ALPHA
 from registry.index.minilm_export import minilm_model_dir
@@ -51,6 +52,7 @@ from registry.offline.datasets import Dataset
 from registry.offline.finetune_loso import held_out_vectors
 from registry.offline.ranking import RECALL_DEPTH, SourceScore, pooled
 from registry.settings import Settings
+from registry.tools import parse_tools
 
 KS: tuple[int, ...] = (5, 10)
 W_GRID: tuple[float, ...] = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, math.inf)
@@ -336,6 +338,16 @@ def cost(ce: CrossEncoder, path: Path, requests: list[tuple[str, list[str]]], k:
     return float(np.median(times))
 
 
+def named_misses(ce: CrossEncoder) -> str:
+    """Where the cross-encoder alone ranks each named miss's tool among every tool of its registry."""
+    lines = ["| request | needed | cross-encoder rank | its top 4 |", "|---|---|---|---|"]
+    for registry, request, needed in NAMED_MISSES:
+        tools = parse_tools({"tools": json.loads((ROOT / registry).read_text())["tools"]})
+        names = [tools[int(i)].name for i in np.argsort(-ce.score([(request, t.text()) for t in tools]), kind="stable")]
+        lines.append(f"| {request} | {needed} | {names.index(needed) + 1} of {len(names)} | {', '.join(names[:4])} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA_ROOT)
@@ -358,6 +370,7 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, required=True)
     parser.add_argument("--fold-vectors", type=Path, default=None, help="LOSO fine-tune folds (DIR/<fold>/<source>-fp32.npz)")
     parser.add_argument("--eval-only", action="store_true", help="score with the last checkpoint")
+    parser.add_argument("--misses", action="store_true", help="rank the named misses with the last checkpoint, then stop")
     parser.add_argument("--cost", type=int, default=0, help="time the ONNX exports on this many held-out requests, then stop")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
@@ -377,7 +390,7 @@ def main() -> int:
     log(f"{len(groups)} training groups from {len(training)} sources")
     ce = CrossEncoder(args.max_length, args.threads)
     batches = plan(groups, args.steps, args.batch, args.negatives, args.seed)
-    if args.eval_only or args.cost:
+    if args.eval_only or args.cost or args.misses:
         import torch
 
         ce.load(torch.load(args.workdir / "checkpoint.pt", weights_only=False)["model"])
@@ -386,6 +399,9 @@ def main() -> int:
     else:
         losses = train(ce, batches, args)
 
+    if args.misses:
+        print(named_misses(ce))
+        return 0
     if args.cost:
         fp32, int8, diff = export_onnx(ce, args.workdir / "onnx")
         held = [(d, sv) for d, sv in zip(corpus, vectors, strict=True) if d.name in fold.test]

@@ -50,6 +50,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bench.common import NAMED_MISSES
 from registry.index.embed import _load_tokenizer
 from registry.index.lexical import LexicalIndex, tokenize
 from registry.index.minilm_export import DELTA_FILE, minilm_model_dir
@@ -613,13 +614,6 @@ def cost(args: argparse.Namespace, encoder: TokenEncoder, projections: dict[int,
     return out
 
 
-MISSES = (
-    ("bench/data/mcp_registries/memory.json", "remember that Alice works at Acme", "create_entities"),
-    ("examples/demo_tools.json", "what will the weather be in Paris tomorrow", "get_weather_forecast"),
-    ("bench/data/mcp_registries/github.json", "open a PR from feature-x into main", "create_pull_request"),
-)
-
-
 def known_misses(args: argparse.Namespace, sources: list[SourceTokens], encoder: TokenEncoder, dim: int) -> str:
     """The needed tool's rank on three requests of real registries, first stage and reranked (top 30),
     with ``P`` trained on every source and ``w`` chosen on every source."""
@@ -648,7 +642,7 @@ def _misses(
     w = choose_w(per, {s.name: s.gold for s in sources}, [s.name for s in sources]) if fixed_w is None else fixed_w
     lines = [f"{label}: w = {w:g} ({'chosen on all sources' if fixed_w is None else 'given'})", "| request | needed | first stage rank | reranked rank | reranked top 5 |",
              "|---|---|---|---|---|"]
-    for registry, request, needed in MISSES:
+    for registry, request, needed in NAMED_MISSES:
         payload = json.loads((ROOT / registry).read_text())
         tools = parse_tools({"tools": payload["tools"]})
         texts = tool_texts(tools)
