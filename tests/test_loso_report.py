@@ -12,7 +12,7 @@ from registry.index.hybrid import HYBRID_ALPHA
 from registry.offline.corpus import Fold
 from registry.offline.corpus_vectors import SourceVectors
 from registry.offline.finetune_report import finetune_table
-from registry.offline.ranking import FoldResult, SourceScore, score_source
+from registry.offline.ranking import FoldResult, SourceScore, score_ranks, score_source
 from registry.offline.train_embedder import loso_table
 
 
@@ -97,3 +97,11 @@ def test_finetune_table_adds_int8_and_reads_what_folds_finished(
     _, fixed = finetune_table(sources, progress, fixed_alpha=True)
     assert {s["alpha"] for s in fixed["per_source"].values()} == {HYBRID_ALPHA}
     assert fixed["pooled_found_at_1"]["tuned"] == pytest.approx(0.3)
+
+
+def test_score_ranks_counts_the_best_needed_tool_and_the_share_of_needed_tools_in_the_top_5():
+    ranks = [np.array([0]), np.array([5]), np.array([1, 7]), np.array([2, 4])]
+    s = score_ranks("x", ranks)
+    assert (s.source, s.n_queries, s.n_multi) == ("x", 4, 2)
+    assert s.found_at_1 == 0.25 and s.found_at_5 == 0.75
+    assert s.recall_at_5_multi == 0.75  # (1/2 + 2/2) / 2

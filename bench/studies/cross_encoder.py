@@ -50,7 +50,7 @@ from registry.offline.corpus import DEFAULT_DATA_ROOT, MCP_SOURCE, load_corpus, 
 from registry.offline.corpus_vectors import SourceVectors, corpus_vectors
 from registry.offline.datasets import Dataset
 from registry.offline.finetune_loso import held_out_vectors
-from registry.offline.ranking import RECALL_DEPTH, SourceScore, pooled
+from registry.offline.ranking import SourceScore, pooled, score_ranks
 from registry.settings import Settings
 from registry.tools import parse_tools
 
@@ -254,17 +254,10 @@ def ranks(sc: Scored, k: int, w: float, tau: float) -> list[np.ndarray]:
     return out
 
 
-def score_of(name: str, rk: list[np.ndarray]) -> SourceScore:
-    best = np.array([r.min() for r in rk])
-    multi = [r for r in rk if r.size > 1]
-    recall = float(np.mean([(r < RECALL_DEPTH).mean() for r in multi])) if multi else float("nan")
-    return SourceScore(name, len(rk), float((best < 1).mean()), float((best < 5).mean()), len(multi), recall)
-
-
 def pick(validation: list[Scored], k: int) -> tuple[float, float]:
     """w and tau with the best mean per-source found@1 on the training sources' validation requests."""
     def objective(w: float, tau: float) -> float:
-        return float(np.mean([score_of(s.name, ranks(s, k, w, tau)).found_at_1 for s in validation]))
+        return float(np.mean([score_ranks(s.name, ranks(s, k, w, tau)).found_at_1 for s in validation]))
 
     by_w = {w: objective(w, math.inf) for w in W_GRID}
     log(f"validation found@1 (mean per source) at top {k} by w: " + ", ".join(f"{w}: {100 * v:.1f}" for w, v in by_w.items()))
@@ -439,13 +432,15 @@ def main() -> int:
         scored = []
         for (d, _), sv in zip(held, svs, strict=True):
             scored.append(score_source(ce, d, sv, np.arange(len(sv.gold)), caches.setdefault(d.name, {})))
-        base = {s.name: score_of(s.name, ranks(s, 1, 0.0, -1.0)) for s in scored}
+        base = {s.name: score_ranks(s.name, ranks(s, 1, 0.0, -1.0)) for s in scored}
         variants = {"first stage": summary("first stage", base, base, multi)}
         for k in KS:
             w, tau = chosen[k]
-            for label, (ww, tt) in {f"top {k}, w={w}": (w, math.inf), f"top {k}, w={w}, gate {tau}": (w, tau),
-                                    f"top {k}, ce alone": (math.inf, math.inf)}.items():
-                rows_ = {s.name: score_of(s.name, ranks(s, k, ww, tt)) for s in scored}
+            runs = {f"top {k}, w={w}": (w, math.inf), f"top {k}, ce alone": (math.inf, math.inf)}
+            if not math.isinf(tau):  # a gate that always reranks is the row above
+                runs[f"top {k}, w={w}, gate {tau}"] = (w, tau)
+            for label, (ww, tt) in runs.items():
+                rows_ = {s.name: score_ranks(s.name, ranks(s, k, ww, tt)) for s in scored}
                 variants[label] = summary(label, rows_, base, multi)
         report["stages"][stage] = variants
         lines += [f"## first stage: hybrid {stage}", "| ranking | found@1 | found@5 | recall@5 multi | sources < -1 |",

@@ -63,7 +63,7 @@ from registry.offline.corpus import DEFAULT_DATA_ROOT, MCP_SOURCE, load_corpus
 from registry.offline.corpus_vectors import SourceVectors, corpus_vectors
 from registry.offline.datasets import Dataset
 from registry.offline.finetune_loso import held_out_embedder, held_out_vectors
-from registry.offline.ranking import RECALL_DEPTH, SourceScore, gold_ranks, pooled
+from registry.offline.ranking import SourceScore, gold_ranks, pooled, score_ranks
 from registry.settings import Settings
 from registry.tool_text import split_identifier
 
@@ -385,13 +385,6 @@ def reranked_ranks(sc: SourceCands, model_scores: list[np.ndarray], rerank: np.n
     return out
 
 
-def score_of(name: str, ranks: list[np.ndarray]) -> SourceScore:
-    best = np.array([r.min() for r in ranks])
-    multi = [r for r in ranks if r.size > 1]
-    recall = float(np.mean([(r < RECALL_DEPTH).mean() for r in multi])) if multi else float("nan")
-    return SourceScore(name, len(ranks), float((best < 1).mean()), float((best < 5).mean()), len(multi), recall)
-
-
 def choose_gap(train: Sequence[SourceCands], reranked: dict[str, list[np.ndarray]]) -> float:
     """The gate with the best mean per-source found@1 over the training sources' held-out reranks."""
     hits = []
@@ -410,7 +403,7 @@ def run(
     label: str, cands: list[SourceCands], cap: int, log: Callable[[str], None], kinds: Sequence[str]
 ) -> dict[str, Any]:
     """Plain LOSO over ``cands`` for every model: per source first stage / reranked / gated scores."""
-    rows: dict[str, dict[str, SourceScore]] = {sc.name: {"first stage": score_of(sc.name, sc.first_ranks)} for sc in cands}
+    rows: dict[str, dict[str, SourceScore]] = {sc.name: {"first stage": score_ranks(sc.name, sc.first_ranks)} for sc in cands}
     models: dict[str, dict[str, Model]] = {}
     for kind in kinds:
         make = MODELS[kind]
@@ -427,12 +420,12 @@ def run(
                 diff = np.abs(model.compiled(x) - model.model.decision_function(x)).max()
                 log(f"ONNX trees vs sklearn decision_function on {len(x)} rows: max |diff| {diff:.2e}")
             reranked[sc.name] = reranked_ranks(sc, held[sc.name], np.ones(len(sc.feats), bool))
-            rows[sc.name][kind] = score_of(sc.name, reranked[sc.name])
+            rows[sc.name][kind] = score_ranks(sc.name, reranked[sc.name])
             log(f"{label} {kind} fold {sc.name}: {time.monotonic() - t0:.1f}s, found@1 "
                 f"{rows[sc.name]['first stage'].found_at_1:.3f} -> {rows[sc.name][kind].found_at_1:.3f}")
         for k, sc in enumerate(cands):
             tau = choose_gap(cands[:k] + cands[k + 1 :], reranked)
-            rows[sc.name][f"{kind} gated"] = score_of(sc.name, reranked_ranks(sc, held[sc.name], sc.gap < tau))
+            rows[sc.name][f"{kind} gated"] = score_ranks(sc.name, reranked_ranks(sc, held[sc.name], sc.gap < tau))
             rows[sc.name][f"{kind} gated"] = replace(rows[sc.name][f"{kind} gated"], source=f"{sc.name}@{tau}")
     return {"rows": rows, "models": models}
 
@@ -604,7 +597,7 @@ def main() -> int:
         first = [source_cands(d, plain_of[d.name], side, args.depth) for d, _, side in held_out]
         tuned_result = run("tuned", tuned, args.cap, log, args.tuned_models or args.models)
         report["tuned"] = summarise(tuned_result["rows"], tuned)
-        rows = {sc.name: {"first stage": score_of(sc.name, sc.first_ranks)} for sc in first}
+        rows = {sc.name: {"first stage": score_ranks(sc.name, sc.first_ranks)} for sc in first}
         report["plain_same_sources"] = summarise(rows, first)
         text += ["", format_summary("hybrid LOSO fine-tune + rerank", report["tuned"], report["plain_same_sources"]),
                  "", per_source_table(report["tuned"])]

@@ -57,7 +57,7 @@ from registry.index.minilm_export import DELTA_FILE, minilm_model_dir
 from registry.offline.corpus import MCP_SOURCE, load_corpus, loso_folds, tool_texts
 from registry.offline.corpus_vectors import bm25_matrix
 from registry.offline.datasets import Dataset
-from registry.offline.ranking import SourceScore, pooled
+from registry.offline.ranking import SourceScore, pooled, score_ranks
 from registry.serving.shorthand import expand_shorthand
 from registry.tools import parse_tools
 
@@ -262,13 +262,6 @@ def plain_ranks(scores: np.ndarray, gold: Sequence[Sequence[int]]) -> list[np.nd
     return [np.array([(scores[qi] > scores[qi, t]).sum() for t in g]) for qi, g in enumerate(gold)]
 
 
-def score_of(name: str, ranks: list[np.ndarray]) -> SourceScore:
-    best = np.array([r.min() for r in ranks])
-    multi = [r for r in ranks if r.size > 1]
-    recall = float(np.mean([(r < 5).mean() for r in multi])) if multi else float("nan")
-    return SourceScore(name, len(ranks), float((best < 1).mean()), float((best < 5).mean()), len(multi), recall)
-
-
 def top_candidates(s1: np.ndarray, c: int) -> np.ndarray:
     c = min(c, s1.shape[1])
     part = np.argpartition(-s1, c - 1, axis=1)[:, :c]
@@ -376,7 +369,7 @@ def groups_of(names: list[str], n_folds: int) -> list[tuple[list[str], list[str]
 def choose_w(per_source: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], golds: dict[str, Any], train: list[str]) -> float:
     best_w, best = 0.0, -1.0
     for w in W_GRID:
-        found = pooled([score_of(n, ranks_after(*per_source[n], w, golds[n])) for n in train])["found_at_1"]
+        found = pooled([score_ranks(n, ranks_after(*per_source[n], w, golds[n])) for n in train])["found_at_1"]
         if found > best + 1e-12:
             best_w, best = w, found
     return best_w
@@ -429,8 +422,8 @@ def main() -> int:
     cmax = max(CANDIDATES)
     cand = {n: top_candidates(s1[n], cmax) for n in names}
     rows: dict[str, dict[str, SourceScore]] = {
-        "hybrid plain MiniLM": {n: score_of(n, plain_ranks(plain[n], golds[n])) for n in names},
-        "shipped first stage (tuned hybrid)": {n: score_of(n, plain_ranks(s1[n], golds[n])) for n in names},
+        "hybrid plain MiniLM": {n: score_ranks(n, plain_ranks(plain[n], golds[n])) for n in names},
+        "shipped first stage (tuned hybrid)": {n: score_ranks(n, plain_ranks(s1[n], golds[n])) for n in names},
     }
     chosen: dict[str, dict[str, float]] = {}
     folds = groups_of(names, args.folds)
@@ -444,7 +437,7 @@ def main() -> int:
         for test, train in folds:
             w = choose_w(per, golds, train)
             for n in test:
-                rows[label][n] = score_of(n, ranks_after(*per[n], w, golds[n]))
+                rows[label][n] = score_ranks(n, ranks_after(*per[n], w, golds[n]))
                 chosen[label][n] = w
     projections: dict[int, dict[str, np.ndarray]] = {}
     variant = "-res" if args.residual else ""
@@ -472,7 +465,7 @@ def main() -> int:
                 per = {n: (s1[n], cand[n][:, :c], train_late[fi][n][:, :c]) for n in names}
                 w = choose_w(per, golds, train)
                 for n in test:
-                    rows[label][n] = score_of(n, ranks_after(*per[n], w, golds[n]))
+                    rows[label][n] = score_ranks(n, ranks_after(*per[n], w, golds[n]))
                     chosen[label][n] = w
             # The fold's P scores its own training sources too well (it was trained on them), which
             # pushes w up; cross-fitted: w is chosen on each training source's held-out scores.
@@ -482,10 +475,10 @@ def main() -> int:
             for fi, (test, train) in enumerate(folds):
                 w = choose_w(held, golds, train)
                 for n in test:
-                    rows[label][n] = score_of(n, ranks_after(s1[n], cand[n][:, :c], train_late[fi][n][:, :c], w, golds[n]))
+                    rows[label][n] = score_ranks(n, ranks_after(s1[n], cand[n][:, :c], train_late[fi][n][:, :c], w, golds[n]))
                     chosen[label][n] = w
         label = f"late d{dim}{variant} alone, top-{cmax}"
-        rows[label] = {n: score_of(n, ranks_after(s1[n], cand[n], late[n] * 1e6, 1.0, golds[n])) for n in names}
+        rows[label] = {n: score_ranks(n, ranks_after(s1[n], cand[n], late[n] * 1e6, 1.0, golds[n])) for n in names}
     report = summarise(rows, names, {n for n in names if tuned[n].multi.mean() >= MULTI_SHARE})
     print(format_report(report, names, chosen))
     result: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "rows": report, "chosen_w": chosen}

@@ -36,7 +36,7 @@ from registry.index.embed import TOKENIZER_FILE, OnnxEmbedder
 from registry.index.embedders import load_minilm
 from registry.offline.corpus import DEFAULT_DATA_ROOT, load_corpus, tool_texts
 from registry.offline.corpus_vectors import SourceVectors, bm25_matrix, corpus_vectors
-from registry.offline.ranking import SourceScore, pooled
+from registry.offline.ranking import SourceScore, pooled, score_ranks
 from registry.serving.shorthand import expand_shorthand
 from registry.settings import Settings
 
@@ -103,11 +103,7 @@ def gold_ranks(scores: np.ndarray, gold: tuple[tuple[int, ...], ...]) -> list[np
 
 
 def score(name: str, scores: np.ndarray, gold: tuple[tuple[int, ...], ...]) -> SourceScore:
-    ranks = gold_ranks(scores, gold)
-    best = np.array([r.min() for r in ranks])
-    multi = [r for r in ranks if r.size > 1]
-    recall = float(np.mean([(r < 5).mean() for r in multi])) if multi else float("nan")
-    return SourceScore(name, len(ranks), float((best < 1).mean()), float((best < 5).mean()), len(multi), recall)
+    return score_ranks(name, gold_ranks(scores, gold))
 
 
 def cosine(sv: SourceVectors) -> np.ndarray:

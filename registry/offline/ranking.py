@@ -46,12 +46,16 @@ def gold_ranks(sv: SourceVectors, weight: np.ndarray | None, alpha: float) -> li
 
 
 def score_source(sv: SourceVectors, weight: np.ndarray | None, alpha: float) -> SourceScore:
-    ranks = gold_ranks(sv, weight, alpha)
+    return score_ranks(sv.name, gold_ranks(sv, weight, alpha))
+
+
+def score_ranks(name: str, ranks: Sequence[np.ndarray]) -> SourceScore:
+    """A source's scores from each query's needed tools' 0-based ranks (any ranker's)."""
     best = np.array([r.min() for r in ranks])
     multi = [r for r in ranks if r.size > 1]
     recall = float(np.mean([(r < RECALL_DEPTH).mean() for r in multi])) if multi else float("nan")
     return SourceScore(
-        sv.name, len(ranks), float((best < 1).mean()), float((best < 5).mean()), len(multi), recall
+        name, len(ranks), float((best < 1).mean()), float((best < 5).mean()), len(multi), recall
     )
 
 
