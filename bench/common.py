@@ -364,6 +364,8 @@ NAMED_MISSES: tuple[tuple[str, str, str], ...] = (
     ("bench/data/mcp_registries/memory.json", "remember that Alice works at Acme", "create_entities"),
     ("examples/demo_tools.json", "what will the weather be in Paris tomorrow", "get_weather_forecast"),
     ("bench/data/mcp_registries/github.json", "open a PR from feature-x into main", "create_pull_request"),
+    ("bench/data/mcp_registries/github.json", "create a PR", "create_pull_request"),
+    ("bench/data/mcp_registries/filesystem.json", "save this summary as notes.md", "write_file"),
 )
 DEV_SETS = ("bfcl_simple", "metatool", "toolbench_stable")
 MULTI_SHARE = 0.15  # a source with at least this share of multi-tool queries is "multi-tool"

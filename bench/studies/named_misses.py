@@ -1,10 +1,10 @@
 """The named misses on real MCP servers: where each needed tool ranks, and whether it is shown.
 
-An in-process core as the service builds it (the shipped depth policy, the demo registry), with
-the tuned embedder read from ``--artifact`` (default: ``models/tuned-embedder``; a candidate
-fine-tune's directory compares it), and the harvested ``tools/list`` of the github, memory and
-filesystem servers (``bench/data/mcp_registries``). Prints, per request, the needed tool's rank
-in a 30-deep list and the list the default shows.
+An in-process core as the service builds it (the shipped depth policy), with the tuned embedder
+read from ``--artifact`` (default: ``models/tuned-embedder``; a candidate fine-tune's directory
+compares it), and each registry file of ``bench.common.NAMED_MISSES`` (harvested ``tools/list``
+files and the demo registry) uploaded under its file's stem. Prints, per request, the needed
+tool's rank in a 30-deep list and the list the default shows.
 
     python bench/studies/named_misses.py [--artifact data/ft16/shipped] [--embedder tuned]
 """
@@ -20,17 +20,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import NAMED_MISSES  # noqa: E402
 from registry.core import Shortlister  # noqa: E402
 from registry.request import ShortlistRequest  # noqa: E402
 from service.settings import ServiceSettings  # noqa: E402
-
-CASES = [
-    ("github", "open a PR from feature-x into main", "create_pull_request"),
-    ("github", "create a PR", "create_pull_request"),
-    ("memory", "remember that Alice works at Acme", "create_entities"),
-    ("demo", "what will the weather be in Paris tomorrow", "get_weather_forecast"),
-    ("filesystem", "save this summary as notes.md", "write_file"),
-]
 
 
 def main() -> int:
@@ -40,15 +33,15 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="misses-") as tmp:
         settings = ServiceSettings(
-            data_dir=Path(tmp), demo_registry=str(ROOT / "examples" / "demo_tools.json"), embedder=args.embedder,
+            data_dir=Path(tmp), demo_registry=None, embedder=args.embedder,
             tuned_embedder_dir=args.artifact, embedder_cache_dir=Path(tmp) / "embedder",
         )
         core = Shortlister.from_settings(settings, start=True)
         try:
-            for name in ("github", "memory", "filesystem"):
-                harvest = json.loads((ROOT / "bench" / "data" / "mcp_registries" / f"{name}.json").read_text())
-                core.put_registry(name, {"tools": harvest["tools"]})
-            for registry, query, needed in CASES:
+            for path in sorted({path for path, _, _ in NAMED_MISSES}):
+                core.put_registry(Path(path).stem, {"tools": json.loads((ROOT / path).read_text())["tools"]})
+            for path, query, needed in NAMED_MISSES:
+                registry = Path(path).stem
                 shown = [t.name for t in core.shortlist(ShortlistRequest(registry=registry, query=query)).tools]
                 deep = [t.name for t in core.shortlist(ShortlistRequest(registry=registry, query=query, k=30)).tools]
                 rank = deep.index(needed) + 1 if needed in deep else None
