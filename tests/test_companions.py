@@ -4,7 +4,8 @@ an edge, counts bounded, deleted tools forgotten, kept in the memory's state), a
 in shortlists through the in-process core (fake embedder): a refit ships them, composition
 appends them with their reason, ``called`` puts the learned next step first, an admin removal
 wins, the learning switch and a wipe reset them, a restart keeps them. And the chain step of a
-scoped request adds only allowed tools."""
+scoped request adds only allowed tools and keeps to the scoped count's cap, with stand-in and
+with learned companions."""
 
 from __future__ import annotations
 
@@ -167,6 +168,29 @@ def test_a_refit_ships_companions_that_composition_and_called_use(settings, bor_
         core.edit_graph("shop", remove=[["search_airport", PAIR[1]]])
         assert PAIR[1] not in [n for n, _ in names(core)]
         assert {(e["first"], e["then"]): e["active"] for e in core.graph("shop")["learned"]}[PAIR] is False
+    finally:
+        core.close()
+
+
+def test_a_scoped_request_keeps_learned_companions_inside_its_scope_and_cap(settings, bor_policy):
+    """Companions learned from real feedback (the usage memory and a refit, not a stand-in): a
+    request scoped to 8 tools shows only allowed ones, the learned next step still first, and no
+    more than half the scoped count (4) even where the whole registry would add more."""
+    core = core_for(settings, bor_policy)
+    try:
+        core.put_registry("shop", REST)
+        teach(core)
+        core.policies.refit("shop")
+        step = names(core, called=(PAIR[0],))
+        assert [n for n, _ in step[:2]] == [PAIR[1], "search_airport"]  # search_airport: learned alike
+        allowed = (PAIR[1], "search_airport", "find_customer_by_email", "search_films", "get_film",
+                   "get_film_cast", "get_customer", "whoami")  # fmt: skip
+        scoped = core.shortlist(ShortlistRequest("shop", QUERY, called=(PAIR[0],), allowed_tools=allowed))
+        shown = [t.name for t in scoped.tools]
+        assert scoped.n_tools == 8 and shown[0] == PAIR[1] and set(shown) <= set(allowed)
+        assert len(shown) <= 4, shown
+        without = core.shortlist(ShortlistRequest("shop", QUERY, called=(PAIR[0],), allowed_tools=allowed[2:]))
+        assert PAIR[1] not in [t.name for t in without.tools]  # a learned step outside the scope is not shown
     finally:
         core.close()
 
