@@ -21,7 +21,7 @@ tau, are picked on validation requests of the *training* sources (every 20th; ev
 trained on),
 whose first stage is the plain hybrid.
 
-    python bench/studies/cross_encoder.py --data ../shared/data --fold-index 2 --steps 1500 \\
+    python bench/studies/cross_encoder.py --data ../shared/data --fold-index 2 --steps 1200 \\
         --workdir data/ce/fold2 --fold-vectors data/ft16/loso --json data/ce/fold2.json [--eval-only | --cost 20 | --misses]
 """
 
@@ -44,12 +44,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.common import NAMED_MISSES, ROOT
 from registry.index.embedders import load_minilm
-from registry.index.hybrid import HYBRID_ALPHA
 from registry.index.minilm_export import minilm_model_dir
 from registry.offline.corpus import DEFAULT_DATA_ROOT, MCP_SOURCE, load_corpus, loso_folds
 from registry.offline.corpus_vectors import SourceVectors, corpus_vectors
 from registry.offline.datasets import Dataset
 from registry.offline.finetune_loso import held_out_vectors
+from registry.offline.loso_report import MULTI_TOOL_SHARE
 from registry.offline.ranking import SourceScore, pooled, score_ranks
 from registry.settings import Settings
 from registry.tools import parse_tools
@@ -57,7 +57,6 @@ from registry.tools import parse_tools
 KS: tuple[int, ...] = (5, 10)
 W_GRID: tuple[float, ...] = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, math.inf)
 GAP_GRID: tuple[float, ...] = (0.0, 0.02, 0.05, 0.1, 0.2, math.inf)
-MULTI_SHARE = 0.1
 VALIDATION_EVERY = 10  # every 10th request of a training source is never trained on
 VALIDATION_STRIDE = 20  # every 20th picks w and the gate (a subset of those, to bound scoring time)
 
@@ -75,13 +74,9 @@ class Group:
     pool: tuple[str, ...]  # the hybrid's top non-needed tools of the request's own registry
 
 
-def hybrid(sv: SourceVectors) -> np.ndarray:
-    return sv.queries @ sv.tools.T + HYBRID_ALPHA * sv.bm25
-
-
 def groups_of(ds: Dataset, sv: SourceVectors, depth: int) -> list[Group]:
     texts = [t.text() for t in ds.tools]
-    scores = hybrid(sv)
+    scores = sv.hybrid()
     out = []
     for q, (query, gold) in enumerate(zip(ds.queries, sv.gold, strict=True)):
         if q % VALIDATION_EVERY == 0:
@@ -143,10 +138,12 @@ class CrossEncoder:
     def logits(self, queries: list[str], tools: list[str]) -> Any:
         enc = self.tok(queries, tools, truncation="longest_first", max_length=self.max_length,
                        padding=True, return_tensors="pt")
-        hidden = self.bert(**enc).last_hidden_state
-        mask = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-        pooled_ = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-        return self.head(pooled_).squeeze(-1)
+        return self.pooled_score(self.bert(**enc).last_hidden_state, enc["attention_mask"])
+
+    def pooled_score(self, hidden: Any, attention_mask: Any) -> Any:
+        """The head over the mean of the pair's token vectors (padding left out)."""
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        return self.head((hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)).squeeze(-1)
 
     def score(self, pairs: Sequence[tuple[str, str]], batch: int = 64) -> np.ndarray:
         """Scores of ``pairs``, batched by length (less padding)."""
@@ -220,8 +217,8 @@ class Scored:
     queries: np.ndarray  # which query rows (validation keeps every 10th)
 
 
-def score_source(ce: CrossEncoder, ds: Dataset, sv: SourceVectors, rows: np.ndarray, cache: dict) -> Scored:
-    hyb = hybrid(sv)[rows]
+def score_candidates(ce: CrossEncoder, ds: Dataset, sv: SourceVectors, rows: np.ndarray, cache: dict) -> Scored:
+    hyb = sv.hybrid()[rows]
     k = min(max(KS), hyb.shape[1])
     top = np.argsort(-hyb, axis=1, kind="stable")[:, :k]
     texts = [t.text() for t in ds.tools]
@@ -294,8 +291,7 @@ def export_onnx(ce: CrossEncoder, out: Path) -> tuple[Path, Path, float]:
         def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
             hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask,
                                token_type_ids=token_type_ids).last_hidden_state
-            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-            return self.head((hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)).squeeze(-1)
+            return ce.pooled_score(hidden, attention_mask)
 
     out.mkdir(parents=True, exist_ok=True)
     fp32, int8 = out / "ce.onnx", out / "ce-int8.onnx"
@@ -400,7 +396,7 @@ def main() -> int:
         held = [(d, sv) for d, sv in zip(corpus, vectors, strict=True) if d.name in fold.test]
         requests = []
         for d, sv in held:
-            top = np.argsort(-hybrid(sv), axis=1, kind="stable")[:, : max(KS)]
+            top = np.argsort(-sv.hybrid(), axis=1, kind="stable")[:, : max(KS)]
             step = max(1, len(sv.gold) * len(held) // args.cost)
             requests += [(d.queries[q].query, [d.tools[int(t)].text() for t in top[q]]) for q in range(0, len(sv.gold), step)]
         ms = {f"{kind} top {k}": round(cost(ce, path, requests, k), 2)
@@ -412,13 +408,13 @@ def main() -> int:
     for d, sv in training:
         cache: dict = {}
         rows = np.arange(0, len(sv.gold), VALIDATION_STRIDE)
-        validation.append(score_source(ce, d, sv, rows, cache))
+        validation.append(score_candidates(ce, d, sv, rows, cache))
     log(f"validation scored in {time.monotonic() - t0:.0f}s")
     chosen = {k: pick(validation, k) for k in KS}
     log(f"picked on validation (w, tau) per K: {chosen}")
 
     held = [(d, sv) for d, sv in zip(corpus, vectors, strict=True) if d.name in fold.test]
-    multi = {sv.name for _, sv in held if sv.multi_tool.mean() >= MULTI_SHARE}
+    multi = {sv.name for _, sv in held if sv.multi_tool.mean() >= MULTI_TOOL_SHARE}
     stages = {"plain": [sv for _, sv in held]}
     if args.fold_vectors is not None:
         tuned = [held_out_vectors(args.fold_vectors, sv) for _, sv in held]
@@ -431,7 +427,7 @@ def main() -> int:
     for stage, svs in stages.items():
         scored = []
         for (d, _), sv in zip(held, svs, strict=True):
-            scored.append(score_source(ce, d, sv, np.arange(len(sv.gold)), caches.setdefault(d.name, {})))
+            scored.append(score_candidates(ce, d, sv, np.arange(len(sv.gold)), caches.setdefault(d.name, {})))
         base = {s.name: score_ranks(s.name, ranks(s, 1, 0.0, -1.0)) for s in scored}
         variants = {"first stage": summary("first stage", base, base, multi)}
         for k in KS:

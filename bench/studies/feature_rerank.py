@@ -63,12 +63,12 @@ from registry.offline.corpus import DEFAULT_DATA_ROOT, MCP_SOURCE, load_corpus
 from registry.offline.corpus_vectors import SourceVectors, corpus_vectors
 from registry.offline.datasets import Dataset
 from registry.offline.finetune_loso import held_out_embedder, held_out_vectors
+from registry.offline.loso_report import MULTI_TOOL_SHARE
 from registry.offline.ranking import SourceScore, gold_ranks, pooled, score_ranks
 from registry.settings import Settings
 from registry.tool_text import split_identifier
 
 DEPTH = 20
-MULTI_SHARE = 0.1  # a multi-tool source: at least this share of its queries needs 2+ tools
 GAP_GRID: tuple[float, ...] = (0.0, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, math.inf)
 FEATURES: tuple[str, ...] = (
     "hybrid", "dense", "bm25", "rank", "gap_to_top", "hybrid_z", "dense_minus_max", "bm25_minus_max",
@@ -431,7 +431,7 @@ def run(
 
 
 def summarise(rows: dict[str, dict[str, SourceScore]], cands: list[SourceCands]) -> dict[str, Any]:
-    multi = {sc.name for sc in cands if sc.multi_share >= MULTI_SHARE}
+    multi = {sc.name for sc in cands if sc.multi_share >= MULTI_TOOL_SHARE}
     variants = list(next(iter(rows.values())))
     out: dict[str, Any] = {"multi_tool_sources": sorted(multi), "variants": {}}
     for v in variants:

@@ -52,11 +52,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.common import NAMED_MISSES
 from registry.index.embed import _load_tokenizer
+from registry.index.hybrid import HYBRID_ALPHA
 from registry.index.lexical import LexicalIndex, tokenize
 from registry.index.minilm_export import DELTA_FILE, minilm_model_dir
 from registry.offline.corpus import MCP_SOURCE, load_corpus, loso_folds, tool_texts
 from registry.offline.corpus_vectors import bm25_matrix
 from registry.offline.datasets import Dataset
+from registry.offline.loso_report import MULTI_TOOL_SHARE
 from registry.offline.ranking import SourceScore, pooled, score_ranks
 from registry.serving.shorthand import expand_shorthand
 from registry.tools import parse_tools
@@ -64,11 +66,9 @@ from registry.tools import parse_tools
 ROOT = Path(__file__).resolve().parents[2]
 NEW_MCP_TASKS = ROOT / "bench" / "data" / "mcp_servers_new_tasks"
 MCP_GROUP = ("mcp_servers", "mcp_servers_new_tasks")
-HYBRID = 0.8
 TRAIN_NEGATIVES = 20
 CANDIDATES = (20, 30)
 W_GRID = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
-MULTI_SHARE = 0.10  # as ranker_mix: a source is multi-tool when >= 10% of its queries need 2+ tools
 TOKEN_OUTPUT = "token_embeddings"
 
 
@@ -190,7 +190,7 @@ def source_tokens(data: Dataset, encoder: TokenEncoder, cache: Path, shorthand: 
 
 
 def first_stage(st: SourceTokens) -> np.ndarray:
-    return st.query_pooled @ st.tool_pooled.T + HYBRID * st.bm25
+    return st.query_pooled @ st.tool_pooled.T + HYBRID_ALPHA * st.bm25
 
 
 def quantise(tokens: np.ndarray, projection: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -409,7 +409,7 @@ def main() -> int:
         data = corpus[i]
         tuned[data.name] = source_tokens(data, tuned_enc, args.cache, shorthand=True)
         p = source_tokens(data, plain_enc, args.cache, shorthand=False)
-        plain[data.name] = p.query_pooled @ p.tool_pooled.T + HYBRID * p.bm25
+        plain[data.name] = p.query_pooled @ p.tool_pooled.T + HYBRID_ALPHA * p.bm25
     if args.embed_only:
         return 0
     names = [d.name for d in corpus]
@@ -479,7 +479,7 @@ def main() -> int:
                     chosen[label][n] = w
         label = f"late d{dim}{variant} alone, top-{cmax}"
         rows[label] = {n: score_ranks(n, ranks_after(s1[n], cand[n], late[n] * 1e6, 1.0, golds[n])) for n in names}
-    report = summarise(rows, names, {n for n in names if tuned[n].multi.mean() >= MULTI_SHARE})
+    report = summarise(rows, names, {n for n in names if tuned[n].multi.mean() >= MULTI_TOOL_SHARE})
     print(format_report(report, names, chosen))
     result: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "rows": report, "chosen_w": chosen}
     if not args.skip_cost:
@@ -570,7 +570,7 @@ def cost(args: argparse.Namespace, encoder: TokenEncoder, projections: dict[int,
         tokens = tokenize(text)
         ceiling = lexical.ceiling(tokens)
         s = tool_pooled @ vector
-        return s + (HYBRID / ceiling) * lexical.scores(tokens) if ceiling > 0 else s
+        return s + (HYBRID_ALPHA / ceiling) * lexical.scores(tokens) if ceiling > 0 else s
 
     timings: dict[str, list[float]] = {"first stage, default graph": [], "first stage, graph with token output": []}
     stores: dict[str, tuple[np.ndarray | None, list[tuple[np.ndarray, np.ndarray]]]] = {

@@ -17,13 +17,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.common import NAMED_MISSES  # noqa: E402
-from registry.core import Shortlister  # noqa: E402
-from registry.request import ShortlistRequest  # noqa: E402
-from service.settings import ServiceSettings  # noqa: E402
+from bench.common import NAMED_MISSES, ROOT
+from registry.core import Shortlister
+from registry.request import ShortlistRequest
+from service.settings import ServiceSettings
 
 
 def main() -> int:

@@ -34,16 +34,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from registry.index.embed import TOKENIZER_FILE, OnnxEmbedder
 from registry.index.embedders import load_minilm
+from registry.index.hybrid import HYBRID_ALPHA
 from registry.offline.corpus import DEFAULT_DATA_ROOT, load_corpus, tool_texts
 from registry.offline.corpus_vectors import SourceVectors, bm25_matrix, corpus_vectors
+from registry.offline.loso_report import MULTI_TOOL_SHARE
 from registry.offline.ranking import SourceScore, pooled, score_ranks
 from registry.serving.shorthand import expand_shorthand
 from registry.settings import Settings
 
 WISE_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 FUSION_GRID = (0.25, 0.5, 0.75)
-HYBRID = 0.8
-MULTI_SHARE = 0.10  # a source is multi-tool when at least this share of its queries need 2+ tools
 UNSEEN_BY_FINETUNE = ("nestools", "star", "apipack")
 # 40 newer hand-written tasks on the MCP servers the fine-tune saw 180 tasks of: unseen requests.
 NEW_MCP_TASKS = Path(__file__).resolve().parents[1] / "data" / "mcp_servers_new_tasks"
@@ -133,10 +133,10 @@ def candidates(models: dict[float, list[SourceVectors]]) -> dict[str, list[np.nd
     out: dict[str, list[np.ndarray]] = {}
     plain, tuned = models[0.0], models[1.0]
     for a, svs in models.items():
-        out[f"wise{a:g}"] = [cosine(sv) + HYBRID * sv.bm25 for sv in svs]
+        out[f"wise{a:g}"] = [sv.hybrid() for sv in svs]
     for w in FUSION_GRID:
         out[f"fuse{w:g}"] = [
-            (1 - w) * cosine(p) + w * cosine(t) + HYBRID * p.bm25 for p, t in zip(plain, tuned, strict=True)
+            (1 - w) * cosine(p) + w * cosine(t) + HYBRID_ALPHA * p.bm25 for p, t in zip(plain, tuned, strict=True)
         ]
     return out
 
@@ -183,7 +183,7 @@ def main() -> int:
     mixes = candidates(models)
     if 1.0 in models:  # the shipped fine-tune as served now: shorthand spelled out
         expanded = with_shorthand(corpus, models[1.0], wise_embedder(1.0, args.workdir, settings))
-        mixes["tuned+shorthand"] = [cosine(sv) + HYBRID * sv.bm25 for sv in expanded]
+        mixes["tuned+shorthand"] = [sv.hybrid() for sv in expanded]
     all_table = {
         key: [score(n, m, sv.gold) for n, m, sv in zip(all_names, mats, models[0.0], strict=True)]
         for key, mats in mixes.items()
@@ -192,7 +192,7 @@ def main() -> int:
     names = [all_names[i] for i in keep]
     golds = [models[0.0][i].gold for i in keep]
     table = {key: [scores[i] for i in keep] for key, scores in all_table.items()}
-    multi_src = {sv.name for sv in models[0.0] if sv.multi_tool.mean() >= MULTI_SHARE}
+    multi_src = {sv.name for sv in models[0.0] if sv.multi_tool.mean() >= MULTI_TOOL_SHARE}
     base = table["wise0"]
     rows = {"plain (hybrid MiniLM)": base, "shipped fine-tune": table["wise1"]}
     chosen: dict[str, dict[str, str]] = {}

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from registry.index.embed import Embedder
+from registry.index.hybrid import HYBRID_ALPHA
 from registry.index.lexical import LexicalIndex, tokenize
 from registry.offline.corpus import tool_texts
 from registry.offline.datasets import Dataset
@@ -35,6 +36,10 @@ class SourceVectors:
     @property
     def multi_tool(self) -> np.ndarray:
         return np.array([len(g) > 1 for g in self.gold])
+
+    def hybrid(self, alpha: float = HYBRID_ALPHA) -> np.ndarray:
+        """The hybrid scorer's (n_queries, n_tools) scores: cosine + ``alpha`` * the lexical term."""
+        return self.queries @ self.tools.T + alpha * self.bm25
 
 
 def _key(data: Dataset, model_id: str) -> str:

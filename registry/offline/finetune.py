@@ -89,7 +89,7 @@ def mine_triplets(
         texts = [tool.text() for tool in ds.tools]
         if len(texts) < 2:
             continue
-        scores = sv.queries @ sv.tools.T + recipe.hard_alpha * sv.bm25
+        scores = sv.hybrid(recipe.hard_alpha)
         for q, (query, gold) in enumerate(zip(ds.queries, sv.gold, strict=True)):
             order = np.argsort(-scores[q], kind="stable")
             pool = [int(i) for i in order if int(i) not in gold][: recipe.hard_pool]
