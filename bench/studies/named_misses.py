@@ -1,10 +1,11 @@
 """The named misses on real MCP servers: where each needed tool ranks, and whether it is shown.
 
-An in-process core as the service builds it (the shipped depth policy), with the tuned embedder
-read from ``--artifact`` (default: ``models/tuned-embedder``; a candidate fine-tune's directory
-compares it), and each registry file of ``bench.common.NAMED_MISSES`` (harvested ``tools/list``
-files and the demo registry) uploaded under its file's stem. Prints, per request, the needed
-tool's rank in a 30-deep list and the list the default shows.
+An in-process core as the service builds it (the shipped depth policy; no exploration, so the
+lists repeat), with the tuned embedder read from ``--artifact`` (default:
+``models/tuned-embedder``; a candidate fine-tune's directory compares it), and each registry file
+of ``bench.common.NAMED_MISSES`` (harvested ``tools/list`` files and the demo registry) uploaded
+under its file's stem. Prints, per request, the needed tool's rank in a 30-deep list and the list
+the default shows.
 
     python bench/studies/named_misses.py [--artifact data/ft16/shipped] [--embedder tuned]
 """
@@ -32,7 +33,7 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="misses-") as tmp:
         settings = ServiceSettings(
-            data_dir=Path(tmp), demo_registry=None, embedder=args.embedder,
+            data_dir=Path(tmp), demo_registry=None, embedder=args.embedder, explore_share=0.0,
             tuned_embedder_dir=args.artifact, embedder_cache_dir=Path(tmp) / "embedder",
         )
         core = Shortlister.from_settings(settings, start=True)
